@@ -1,0 +1,141 @@
+"""GPU or simulator: decided once per process, before ``numba.cuda`` is imported.
+
+Numba reads ``NUMBA_ENABLE_CUDASIM`` when ``numba.cuda`` is first imported
+(numba #3075), so the choice has to be made before any kernel module loads.
+Every entry point (notebook, engine, ``hpclab`` command) calls :func:`select`
+first; kernel modules call :func:`cuda` to get the ``numba.cuda`` module.
+
+``HPCLAB_BACKEND=auto|gpu|sim`` overrides the automatic choice.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import warnings
+
+CHOICES = ("auto", "gpu", "sim")
+_selected: str | None = None
+_announced = False
+
+
+class BackendError(RuntimeError):
+    """The requested backend cannot run here."""
+
+
+def count_gpus() -> int:
+    """Number of CUDA devices the driver reports (0 without a driver).
+
+    Asks the driver directly through ``libcuda`` so that nothing of Numba is
+    imported yet; honours ``CUDA_VISIBLE_DEVICES``.
+    """
+    for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
+        try:
+            lib = ctypes.CDLL(name)
+            break
+        except OSError:
+            continue
+    else:
+        return 0
+    if lib.cuInit(0) != 0:
+        return 0
+    count = ctypes.c_int(0)
+    if lib.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return 0
+    return count.value
+
+
+def _decide(requested: str) -> str:
+    if requested not in CHOICES:
+        raise BackendError(
+            f"HPCLAB_BACKEND={requested!r} is not a backend; use one of {', '.join(CHOICES)}."
+        )
+    if requested == "sim":
+        return "sim"
+    gpus = count_gpus()
+    if requested == "gpu" and gpus == 0:
+        raise BackendError(
+            "HPCLAB_BACKEND=gpu but no CUDA GPU is visible to this process "
+            "(no NVIDIA driver, or CUDA_VISIBLE_DEVICES hides every device). "
+            "Run on a GPU node (e.g. salloc -p gpu --gpus=1), or set "
+            "HPCLAB_BACKEND=sim (or auto) to use Numba's CUDA simulator."
+        )
+    return "gpu" if gpus > 0 else "sim"
+
+
+def select(requested: str | None = None) -> str:
+    """Choose the backend for this process and prepare Numba for it.
+
+    Returns ``"gpu"`` or ``"sim"``. Calling again returns the same answer;
+    asking for a different one after ``numba.cuda`` has loaded is an error,
+    because Numba cannot switch once imported.
+    """
+    global _selected
+    requested = (requested or os.environ.get("HPCLAB_BACKEND") or "auto").strip().lower()
+    if _selected is not None:
+        if requested not in ("auto", _selected):
+            raise BackendError(
+                f"the {describe(_selected)} backend is already in use in this process; "
+                f"restart the kernel (or process) to switch to {requested!r}."
+            )
+        return _selected
+    choice = _decide(requested)
+    sim_flag = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
+    if "numba.cuda" in sys.modules and sim_flag != (choice == "sim"):
+        raise BackendError(
+            "numba.cuda was imported before hpclab chose the backend; "
+            "import hpclab (or call hpclab.backend.select()) before numba.cuda, "
+            "or restart the kernel."
+        )
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1" if choice == "sim" else "0"
+    os.environ["HPCLAB_BACKEND_SELECTED"] = choice
+    if choice == "sim":
+        _quiet_simulator()
+    _selected = choice
+    return choice
+
+
+def _quiet_simulator() -> None:
+    # The simulator compiles nothing, so Numba's performance hints about
+    # grid sizes and object mode (e.g. from create_xoroshiro128p_states) are noise.
+    from numba.core.errors import NumbaDeprecationWarning, NumbaPerformanceWarning, NumbaWarning
+
+    for category in (NumbaPerformanceWarning, NumbaDeprecationWarning, NumbaWarning):
+        warnings.filterwarnings("ignore", category=category)
+
+
+def name() -> str:
+    """The selected backend, ``"gpu"`` or ``"sim"`` (selecting it if needed)."""
+    return _selected or select()
+
+
+def is_simulator() -> bool:
+    return name() == "sim"
+
+
+def describe(choice: str | None = None) -> str:
+    choice = choice or name()
+    return "real GPU (CUDA)" if choice == "gpu" else "Numba CUDA simulator (no GPU; tiny problem sizes)"
+
+
+def cuda():
+    """The ``numba.cuda`` module, imported after the backend is decided."""
+    select()
+    from numba import cuda as numba_cuda
+
+    return numba_cuda
+
+
+def banner(rank: int = 0, file=None) -> str:
+    """Say once per process, on rank 0 only, which backend runs."""
+    global _announced
+    text = f"hpclab backend: {describe()}"
+    if not _announced and rank == 0:
+        print(text, file=file or sys.stderr, flush=True)
+    _announced = True
+    return text
+
+
+def auto_size(gpu: int, sim: int) -> int:
+    """Full problem size on a GPU, a tiny one on the simulator."""
+    return gpu if name() == "gpu" else sim

@@ -1,0 +1,136 @@
+"""The ``hpclab`` command (also ``python -m hpclab``).
+
+  hpclab info                      backend, GPUs, MPI, NCCL, ipyparallel
+  hpclab run NAME [options]        a workshop program (under mpiexec/srun, or alone)
+  hpclab bench NAME [options]      a benchmark (hpclab/bench/NAME.py)
+  hpclab exercises build|check     exercises/ generated from solutions/
+  hpclab workbook [--engines N]    execute every notebook on MPI engines into build/
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+
+def _info(args) -> int:
+    from . import backend
+
+    rows = []
+    try:
+        choice = backend.select()
+        rows.append(("backend", backend.describe(choice)))
+    except backend.BackendError as exc:
+        rows.append(("backend", f"ERROR: {exc}"))
+        choice = None
+    rows.append(("GPUs (driver)", str(backend.count_gpus())))
+    if choice == "gpu":
+        cuda = backend.cuda()
+        for i, gpu in enumerate(cuda.gpus):
+            with gpu:
+                dev = cuda.get_current_device()
+                name = dev.name.decode() if isinstance(dev.name, bytes) else dev.name
+                cc = ".".join(map(str, dev.compute_capability))
+                rows.append((f"  GPU {i}", f"{name} (compute {cc}, {dev.MULTIPROCESSOR_COUNT} SMs) {dev.uuid}"))
+    try:
+        from . import mpi
+
+        comm = mpi.world()
+        rows.append(("MPI", mpi.library()))
+        rows.append(("MPI ranks", str(comm.size)))
+        aware, how = mpi.cuda_aware()
+        rows.append(("CUDA-aware MPI", f"{'yes' if aware else 'no'} ({how})"))
+    except Exception as exc:  # noqa: BLE001 - info reports, it does not fail
+        rows.append(("MPI", f"not available: {exc}"))
+    rows.append(("NCCL", _nccl_status()))
+    for pkg in ("numba", "numba_cuda", "numpy", "mpi4py", "ipyparallel"):
+        rows.append((pkg, _version(pkg)))
+    width = max(len(k) for k, _ in rows)
+    if _rank() == 0:
+        for k, v in rows:
+            print(f"{k:<{width}}  {v}")
+    return 0
+
+
+def _nccl_status() -> str:
+    try:
+        from cupy.cuda import nccl
+    except Exception as exc:  # noqa: BLE001 - ImportError or a CUDA library missing
+        return f"not importable (cupy.cuda.nccl: {type(exc).__name__}); pip install 'hpclab[gpu]'"
+    try:
+        v = nccl.get_version()
+        return f"cupy.cuda.nccl, NCCL {v // 10000}.{v // 100 % 100}.{v % 100}"
+    except Exception:  # noqa: BLE001
+        return "cupy.cuda.nccl importable"
+
+
+def _version(pkg: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(pkg.replace("_", "-"))
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def _rank() -> int:
+    from .runner import _env_rank
+
+    return _env_rank()
+
+
+def _modules(package: str) -> list[str]:
+    pkg = importlib.import_module(package)
+    return sorted(m.name.replace("_", "-") for m in pkgutil.iter_modules(pkg.__path__)
+                  if not m.name.startswith("_"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="hpclab", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("info", help="what this machine offers: backend, GPUs, MPI, NCCL")
+    run = sub.add_parser("run", help="run a workshop program on every rank", add_help=False)
+    run.add_argument("name", nargs="?", help=", ".join(_modules("hpclab.programs")))
+    bench = sub.add_parser("bench", help="run a benchmark", add_help=False)
+    bench.add_argument("name", nargs="?", help=", ".join(_modules("hpclab.bench")))
+    ex = sub.add_parser("exercises", help="generate or check exercises/ from solutions/")
+    ex.add_argument("action", choices=["build", "check"])
+    ex.add_argument("--root", default=".", help="project root (default .)")
+    wb = sub.add_parser("workbook", help="execute every notebook on MPI engines into build/")
+    wb.add_argument("--engines", type=int, default=4)
+    wb.add_argument("--notebooks", default="notebooks")
+    wb.add_argument("--out", default="build")
+    wb.add_argument("--timeout", type=int, default=1200, help="seconds per cell")
+
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "info":
+        return _info(args)
+    if args.command in ("run", "bench"):
+        package = "hpclab.programs" if args.command == "run" else "hpclab.bench"
+        names = _modules(package)
+        if not args.name or args.name in ("-h", "--help"):
+            print(f"usage: hpclab {args.command} NAME [options]\n\navailable: {', '.join(names)}")
+            return 0 if args.name else 2
+        if args.command == "run":
+            from .runner import main as run_main
+
+            return run_main(args.name, rest)
+        if args.name not in names:
+            print(f"hpclab bench: unknown benchmark {args.name!r}; choose one of: {', '.join(names)}",
+                  file=sys.stderr)
+            return 2
+        return importlib.import_module(f"{package}.{args.name.replace('-', '_')}").main(rest)
+    if rest:
+        parser.error(f"unrecognised arguments: {' '.join(rest)}")
+    if args.command == "exercises":
+        from . import exercises
+
+        return exercises.main(args.action, args.root)
+    if args.command == "workbook":
+        from . import workbook
+
+        return workbook.main(args.notebooks, args.out, args.engines, args.timeout)
+    return 2

@@ -1,0 +1,64 @@
+"""Access to MPI, with a clear message when it is missing."""
+from __future__ import annotations
+
+
+class MPIUnavailable(RuntimeError):
+    pass
+
+
+def MPI():
+    """The ``mpi4py.MPI`` module, or an error that says how to get MPI."""
+    try:
+        from mpi4py import MPI as mpi
+    except ImportError as exc:  # no mpi4py, or no MPI library behind it
+        raise MPIUnavailable(
+            f"MPI is not available ({exc}). Install the MPI wheel with "
+            "`pip install 'hpclab[mpi]'` (gives mpiexec), or on a cluster "
+            "`module load openmpi` and reinstall mpi4py against it."
+        ) from exc
+    return mpi
+
+
+def world():
+    return MPI().COMM_WORLD
+
+
+def library() -> str:
+    """One line naming the MPI library and its version."""
+    return MPI().Get_library_version().strip().splitlines()[0]
+
+
+def cuda_aware() -> tuple[bool, str]:
+    """Whether MPI accepts device pointers, and how we know.
+
+    Asked without ever handing MPI a device pointer: a non-CUDA-aware MPI
+    segfaults on one (mpi4py #115). ``HPCLAB_MPI_CUDA_AWARE=0|1`` overrides.
+    Open MPI and MVAPICH answer ``MPIX_Query_cuda_support()``; an MPI that
+    has no such query is taken as not CUDA-aware.
+    """
+    import ctypes
+    import os
+
+    forced = os.environ.get("HPCLAB_MPI_CUDA_AWARE")
+    if forced in ("0", "1"):
+        return forced == "1", "set by HPCLAB_MPI_CUDA_AWARE"
+    MPI()  # loads the MPI library into the process
+    for lib in [None, *_loaded_mpi_libraries()]:
+        try:
+            query = ctypes.CDLL(lib).MPIX_Query_cuda_support
+        except (OSError, AttributeError):
+            continue
+        query.restype = ctypes.c_int
+        aware = bool(query())
+        return aware, f"MPIX_Query_cuda_support() = {int(aware)}"
+    return False, "this MPI has no MPIX_Query_cuda_support (taken as not CUDA-aware)"
+
+
+def _loaded_mpi_libraries() -> list[str]:
+    # mpi4py may load libmpi privately (RTLD_LOCAL); find it by path instead.
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "libmpi" in line}
+    except OSError:
+        return []
+    return sorted(p for p in paths if p.startswith("/"))

@@ -1,0 +1,1 @@
+"""Workshop programs run by ``hpclab run NAME`` (one module per program)."""

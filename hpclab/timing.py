@@ -1,0 +1,81 @@
+"""Timing that means something on many ranks and on a GPU.
+
+- ``wall``: barrier, MPI.Wtime around the work (device synchronised before
+  the clock is read), and the maximum over ranks: the job is as slow as its
+  slowest rank.
+- ``Phases``: accumulate compute / transfer / communication time per phase.
+- ``median_time``: warm up (Numba compiles on first call), then repeat.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+
+from . import backend
+from .mpi import world
+
+
+def _sync() -> None:
+    backend.cuda().synchronize()
+
+
+def wall(fn, comm=None, sync: bool = True):
+    """Run ``fn()`` on every rank; return (result, this rank's seconds, max over ranks)."""
+    comm = comm or world()
+    from mpi4py import MPI
+
+    comm.Barrier()
+    t0 = MPI.Wtime()
+    result = fn()
+    if sync:
+        _sync()
+    local = MPI.Wtime() - t0
+    return result, local, comm.allreduce(local, op=MPI.MAX)
+
+
+class Phases:
+    """Named time accumulators: ``with phases("compute"): ...``."""
+
+    def __init__(self, sync: bool = True):
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.sync = sync
+
+    @contextmanager
+    def __call__(self, name: str):
+        if self.sync:
+            _sync()
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self.sync:
+                _sync()
+            self.seconds[name] += time.perf_counter() - t0
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(self.seconds)
+
+    def max_over_ranks(self, comm=None) -> dict[str, float]:
+        from mpi4py import MPI
+
+        comm = comm or world()
+        names = sorted(set().union(*comm.allgather(set(self.seconds))))
+        return {n: comm.allreduce(self.seconds.get(n, 0.0), op=MPI.MAX) for n in names}
+
+
+def median_time(fn, repeats: int = 5, warmup: int = 1, sync: bool = True) -> float:
+    """Median wall seconds of ``fn()`` over ``repeats`` after ``warmup`` calls."""
+    for _ in range(warmup):
+        fn()
+    if sync:
+        _sync()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        if sync:
+            _sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
