@@ -3,6 +3,7 @@
   hpclab info                      backend, GPUs, MPI, NCCL, ipyparallel
   hpclab run NAME [options]        a workshop program (under mpiexec/srun, or alone)
   hpclab bench NAME [options]      a benchmark (hpclab/bench/NAME.py)
+  hpclab scaling NAME [options]    strong/weak scaling sweep, CSV + PNG
   hpclab exercises build|check     exercises/ generated from solutions/
   hpclab workbook [--engines N]    execute every notebook on MPI engines into build/
 """
@@ -96,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("name", nargs="?", help=", ".join(_modules("hpclab.programs")))
     bench = sub.add_parser("bench", help="run a benchmark", add_help=False)
     bench.add_argument("name", nargs="?", help=", ".join(_modules("hpclab.bench")))
+    sub.add_parser("scaling", help="strong/weak scaling sweep over rank counts (see hpclab scaling -h)",
+                   add_help=False)
     ex = sub.add_parser("exercises", help="generate or check exercises/ from solutions/")
     ex.add_argument("action", choices=["build", "check"])
     ex.add_argument("--root", default=".", help="project root (default .)")
@@ -123,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
         return importlib.import_module(f"{package}.{args.name.replace('-', '_')}").main(rest)
+    if args.command == "scaling":
+        from . import scaling
+
+        return scaling.main(rest)
     if rest:
         parser.error(f"unrecognised arguments: {' '.join(rest)}")
     if args.command == "exercises":

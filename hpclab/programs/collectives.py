@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import backend, check, comm as hcomm
+from .. import backend, comm as hcomm
+from ..check import collectives as check
 from ..kernels.basic import fill
 from ..runner import Report, parse_count
 from ..timing import wall
