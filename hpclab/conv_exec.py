@@ -1,0 +1,339 @@
+"""Run a chain of layers on height bands: on CPUs (NumPy) or GPUs, one rank or many.
+
+One executor per place the data lives:
+
+- ``run_host``: NumPy bands; halos sent with mpi4py ``Isend``/``Irecv``,
+  the interior computed while they travel (V1 with one rank, V2).
+- ``run_device``: device bands; halos packed by a kernel and exchanged with
+  a communication backend's ``sendrecv`` (host-staged MPI, CUDA-aware MPI or
+  NCCL), the interior computed on a non-blocking CUDA stream meanwhile
+  (V3 with one rank, V4, V5).
+
+Both read the same band geometry (:mod:`hpclab.conv_halo`), and with one
+rank they are the serial code: every version runs the same path.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import backend
+from .conv_halo import BandPlan, check_ranks, plan_bands, schedule, transfers
+from .kernels import conv_reference as ref
+
+
+# -- layers --------------------------------------------------------------------
+@dataclass
+class Conv:
+    name: str
+    w: np.ndarray                 # (K, C, R, S)
+    bias: np.ndarray
+    stride: int = 1
+    pad: int = 0
+    relu: bool = True
+    _dev: object = field(default=None, repr=False)
+
+    @property
+    def window(self):
+        return self.w.shape[2], self.stride, self.pad
+
+    def out_shape(self, c, h, w):
+        ho, wo = ref.check_conv((c, h, w), self.w.shape, self.stride, self.pad)
+        return self.w.shape[0], ho, wo
+
+    def describe(self) -> str:
+        k, c, r, s = self.w.shape
+        return f"conv {k}@{c}x{r}x{s}/{self.stride} pad {self.pad}" + (" + ReLU" if self.relu else "")
+
+    def host_rows(self, x, pad_top, rows):
+        out = ref.conv2d_rows(x, self.w, self.stride, pad_top, self.pad, rows, self.bias)
+        return ref.relu(out) if self.relu else out
+
+    def device_weights(self):
+        if self._dev is None:
+            from .kernels.conv import prepare_weights
+
+            self._dev = prepare_weights(self.w, self.bias)
+        return self._dev
+
+    def device_rows(self, x, out, pad_top, t0, t1, stream):
+        from .kernels.conv import conv_rows_device, default_config, plan_tiles
+
+        wts = self.device_weights()
+        # The tile plan depends on the layer only, so every band runs the same kernel.
+        plan = plan_tiles(x.shape[1], out.shape[3], wts.s, self.stride, default_config(wts.k))
+        conv_rows_device(x, wts, out, self.stride, pad_top, self.pad, t0, t1, self.relu, plan, stream)
+
+
+@dataclass
+class Pool:
+    name: str
+    size: int = 3
+    stride: int = 2
+
+    @property
+    def window(self):
+        return self.size, self.stride, 0
+
+    def out_shape(self, c, h, w):
+        ref.check_window(h, w, self.size, self.size, self.stride, 0, what="pooling window")
+        return c, ref.output_size(h, self.size, self.stride, 0), ref.output_size(w, self.size, self.stride, 0)
+
+    def describe(self) -> str:
+        return f"max-pool {self.size}x{self.size}/{self.stride}"
+
+    def host_rows(self, x, pad_top, rows):
+        return ref.maxpool_rows(x, self.size, self.stride, pad_top, rows)
+
+    def device_rows(self, x, out, pad_top, t0, t1, stream):
+        from .kernels.conv import maxpool_rows_device
+
+        maxpool_rows_device(x, out, self.size, self.stride, pad_top, t0, t1, 0, stream)
+
+
+@dataclass
+class LRN:
+    name: str
+    size: int = ref.LRN_SIZE
+    alpha: float = ref.LRN_ALPHA
+    beta: float = ref.LRN_BETA
+    k: float = ref.LRN_K
+    window = None                  # across channels only: no spatial halo
+
+    def out_shape(self, c, h, w):
+        return c, h, w
+
+    def describe(self) -> str:
+        return f"LRN size {self.size}, alpha {self.alpha:g}, beta {self.beta:g}, k {self.k:g}"
+
+
+def shapes(ops, in_shape):
+    """(C, H, W) after each op, starting from in_shape."""
+    out, cur = [], tuple(in_shape)
+    for op in ops:
+        cur = op.out_shape(*cur)
+        out.append(cur)
+    return out
+
+
+def _rows_ok(ops, in_shape, size: int) -> bool:
+    cur = tuple(in_shape)
+    for op in ops:
+        try:
+            nxt = op.out_shape(*cur)
+        except ValueError:
+            return False
+        if op.window is not None and nxt[1] < size:
+            return False
+        cur = nxt
+    return True
+
+
+def min_chain_height(ops, in_shape, size: int) -> int | None:
+    """Smallest input height for which every windowed op has >= size output rows."""
+    c, h, w = in_shape
+    for height in range(h + 1, 64 * (h + 1) * size + 1):
+        if _rows_ok(ops, (c, height, w), size):
+            return height
+    return None
+
+
+def check_chain(ops, in_shape, size: int, what: str = "") -> None:
+    """Every windowed op needs at least one output row per rank: say which does not."""
+    cur = tuple(in_shape)
+    for op in ops:
+        nxt = op.out_shape(*cur)
+        if op.window is not None and nxt[1] < size:
+            least = min_chain_height(ops, in_shape, size)
+            fix = f", or an input height of at least {least}" if least else ""
+            check_ranks(nxt[1], size, f"{what}{op.name} ({op.describe()}, input height {cur[1]})", fix)
+        cur = nxt
+
+
+# -- bands -------------------------------------------------------------------------
+def _rows_from(plan: BandPlan, kernel: int, stride: int, t0: int):
+    """Where local output row t0 starts reading in the working buffer: (first row, zero rows above)."""
+    start = t0 * stride - plan.pad_top
+    return max(0, start), max(0, -start)
+
+
+class Timer:
+    """Seconds per phase; each phase is timed where the host waits for it."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+
+    def add(self, name: str, dt: float) -> None:
+        self.seconds[name] = self.seconds.get(name, 0.0) + dt
+
+
+def _now():
+    from mpi4py import MPI
+
+    return MPI.Wtime()
+
+
+def run_host(ops, x: np.ndarray, comm, overlap: bool = True, timer: Timer | None = None) -> np.ndarray:
+    """Forward ``x`` (this rank's input band, (N, C, rows, W)) through ``ops`` on the CPU."""
+    from mpi4py import MPI
+
+    timer = timer or Timer()
+    size, rank = comm.size, comm.rank
+    height = comm.allreduce(x.shape[2], op=MPI.SUM) if size > 1 else x.shape[2]
+    for op in ops:
+        t = _now()
+        if op.window is None:
+            x = ref.lrn(x, op.size, op.alpha, op.beta, op.k)
+            timer.add("compute", _now() - t)
+            continue
+        kernel, stride, pad = op.window
+        plans = plan_bands(height, kernel, stride, pad, size)
+        p = plans[rank]
+        n, c, _, w = x.shape
+        work = np.zeros((n, c, p.have[1] - p.have[0], w), dtype=np.float32)
+        l0, l1 = p.local
+        work[:, :, l0 - p.have[0]:l1 - p.have[0]] = x[:, :, l0 - p.own[0]:l1 - p.own[0]]
+        requests, arriving = [], []
+        for m in transfers(plans):
+            if m.dst == rank:
+                buf = np.empty((n, c, m.stop - m.start, w), dtype=np.float32)
+                requests.append(comm.Irecv(buf, source=m.src, tag=7))
+                arriving.append((m, buf))
+            if m.src == rank:
+                send = np.ascontiguousarray(x[:, :, m.start - p.own[0]:m.stop - p.own[0]])
+                requests.append(comm.Isend(send, dest=m.dst, tag=7))
+        o0, o1 = p.out_rows
+        out = None
+        pieces = {}
+
+        def compute(j0, j1):
+            a, top = _rows_from(p, kernel, stride, j0 - o0)
+            pieces[j0] = op.host_rows(work[:, :, a:], top, j1 - j0)
+
+        timer.add("compute", _now() - t)
+        t = _now()
+        if overlap and p.interior[1] > p.interior[0]:
+            compute(*p.interior)              # while the halo messages travel
+        timer.add("compute", _now() - t)
+        t = _now()
+        MPI.Request.Waitall(requests)
+        for m, buf in arriving:
+            work[:, :, m.start - p.have[0]:m.stop - p.have[0]] = buf
+        timer.add("halo", _now() - t)
+        t = _now()
+        todo = p.boundary if overlap else [p.out_rows]
+        for j0, j1 in todo:
+            compute(j0, j1)
+        out = np.concatenate([pieces[k] for k in sorted(pieces)], axis=2)
+        timer.add("compute", _now() - t)
+        x, height = out, p.out_height
+    return x
+
+
+def nonblocking_stream():
+    """A CUDA stream that does not wait for the legacy default stream.
+
+    The host-staged halo copies run on the legacy default stream; a kernel
+    on an ordinary stream would block them until it finished, so the interior
+    kernel goes on a non-blocking stream to overlap with the exchange.
+    Returns (stream, how).
+    """
+    from .backend import cuda
+
+    cu = cuda()
+    if backend.is_simulator():
+        return cu.stream(), "simulator (streams run synchronously)"
+    try:
+        from numba.cuda.cudadrv import driver as drv
+
+        ctx = cu.current_context()
+        flags = drv.binding.CUstream_flags.CU_STREAM_NON_BLOCKING.value
+        handle = drv.driver.cuStreamCreate(flags)
+        return drv.Stream(handle, finalizer=drv._stream_finalizer(ctx.deallocations, handle)), "non-blocking"
+    except Exception as exc:  # noqa: BLE001 - fall back, and say so
+        return cu.stream(), f"ordinary stream (non-blocking stream unavailable: {type(exc).__name__})"
+
+
+def _legacy(cu):
+    try:
+        return cu.legacy_default_stream()
+    except AttributeError:  # very old Numba / simulator variants
+        return cu.stream()
+
+
+def exchange_device(be, plans, x, work, stream0=0) -> int:
+    """Send/receive this rank's halo rows through ``be.sendrecv``; returns bytes received."""
+    from mpi4py import MPI
+
+    from .backend import cuda
+    from .kernels.bands import copy_rows, take_rows
+
+    cu = cuda()
+    rank = be.rank
+    p = plans[rank]
+    n, c, _, w = x.shape
+    dummy = cu.device_array(1, dtype=np.float32)
+    got = 0
+    for offset, pairs in schedule(transfers(plans), len(plans)):
+        send, recv = pairs[rank]
+        if send is None and recv is None:
+            continue
+        sendbuf = take_rows(x, send.start - p.own[0], send.stop - p.own[0], stream0) if send else dummy
+        recvbuf = cu.device_array((n, c, recv.stop - recv.start, w), dtype=np.float32) if recv else dummy
+        _legacy(cu).synchronize()          # the packed rows are complete before they are sent
+        be.sendrecv(sendbuf, dest=rank + offset if send else MPI.PROC_NULL,
+                    source=rank - offset if recv else MPI.PROC_NULL, recvbuf=recvbuf)
+        if recv:
+            copy_rows(recvbuf, 0, work, recv.start - p.have[0], recv.stop - recv.start, stream0)
+            got += recvbuf.size * 4
+    _legacy(cu).synchronize()
+    return got
+
+
+def run_device(ops, x, comm, be=None, overlap: bool = True, timer: Timer | None = None):
+    """Forward the device band ``x`` through ``ops`` on this rank's GPU; returns a device array."""
+    from mpi4py import MPI
+
+    from .backend import cuda
+    from .kernels.bands import copy_rows
+    from .kernels.conv import lrn_device
+
+    cu = cuda()
+    timer = timer or Timer()
+    size, rank = comm.size, comm.rank
+    height = comm.allreduce(x.shape[2], op=MPI.SUM) if size > 1 else x.shape[2]
+    stream, _ = nonblocking_stream()
+    for op in ops:
+        t = _now()
+        if op.window is None:
+            x = lrn_device(x, op.size, op.alpha, op.beta, op.k, stream=stream)
+            stream.synchronize()
+            timer.add("compute", _now() - t)
+            continue
+        kernel, stride, pad = op.window
+        plans = plan_bands(height, kernel, stride, pad, size)
+        p = plans[rank]
+        n, c, _, w = x.shape
+        cout, _, wo = op.out_shape(c, height, w)
+        o0, o1 = p.out_rows
+        work = cu.device_array((n, c, p.have[1] - p.have[0], w), dtype=np.float32)
+        out = cu.device_array((n, cout, o1 - o0, wo), dtype=np.float32)
+        l0, l1 = p.local
+        copy_rows(x, l0 - p.own[0], work, l0 - p.have[0], l1 - l0, stream)
+        if overlap and p.interior[1] > p.interior[0]:
+            op.device_rows(work, out, p.pad_top, p.interior[0] - o0, p.interior[1] - o0, stream)
+        if not overlap:
+            stream.synchronize()
+        timer.add("compute", _now() - t)
+        t = _now()
+        if size > 1:
+            exchange_device(be, plans, x, work)
+        timer.add("halo", _now() - t)
+        t = _now()
+        for j0, j1 in (p.boundary if overlap else [p.out_rows]):
+            op.device_rows(work, out, p.pad_top, j0 - o0, j1 - o0, stream)
+        stream.synchronize()
+        timer.add("compute", _now() - t)
+        x, height = out, p.out_height
+    return x

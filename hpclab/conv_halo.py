@@ -1,0 +1,194 @@
+"""Height-wise domain decomposition of windowed layers, with halo exchange.
+
+Every rank owns a contiguous band of OUTPUT rows of a layer
+(``block_range``: uneven splits allowed). Output rows [o0, o1) of a layer
+with kernel height R, stride s and padding p read input rows
+
+    [o0*s - p, (o1 - 1)*s - p + R)
+
+clipped to the image [0, H); rows outside the image are zero padding. The
+input itself is split the same way (rank r owns input rows
+``block_range(H, size, r)``, which is the output band of the layer before),
+so the rows a rank needs but does not own — its halo — live on other ranks,
+usually the neighbours, and are exchanged before the rows next to the band
+edge can be computed. Rows far enough from the edge (the interior) need only
+own rows: they are computed while the halo is in flight.
+
+Everything here is plain geometry, computed the same way on every rank.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .comm import block_range
+from .kernels.conv_reference import output_size
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Input rows [start, stop) that this rank receives from ``owner``."""
+    start: int
+    stop: int
+    owner: int
+
+    @property
+    def rows(self) -> int:
+        return self.stop - self.start
+
+
+@dataclass(frozen=True)
+class BandPlan:
+    rank: int
+    size: int
+    height: int                    # input rows of the layer
+    out_height: int
+    out_rows: tuple[int, int]      # [o0, o1): output rows this rank computes
+    own: tuple[int, int]           # input rows this rank owns
+    need: tuple[int, int]          # input rows the band reads, before clipping to the image
+    have: tuple[int, int]          # ... clipped: the rows of the working buffer
+    above: tuple[Segment, ...] = field(default=())   # halo rows from ranks above (lower rows)
+    below: tuple[Segment, ...] = field(default=())   # halo rows from ranks below (higher rows)
+    interior: tuple[int, int] = (0, 0)   # output rows computable from own rows alone
+
+    @property
+    def pad_top(self) -> int:
+        """Zero rows above the working buffer (image padding)."""
+        return self.have[0] - self.need[0]
+
+    @property
+    def halo_above(self) -> int:
+        return sum(s.rows for s in self.above)
+
+    @property
+    def halo_below(self) -> int:
+        return sum(s.rows for s in self.below)
+
+    @property
+    def local(self) -> tuple[int, int]:
+        """Own rows that the band reads (copied into the working buffer)."""
+        return max(self.have[0], self.own[0]), min(self.have[1], self.own[1])
+
+    @property
+    def boundary(self) -> list[tuple[int, int]]:
+        """Output rows that need halo rows: computed after the exchange."""
+        (o0, o1), (j0, j1) = self.out_rows, self.interior
+        return [r for r in ((o0, j0), (j1, o1)) if r[1] > r[0]]
+
+
+def input_rows(o0: int, o1: int, kernel: int, stride: int, pad: int) -> tuple[int, int]:
+    """Input rows [lo, hi) that output rows [o0, o1) read, before clipping."""
+    return o0 * stride - pad, (o1 - 1) * stride - pad + kernel
+
+
+def check_ranks(out_height: int, size: int, what: str, fix: str = "") -> None:
+    """More ranks than output rows: an error that names the rows, ranks and fix."""
+    if out_height < size:
+        raise ValueError(
+            f"{what} has {out_height} output row{'s' if out_height != 1 else ''} but {size} ranks "
+            f"were started: every rank needs at least one output row of the height-wise "
+            f"decomposition. Run with at most {out_height} rank{'s' if out_height != 1 else ''} "
+            f"(mpiexec -n {max(out_height, 1)}){fix}.")
+
+
+def min_input_height(ranks: int, kernel: int, stride: int, pad: int) -> int:
+    """Smallest input height giving at least ``ranks`` output rows."""
+    return max(kernel - 2 * pad, (ranks - 1) * stride + kernel - 2 * pad, 1)
+
+
+def _split(start: int, stop: int, height: int, size: int) -> list[Segment]:
+    """Rows [start, stop) cut where the input band owners change."""
+    segs = []
+    for r in range(size):
+        a, b = block_range(height, size, r)
+        lo, hi = max(a, start), min(b, stop)
+        if hi > lo:
+            segs.append(Segment(lo, hi, r))
+    return segs
+
+
+def plan_band(height: int, kernel: int, stride: int, pad: int, size: int, rank: int) -> BandPlan:
+    """Rank ``rank``'s band: output rows, own/needed input rows, halo and its owners."""
+    ho = output_size(height, kernel, stride, pad)
+    o0, o1 = block_range(ho, size, rank)
+    own = block_range(height, size, rank)
+    lo, hi = input_rows(o0, o1, kernel, stride, pad)
+    have = (max(lo, 0), min(hi, height))
+    above = tuple(_split(have[0], min(have[1], own[0]), height, size))
+    below = tuple(_split(max(have[0], own[1]), have[1], height, size))
+
+    def inside(oh: int) -> bool:
+        a, b = input_rows(oh, oh + 1, kernel, stride, pad)
+        a, b = max(a, 0), min(b, height)
+        return own[0] <= a and b <= own[1]
+
+    rows = [oh for oh in range(o0, o1) if inside(oh)]
+    interior = (rows[0], rows[-1] + 1) if rows else (o1, o1)
+    return BandPlan(rank, size, height, ho, (o0, o1), own, (lo, hi), have, above, below, interior)
+
+
+def plan_bands(height: int, kernel: int, stride: int, pad: int, size: int) -> list[BandPlan]:
+    return [plan_band(height, kernel, stride, pad, size, r) for r in range(size)]
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """Input rows [start, stop) that rank ``src`` sends to rank ``dst``."""
+    src: int
+    dst: int
+    start: int
+    stop: int
+
+
+def transfers(plans: list[BandPlan]) -> list[Transfer]:
+    """Every message of one layer's halo exchange (the same list on every rank)."""
+    return [Transfer(seg.owner, p.rank, seg.start, seg.stop)
+            for p in plans for seg in (*p.above, *p.below)]
+
+
+def schedule(moves: list[Transfer], size: int):
+    """Rounds of paired exchanges that cannot deadlock.
+
+    Yields (offset, {rank: (send Transfer | None, recv Transfer | None)}):
+    in the round for offset d every rank sends to rank + d and receives from
+    rank - d (MPI_PROC_NULL where there is nothing), so every Sendrecv has
+    its partner in the same round. Offsets run +1, -1, +2, -2, ... as far
+    as the farthest message (1 unless bands are thinner than the halo).
+    """
+    reach = max((abs(t.dst - t.src) for t in moves), default=0)
+    by_pair = {(t.src, t.dst): t for t in moves}
+    for d in range(1, reach + 1):
+        for offset in (d, -d):
+            pairs = {r: (by_pair.get((r, r + offset)), by_pair.get((r - offset, r))) for r in range(size)}
+            if any(s or v for s, v in pairs.values()):
+                yield offset, pairs
+
+
+def halo_table(height: int, kernel: int, stride: int, pad: int, size: int) -> list[dict]:
+    """One row per rank: what the band owns, needs and receives (for tables and pictures)."""
+    rows = []
+    for p in plan_bands(height, kernel, stride, pad, size):
+        rows.append({
+            "rank": p.rank, "out_rows": list(p.out_rows), "own_in": list(p.own),
+            "need_in": list(p.need), "have_in": list(p.have), "pad_top": p.pad_top,
+            "halo_above": p.halo_above, "halo_below": p.halo_below,
+            "from_above": [[s.start, s.stop, s.owner] for s in p.above],
+            "from_below": [[s.start, s.stop, s.owner] for s in p.below],
+            "interior": list(p.interior),
+        })
+    return rows
+
+
+def brute_force_band(height: int, kernel: int, stride: int, pad: int, size: int, rank: int) -> dict:
+    """The same facts by enumerating every (output row, kernel row) pair: for tests."""
+    ho = output_size(height, kernel, stride, pad)
+    o0, o1 = block_range(ho, size, rank)
+    own = set(range(*block_range(height, size, rank)))
+    read = {oh * stride - pad + r for oh in range(o0, o1) for r in range(kernel)}
+    real = {i for i in read if 0 <= i < height}
+    owners = {}
+    for i in real - own:
+        owners[i] = next(r for r in range(size) if i in range(*block_range(height, size, r)))
+    interior = [oh for oh in range(o0, o1)
+                if {oh * stride - pad + r for r in range(kernel)} & set(range(height)) <= own]
+    return {"out_rows": (o0, o1), "real": real, "pad_rows": len(read - real), "owners": owners,
+            "interior": interior}

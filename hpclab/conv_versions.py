@@ -1,0 +1,223 @@
+"""The five versions of a layer chain, each checked against V1.
+
+V1 serial NumPy (rank 0)          V2 MPI on CPUs: NumPy bands, halos by mpi4py
+V3 one GPU (rank 0)               V4 MPI + GPU, halos staged through host memory
+V5 MPI + GPU, GPU-to-GPU halos (NCCL or CUDA-aware MPI; host-staged where neither exists)
+
+Checks: max error relative to V1 (float32 sums in another order on the GPU),
+and a digest — FNV-1a 64 of the values rounded to 5 significant digits —
+which must be identical between a distributed version and its serial twin
+on the same kind of processor (V2 = V1, V4 = V5 = V3): the band code sums
+in exactly the serial order, so distribution must not change a single bit.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import backend, comm as hcomm
+from .conv_exec import Timer, run_device, run_host
+from .kernels import conv_reference as ref
+from .kernels.bands import hash_values
+
+VERSIONS = {
+    "v1": "serial NumPy (one CPU)",
+    "v2": "MPI on CPUs (NumPy bands, halos via mpi4py)",
+    "v3": "one GPU",
+    "v4": "MPI + GPU, host-staged halos (mpi-host)",
+    "v5": "MPI + GPU, GPU-to-GPU halos",
+}
+TWIN = {"v1": "v1", "v2": "v1", "v3": "v3", "v4": "v3", "v5": "v3"}
+DIGITS = 5
+
+
+def _fnv1a(data: np.ndarray) -> int:
+    h = 0xCBF29CE484222325
+    for b in data.tobytes():
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+try:  # compiled on the CPU when Numba's CPU target is there (it is wherever numba is)
+    from numba import njit
+
+    @njit(cache=False)
+    def _fnv1a_fast(data):
+        h = np.uint64(0xCBF29CE484222325)
+        prime = np.uint64(0x100000001B3)
+        for b in data:
+            h = (h ^ np.uint64(b)) * prime
+        return h
+except Exception:  # noqa: BLE001
+    _fnv1a_fast = None
+
+
+def digest(x, digits: int = DIGITS) -> str:
+    """FNV-1a 64 of the tensor's values rounded to ``digits`` significant digits, and its shape."""
+    a = np.asarray(x, dtype=np.float64).ravel()
+    mag = np.abs(a)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        exp = np.where(mag > 0, np.floor(np.log10(np.where(mag > 0, mag, 1.0))), 0.0)
+    mant = np.round(a / 10.0 ** (exp - digits + 1)).astype(np.int64)
+    words = np.concatenate([np.asarray(np.shape(x), dtype=np.int64),
+                            np.stack([mant, exp.astype(np.int64)], axis=1).ravel()])
+    raw = words.view(np.uint8)
+    h = int(_fnv1a_fast(raw)) if _fnv1a_fast is not None else _fnv1a(raw)
+    return f"{h:016x}"
+
+
+def max_rel_error(x, reference) -> float:
+    """max |x - reference| / max |reference| (inf if the shapes differ)."""
+    x, reference = np.asarray(x), np.asarray(reference)
+    if x.shape != reference.shape:
+        return float("inf")
+    scale = float(np.max(np.abs(reference))) or 1.0
+    return float(np.max(np.abs(x.astype(np.float64) - reference))) / scale
+
+
+@dataclass
+class Outcome:
+    version: str
+    out: np.ndarray | None            # rank 0 only
+    wall_s: float                     # max over ranks: input to output band, median of repeats
+    phases: dict = field(default_factory=dict)
+    comm: str = ""
+    note: str = ""
+
+
+def gpu_aware_backend(comm, requested: str = "auto"):
+    """A backend that moves device buffers without host staging, or mpi-host with a reason."""
+    names = [requested] if requested not in ("auto", None) else ["auto", "nccl", "mpi-cuda"]
+    tried = []
+    for name in names:
+        try:
+            with hcomm.step(comm, f"communication backend {name}"):
+                be = hcomm.get(name, comm)
+        except Exception as exc:  # noqa: BLE001 - RankError or unknown name: try the next
+            reason = str(exc).splitlines()[0]
+            tried.append(f"{name}: {reason.split(': ', 2)[-1][:80]}")
+            continue
+        if be.name != "mpi-host" or requested == "mpi-host":
+            return be, ""
+        tried.append(f"{name}: gives mpi-host")
+    why = "; ".join(tried)
+    return hcomm.get("mpi-host", comm), (
+        f"V5 wants NCCL or CUDA-aware MPI and neither is usable here ({why}); "
+        "V5 ran with host-staged MPI (mpi-host), so it equals V4")
+
+
+def _band(shape, seed, comm):
+    n, c, h, w = shape
+    r0, r1 = hcomm.block_range(h, comm.size, comm.rank)
+    return hash_values((n, c, r1 - r0, w), seed, r0, h)
+
+
+def _gather(band, comm, timer):
+    from mpi4py import MPI
+
+    t = MPI.Wtime()
+    parts = comm.gather(band, root=0)
+    timer.add("gather", MPI.Wtime() - t)
+    return np.concatenate(parts, axis=2) if comm.rank == 0 else None
+
+
+def _dense_host(dense, x):
+    y = x.reshape(x.shape[0], -1)
+    for op in dense:
+        y = ref.linear(y, op.w, op.bias)
+        y = ref.relu(y) if op.relu else y
+    return y
+
+
+def _dense_device(dense, x):
+    from .kernels.conv import cuda, linear_device
+
+    y = cuda.to_device(np.ascontiguousarray(x.reshape(x.shape[0], -1)))
+    for op in dense:
+        y = linear_device(y, cuda.to_device(op.w), cuda.to_device(op.bias), op.relu)
+    return y.copy_to_host()
+
+
+def run_once(version: str, ops, dense, shape, seed, comm, be=None, overlap=True):
+    """One forward pass of ``version``; returns (output on rank 0, wall seconds, Timer)."""
+    from mpi4py import MPI
+
+    timer = Timer()
+    serial = version in ("v1", "v3")
+    if serial:
+        world = comm
+        comm = MPI.COMM_SELF
+        if world.rank != 0:
+            world.Barrier()
+            return None, 0.0, timer
+    comm.Barrier()
+    t0 = MPI.Wtime()
+    x = hash_values(shape, seed) if serial else _band(shape, seed, comm)
+    gen = MPI.Wtime() - t0
+    t0 = MPI.Wtime()
+    if version in ("v1", "v2"):
+        y = run_host(ops, x, comm, overlap, timer)
+    else:
+        from .backend import cuda
+
+        t = MPI.Wtime()
+        xd = cuda().to_device(x)
+        cuda().synchronize()
+        timer.add("transfer", MPI.Wtime() - t)
+        yd = run_device(ops, xd, comm, be, overlap, timer)
+        t = MPI.Wtime()
+        y = yd.copy_to_host()
+        timer.add("transfer", MPI.Wtime() - t)
+    local = MPI.Wtime() - t0
+    wall = comm.allreduce(local, op=MPI.MAX)
+    timer.add("input_generation", gen)
+    out = y if serial else _gather(y, comm, timer)
+    if dense and out is not None:
+        t = MPI.Wtime()
+        out = _dense_host(dense, out) if version in ("v1", "v2") else _dense_device(dense, out)
+        timer.add("dense", MPI.Wtime() - t)
+    if serial:
+        world.Barrier()
+    return out, wall, timer
+
+
+def run_version(version: str, ops, dense, shape, seed, comm, comm_name="auto", overlap=True,
+                repeats: int = 1, warmup: int = 0) -> Outcome:
+    be, note, used = None, "", ""
+    if version in ("v4", "v5") and comm.size > 1:
+        if version == "v4":
+            be = hcomm.get("mpi-host", comm)
+        else:
+            be, note = gpu_aware_backend(comm, comm_name)
+        used = be.name
+    elif version in ("v2",):
+        used = "mpi4py (host)"
+    for _ in range(warmup):
+        run_once(version, ops, dense, shape, seed, comm, be, overlap)
+    walls, out, timer = [], None, Timer()
+    for _ in range(max(1, repeats)):
+        out, wall, timer = run_once(version, ops, dense, shape, seed, comm, be, overlap)
+        walls.append(wall)
+    from mpi4py import MPI
+
+    phases = {k: comm.allreduce(v, op=MPI.MAX) for k, v in sorted(timer.seconds.items())} \
+        if version not in ("v1", "v3") else comm.bcast(dict(timer.seconds), root=0)
+    wall = comm.bcast(statistics.median(walls), root=0)
+    return Outcome(version, out, wall, phases, used, note)
+
+
+def parse_versions(text: str) -> list[str]:
+    """'all', 'v4' or 'v1,v4' -> the versions to run (their serial twins added)."""
+    wanted = list(VERSIONS) if text == "all" else [v.strip().lower() for v in text.split(",") if v.strip()]
+    bad = [v for v in wanted if v not in VERSIONS]
+    if bad or not wanted:
+        raise ValueError(f"unknown version {', '.join(bad) or repr(text)}; use all or a comma list of "
+                         f"{', '.join(VERSIONS)}")
+    need = set(wanted) | {"v1"} | {TWIN[v] for v in wanted}
+    return [v for v in VERSIONS if v in need]
+
+
+def gpu_tolerance() -> float:
+    return 1e-4 if not backend.is_simulator() else 1e-5

@@ -1,0 +1,143 @@
+"""AlexNet layers split by height across ranks, halos exchanged, in five versions."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import alexnet, backend, comm as hcomm
+from ..conv_exec import check_chain, shapes
+from ..conv_halo import min_input_height, plan_bands
+from ..conv_versions import (TWIN, VERSIONS, digest, max_rel_error, parse_versions, run_version)
+from ..runner import Report, parse_count
+
+HELP = ("Convolution with halo exchange: an AlexNet block (or the whole trunk) split by output rows "
+        "across ranks, in five versions (serial, MPI CPUs, one GPU, MPI+GPU host-staged, GPU-to-GPU), "
+        "each checked against the serial result.")
+
+TOLERANCE = 1e-4          # max error relative to max |V1| (float32 sums in a different order)
+SIM_SCALE = 32            # channels / 32 on the simulator
+# (height, width) of the input of each block on the simulator: a few output rows per rank.
+SIM_INPUT = {"c1": (35, 19), "c2": (11, 7), "c3": (7, 5), "c4": (7, 5), "c5": (7, 5), "trunk": (67, 67)}
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--layer", default="c2", choices=alexnet.LAYERS,
+                        help="c1 (conv+pool), c2 (conv+pool+LRN), c3, c4, c5 (conv+pool) or the whole trunk")
+    parser.add_argument("--height", type=parse_count, default=None, help="input height (rows) of the block")
+    parser.add_argument("--width", type=parse_count, default=None, help="input width of the block")
+    parser.add_argument("--batch", type=parse_count, default=1, help="images per batch (default 1)")
+    parser.add_argument("--rows-per-rank", type=parse_count, default=None,
+                        help="weak scaling: choose the height so each rank owns this many output rows "
+                             "of the block's convolution")
+    parser.add_argument("--version", default="all",
+                        help="all, or a comma list of v1..v5 (V1 and the serial twin always run as the check)")
+    parser.add_argument("--comm", default="auto",
+                        help="backend for V5's GPU-to-GPU halos: auto, nccl, mpi-cuda or mpi-host")
+    parser.add_argument("--scale", type=parse_count, default=None,
+                        help="divide channel counts by this (default 1 on a GPU, 32 on the simulator)")
+    parser.add_argument("--no-overlap", action="store_true",
+                        help="exchange halos first, then compute every row (no overlap)")
+    parser.add_argument("--repeats", type=parse_count, default=None,
+                        help="timed runs per version, median reported (default 3 on a GPU, 1 on the simulator)")
+    parser.add_argument("--seed", type=int, default=2012)
+
+
+def _setup(args, size):
+    sim = backend.is_simulator()
+    scale = args.scale or (SIM_SCALE if sim else 1)
+    if args.layer == "trunk":
+        ops = alexnet.trunk_ops(scale, args.seed)
+        c = alexnet.INPUT[0]
+    else:
+        c = alexnet.input_channels(args.layer, scale)
+        ops = alexnet.conv_ops(args.layer, c, scale, args.seed)
+    _, h, w = alexnet.default_input(args.layer, scale)
+    if sim:
+        h, w = SIM_INPUT[args.layer]
+    if args.rows_per_rank:
+        kernel, stride, pad = ops[0].window
+        h = min_input_height(args.rows_per_rank * size, kernel, stride, pad)
+    h, w = args.height or h, args.width or w
+    return ops, (args.batch, c, h, w), scale
+
+
+def _rank_line(placement, ops, shape, size, rank) -> str:
+    first = ops[0]
+    kernel, stride, pad = first.window
+    p = plan_bands(shape[2], kernel, stride, pad, size)[rank]
+    src = lambda segs: ",".join(str(s.owner) for s in segs) or "-"  # noqa: E731
+    return (f"{placement.label()} | {first.name}: output rows [{p.out_rows[0]}, {p.out_rows[1]}) of "
+            f"{p.out_height} | input rows [{p.have[0]}, {p.have[1]}) own [{p.own[0]}, {p.own[1]}) | "
+            f"halo {p.halo_above} above (rank {src(p.above)}), {p.halo_below} below (rank {src(p.below)}) "
+            f"| interior [{p.interior[0]}, {p.interior[1]})")
+
+
+def run(args, ctx) -> Report:
+    comm, size, rank = ctx.comm, ctx.comm.size, ctx.comm.rank
+    sim = backend.is_simulator()
+    with hcomm.step(comm, "input check"):
+        versions = parse_versions(args.version)
+        ops, shape, scale = _setup(args, size)
+        n, c, h, w = shape
+        check_chain(ops, (c, h, w), size, what="in the trunk, " if args.layer == "trunk" else "")
+        out_shapes = shapes(ops, (c, h, w))
+        dense = alexnet.dense_ops(int(np.prod(out_shapes[-1])), scale, args.seed) \
+            if args.layer == "trunk" else []
+    repeats = args.repeats or (1 if sim else 3)
+    warmup = 0 if sim else 1
+    outcomes = {}
+    for v in versions:
+        with hcomm.step(comm, f"version {v.upper()}"):
+            outcomes[v] = run_version(v, ops, dense, shape, args.seed, comm, args.comm,
+                                      not args.no_overlap, repeats, warmup)
+
+    report = Report(rank_line=_rank_line(ctx.placement, ops, shape, size, rank))
+    checks = {}
+    if rank == 0:
+        v1 = outcomes["v1"].out
+        digests = {v: digest(o.out) for v, o in outcomes.items()}
+        for v, o in outcomes.items():
+            err = max_rel_error(o.out, v1)
+            same = digests[v] == digests[TWIN[v]]
+            checks[v] = {"digest": digests[v], "digest_matches_twin": same, "twin": TWIN[v],
+                         "digest_matches_v1": digests[v] == digests["v1"], "max_rel_error": err,
+                         "ok": bool(same and err <= TOLERANCE), "wall_s": o.wall_s,
+                         "phases": {k: round(x, 6) for k, x in o.phases.items()}, "comm": o.comm,
+                         "note": o.note}
+    passed = bool(comm.bcast(all(ch["ok"] for ch in checks.values()) if rank == 0 else None, root=0))
+    report.passed = passed
+    # The version whose time is reported as wall_s: the last one asked for.
+    primary = "v5" if args.version == "all" else [v.strip().lower() for v in args.version.split(",")][-1]
+    p = outcomes[primary]
+    report.timings = {"wall_s": p.wall_s, "version": primary,
+                      **{f"{k}_s": x for k, x in p.phases.items()},
+                      **{f"{v}_wall_s": o.wall_s for v, o in outcomes.items()}}
+    if rank == 0:
+        out_shape = [n, *out_shapes[-1]] if not dense else [n, dense[-1].w.shape[0]]
+        table = alexnet.layer_table(ops, (c, h, w), n, size, dense)
+        report.final = [
+            ("Layer", f"{args.layer}: " + ", ".join(op.describe() for op in ops)
+             + (f", then {', '.join(d.name for d in dense)} on rank 0" if dense else "")),
+            ("Input", f"{'x'.join(map(str, shape))} (N x C x H x W), output {'x'.join(map(str, out_shape))}"),
+            ("Decomposition", f"{size} rank(s), output rows of every pooling/convolution split by height"),
+        ]
+        for v, ch in checks.items():
+            via = f" via {ch['comm']}" if ch["comm"] else ""
+            report.final.append((f"{v.upper()} {VERSIONS[v]}",
+                                 f"{ch['wall_s']:.4f} s{via} | digest {ch['digest']} "
+                                 f"({'=' if ch['digest_matches_twin'] else '!='} {ch['twin'].upper()}) | "
+                                 f"max rel. error vs V1 {ch['max_rel_error']:.1e}"))
+        split = ", ".join(f"{k} {x:.4f} s" for k, x in p.phases.items())
+        report.final.append((f"Time split {primary.upper()}", split))
+        report.notes = [ch["note"] for ch in checks.values() if ch["note"]]
+        if sim:
+            report.notes.append(f"simulator: reduced sizes (channels / {scale}, input {h}x{w}); "
+                                "AlexNet's full sizes run on a GPU")
+        for v, ch in checks.items():
+            if not ch["ok"]:
+                report.notes.append(
+                    f"{v.upper()} differs: digest {'matches' if ch['digest_matches_twin'] else 'differs from'} "
+                    f"{ch['twin'].upper()}, max rel. error {ch['max_rel_error']:.2e} (tolerance {TOLERANCE:g})")
+        report.result = {"layer": args.layer, "input": list(shape), "output": out_shape, "scale": scale,
+                         "simulator_reduced": sim, "overlap": not args.no_overlap,
+                         "versions": checks, "table": table, "tolerance": TOLERANCE}
+    return report
