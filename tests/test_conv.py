@@ -1,0 +1,237 @@
+"""Convolution kernels against SciPy/NumPy, halo geometry against brute force,
+and the conv-halo program under mpiexec (simulator sizes)."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from scipy.signal import correlate2d
+
+from hpclab import backend
+
+backend.select()
+
+from hpclab.conv_halo import brute_force_band, check_ranks, plan_band, plan_bands, schedule, transfers  # noqa: E402
+from hpclab.conv_versions import digest, max_rel_error  # noqa: E402
+from hpclab.kernels import conv as gpu  # noqa: E402
+from hpclab.kernels import conv_reference as ref  # noqa: E402
+from hpclab.kernels.bands import hash_fill, hash_values  # noqa: E402
+
+from helpers import last_json, run_mpi  # noqa: E402
+
+RNG = np.random.default_rng(6)
+
+
+def scipy_conv(x, w, stride, pad):
+    """Independent reference: SciPy's correlate2d per channel pair, summed over channels."""
+    n, c, h, wd = x.shape
+    k = w.shape[0]
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    out = []
+    for b in range(n):
+        maps = [sum(correlate2d(xp[b, ci], w[ki, ci].astype(np.float64), mode="valid") for ci in range(c))
+                for ki in range(k)]
+        out.append(np.stack(maps)[:, ::stride, ::stride])
+    return np.stack(out)
+
+
+GEOMETRIES = [  # N, C, H, W, K, R, S, stride, pad
+    (1, 3, 23, 19, 3, 11, 11, 4, 0),     # AlexNet C1's kernel and stride
+    (1, 5, 9, 8, 6, 5, 5, 1, 2),         # C2's 5x5 pad 2, channels not a multiple of the chunk
+    (2, 3, 7, 6, 3, 3, 3, 2, 1),         # batch of 2, stride 2
+    (1, 2, 6, 7, 5, 3, 2, 1, 0),         # rectangular kernel
+]
+
+
+@pytest.mark.parametrize("geom", GEOMETRIES, ids=lambda g: "N{}C{}H{}W{}K{}R{}S{}s{}p{}".format(*g))
+def test_conv2d_matches_scipy(geom):
+    n, c, h, w, k, r, s, stride, pad = geom
+    x = RNG.uniform(-1, 1, (n, c, h, w)).astype(np.float32)
+    wt = RNG.uniform(-1, 1, (k, c, r, s)).astype(np.float32)
+    want = scipy_conv(x, wt, stride, pad)
+    got = gpu.conv2d(x, wt, stride, pad)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(ref.conv2d(x, wt, stride, pad), want, rtol=1e-4, atol=1e-4)
+
+
+def test_conv2d_three_dimensional_input_bias_and_relu():
+    x = RNG.uniform(-1, 1, (2, 6, 5)).astype(np.float32)
+    w = RNG.uniform(-1, 1, (3, 2, 3, 3)).astype(np.float32)
+    b = np.array([0.5, -4.0, 0.0], np.float32)
+    got = gpu.conv2d(x, w, 1, 1, bias=b, relu=True)
+    want = np.maximum(scipy_conv(x[None], w, 1, 1)[0] + b[:, None, None], 0)
+    assert got.shape == (3, 6, 5)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert (got[1] == 0).sum() > 0 and (got[0] > 0).any()
+
+
+@pytest.mark.parametrize("bad, words", [
+    (dict(x=(3, 5, 5), w=(2, 3, 7, 7), stride=1, pad=0), ["larger than the padded input", "7x7", "5x5"]),
+    (dict(x=(3, 5, 5), w=(2, 3, 3, 3), stride=-1, pad=0), ["stride", "-1"]),
+    (dict(x=(3, 5, 5), w=(2, 3, 3, 3), stride=1, pad=-2), ["padding", "-2"]),
+    (dict(x=(3, 5, 5), w=(2, 4, 3, 3), stride=1, pad=0), ["3 channels", "expect 4"]),
+])
+def test_conv2d_bad_input(bad, words):
+    x = np.zeros(bad["x"], np.float32)
+    w = np.zeros(bad["w"], np.float32)
+    for fn in (gpu.conv2d, ref.conv2d):
+        with pytest.raises(ValueError) as err:
+            fn(x, w, bad["stride"], bad["pad"])
+        for word in words:
+            assert word in str(err.value)
+
+
+def loops_maxpool(x, size, stride):
+    n, c, h, w = x.shape
+    ho, wo = (h - size) // stride + 1, (w - size) // stride + 1
+    out = np.empty((n, c, ho, wo), np.float32)
+    for i, j in itertools.product(range(ho), range(wo)):
+        out[:, :, i, j] = x[:, :, i * stride:i * stride + size, j * stride:j * stride + size].max(axis=(2, 3))
+    return out
+
+
+def loops_lrn(x, size=5, alpha=1e-4, beta=0.75, k=2.0):
+    c = x.shape[1]
+    out = np.empty_like(x, dtype=np.float64)
+    for ci in range(c):
+        lo, hi = max(0, ci - size // 2), min(c, ci + size // 2 + 1)
+        out[:, ci] = x[:, ci] / (k + alpha * (x[:, lo:hi].astype(np.float64) ** 2).sum(axis=1)) ** beta
+    return out
+
+
+def test_maxpool_and_lrn_match_numpy():
+    x = RNG.uniform(-3, 3, (2, 7, 9, 8)).astype(np.float32)
+    want = loops_maxpool(x, 3, 2)
+    np.testing.assert_array_equal(ref.maxpool2d(x, 3, 2), want)
+    np.testing.assert_array_equal(gpu.maxpool2d(x, 3, 2), want)
+    # Large values so that the normalisation actually changes them.
+    y = RNG.uniform(-40, 40, (1, 7, 3, 4)).astype(np.float32)
+    want = loops_lrn(y)
+    assert np.abs(want - y).max() > 1.0
+    np.testing.assert_allclose(ref.lrn(y), want, rtol=1e-5)
+    np.testing.assert_allclose(gpu.lrn(y), want, rtol=1e-5)
+
+
+def test_linear_kernel_matches_numpy():
+    x = RNG.uniform(-1, 1, (3, 21)).astype(np.float32)
+    w = RNG.uniform(-1, 1, (10, 21)).astype(np.float32)
+    b = RNG.uniform(-1, 1, 10).astype(np.float32)
+    got = gpu.linear_device(gpu.cuda.to_device(x), gpu.cuda.to_device(w), gpu.cuda.to_device(b),
+                            relu=True).copy_to_host()
+    np.testing.assert_allclose(got, np.maximum(x @ w.T + b, 0), rtol=1e-5, atol=1e-5)
+
+
+def test_band_rows_equal_rows_of_the_whole_image():
+    """A band computed with its own padding is bit-identical to those rows of the whole."""
+    x = RNG.uniform(-1, 1, (1, 3, 12, 6)).astype(np.float32)
+    w = RNG.uniform(-1, 1, (4, 3, 5, 5)).astype(np.float32)
+    whole = ref.conv2d(x, w, 1, 2)
+    for size in (2, 3, 5):
+        for p in plan_bands(12, 5, 1, 2, size):
+            band = x[:, :, p.have[0]:p.have[1]]
+            rows = ref.conv2d_rows(band, w, 1, p.pad_top, 2, p.out_rows[1] - p.out_rows[0])
+            np.testing.assert_array_equal(rows, whole[:, :, p.out_rows[0]:p.out_rows[1]])
+
+
+def test_device_band_kernel_equals_full_kernel_bitwise():
+    x = RNG.uniform(-1, 1, (1, 2, 9, 5)).astype(np.float32)
+    w = RNG.uniform(-1, 1, (3, 2, 3, 3)).astype(np.float32)
+    wts = gpu.prepare_weights(w)
+    whole = gpu.conv2d_device(gpu.cuda.to_device(x), wts, 2, 1).copy_to_host()
+    p = plan_band(9, 3, 2, 1, 2, 1)
+    band = gpu.cuda.to_device(np.ascontiguousarray(x[:, :, p.have[0]:p.have[1]]))
+    out = gpu.cuda.device_array((1, 3, p.out_rows[1] - p.out_rows[0], whole.shape[3]), np.float32)
+    plan = gpu.plan_tiles(2, whole.shape[3], 3, 2, gpu.default_config(3))
+    gpu.conv_rows_device(band, wts, out, 2, p.pad_top, 1, 0, out.shape[2], plan=plan)
+    np.testing.assert_array_equal(out.copy_to_host(), whole[:, :, p.out_rows[0]:p.out_rows[1]])
+
+
+@pytest.mark.parametrize("kernel, stride, pad", [(11, 4, 0), (5, 1, 2), (3, 1, 1), (3, 2, 0), (7, 3, 3),
+                                                 (4, 2, 1), (1, 1, 0), (6, 5, 2)])
+def test_halo_extents_match_brute_force(kernel, stride, pad):
+    for height in range(max(1, kernel - 2 * pad), 40, 3):
+        ho = ref.output_size(height, kernel, stride, pad)
+        for size in range(1, min(ho, 7) + 1):
+            for p in plan_bands(height, kernel, stride, pad, size):
+                bf = brute_force_band(height, kernel, stride, pad, size, p.rank)
+                assert p.out_rows == bf["out_rows"]
+                assert set(range(*p.have)) == bf["real"]
+                assert p.pad_top + (p.need[1] - p.have[1]) == bf["pad_rows"]
+                got = {i: s.owner for s in (*p.above, *p.below) for i in range(s.start, s.stop)}
+                assert got == bf["owners"]
+                assert list(range(*p.interior)) == bf["interior"]
+
+
+def test_exchange_schedule_delivers_every_halo_row_once():
+    for height, kernel, stride, pad, size in [(30, 5, 1, 2, 4), (40, 11, 4, 0, 7), (9, 3, 1, 1, 9),
+                                              (23, 11, 4, 0, 4)]:
+        plans = plan_bands(height, kernel, stride, pad, size)
+        got = {r: [] for r in range(size)}
+        for offset, pairs in schedule(transfers(plans), size):
+            for r, (send, recv) in pairs.items():
+                if send:   # the partner of a send receives it in the same round
+                    assert pairs[r + offset][1] == send
+                if recv:
+                    got[r] += list(range(recv.start, recv.stop))
+        for p in plans:
+            want = [i for s in (*p.above, *p.below) for i in range(s.start, s.stop)]
+            assert sorted(got[p.rank]) == sorted(want) and len(set(want)) == len(want)
+
+
+def test_more_ranks_than_rows_is_a_clear_error():
+    with pytest.raises(ValueError) as err:
+        check_ranks(3, 4, "c1")
+    assert "3 output rows" in str(err.value) and "4 ranks" in str(err.value)
+    assert "mpiexec -n 3" in str(err.value)
+
+
+def test_seeded_bands_are_the_same_on_host_and_device():
+    full = hash_values((2, 3, 10, 4), seed=7)
+    assert full.min() >= -1 and full.max() < 1 and abs(float(full.mean())) < 0.2
+    np.testing.assert_array_equal(hash_values((2, 3, 4, 4), 7, row0=5, height=10), full[:, :, 5:9])
+    np.testing.assert_array_equal(hash_fill((2, 3, 4, 4), 7, row0=5, height=10).copy_to_host(), full[:, :, 5:9])
+
+
+def test_digest_and_error():
+    x = RNG.uniform(-1, 1, (2, 3, 4)).astype(np.float32)
+    assert digest(x) == digest(x.copy())
+    y = x.copy()
+    y[0, 0, 0] += 0.01
+    assert digest(y) != digest(x)
+    assert digest(x.reshape(3, 2, 4)) != digest(x)
+    assert max_rel_error(x, x) == 0.0 and max_rel_error(y, x) > 1e-3
+
+
+# -- the program under mpiexec -------------------------------------------------
+@pytest.mark.mpi
+def test_mpi_two_and_three_ranks_match_serial():
+    runs = {}
+    for n, extra in ((2, []), (3, ["--version", "v2,v4"])):
+        proc = run_mpi(n, "run", "conv-halo", "--layer", "c2", "--height", "8", "--width", "5", *extra,
+                       "--json", timeout=90)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        out = last_json(proc)
+        assert out["passed"] is True and out["ranks"] == n
+        assert out["timings"]["wall_s"] > 0
+        runs[n] = out["result"]["versions"]
+    assert set(runs[2]) == {"v1", "v2", "v3", "v4", "v5"}
+    # The answer does not depend on the number of ranks: same digests with 2 and 3 ranks.
+    for v in ("v1", "v2", "v3", "v4"):
+        assert runs[2][v]["digest"] == runs[3][v]["digest"]
+
+
+@pytest.mark.mpi
+def test_mpi_more_ranks_than_output_rows_fails_fast():
+    proc = run_mpi(4, "run", "conv-halo", "--layer", "c1", "--height", "19", timeout=60)
+    assert proc.returncode != 0
+    assert "3 output rows" in proc.stderr and "4 ranks" in proc.stderr
+    assert "mpiexec -n 3" in proc.stderr
+
+
+@pytest.mark.mpi
+def test_mpi_bad_version_is_reported_on_every_rank():
+    proc = run_mpi(2, "run", "conv-halo", "--version", "v7", timeout=60)
+    assert proc.returncode != 0
+    assert proc.stderr.count("unknown version v7") == 2
