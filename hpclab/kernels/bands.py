@@ -26,10 +26,6 @@ _M2 = np.uint64(0x94D049BB133111EB)
 _S30, _S27, _S31, _S40 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(40)
 _SCALE = np.float32(2.0 ** -23)
 
-if backend.is_simulator():
-    # The simulator runs the kernel on NumPy scalars, which warn when uint64
-    # products wrap; wrapping is what the hash wants (as on the GPU).
-    warnings.filterwarnings("ignore", "overflow encountered in scalar", RuntimeWarning, __name__)
 
 
 def hash_values(shape, seed: int, row0: int = 0, height: int | None = None) -> np.ndarray:
@@ -78,7 +74,11 @@ def hash_fill(shape, seed: int, row0: int = 0, height: int | None = None, stream
     out = cuda.device_array(tuple(shape), dtype=np.float32)
     height = shape[2] if height is None else height
     blocks, threads = _launch(out.size)
-    _hash_fill_kernel[blocks, threads, stream](out, np.uint64(seed), row0, height)
+    with warnings.catch_warnings():
+        # The simulator runs the kernel on NumPy scalars, which warn when uint64
+        # products wrap; wrapping is what the hash wants (as on the GPU).
+        warnings.filterwarnings("ignore", "overflow encountered in scalar", RuntimeWarning)
+        _hash_fill_kernel[blocks, threads, stream](out, np.uint64(seed), row0, height)
     return out
 
 
