@@ -1,0 +1,231 @@
+"""Convolution benchmarks (``hpclab bench conv ...``).
+
+  throughput  single GPU: AlexNet C2 at batch 32, our kernel against PyTorch's
+              conv2d (cuDNN) in the same process; FP32 both (TF32 shown too)
+  scaling     under mpirun/mpiexec: one large layer split by height across
+              ranks, strong (fixed height) and weak (fixed rows per rank),
+              host-staged (V4) and GPU-to-GPU (V5) halos; one JSON line
+  summarize   JSON lines of several scaling runs -> speedup / efficiency CSV
+
+Targets: throughput >= 25 % of cuDNN FP32; strong-scaling efficiency >= 0.90
+at 4 GPUs; weak-scaling efficiency >= 0.95.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+
+THROUGHPUT_TARGET, STRONG_TARGET, WEAK_TARGET = 0.25, 0.90, 0.95
+
+
+def _median_gpu_time(fn, sync, repeats=10, warmup=2):
+    for _ in range(warmup):
+        fn()
+    sync()
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def throughput(args) -> int:
+    from .. import backend
+
+    backend.select()
+    from ..kernels import conv as kc
+    from ..kernels.conv_reference import conv_flops, output_size
+
+    cuda = kc.cuda
+    n, c, h, w, k, r, stride, pad = args.batch, 96, 27, 27, 256, 5, 1, 2
+    if backend.is_simulator():
+        n, c, h, w, k = 1, 4, 7, 7, 8
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, (n, c, h, w)).astype(np.float32)
+    wt = rng.uniform(-0.1, 0.1, (k, c, r, r)).astype(np.float32)
+    ho = output_size(h, r, stride, pad)
+    flops = conv_flops(n, k, c, r, r, ho, ho)
+    xd, weights = cuda.to_device(x), kc.prepare_weights(wt)
+    out = cuda.device_array((n, k, ho, ho), np.float32)
+    result = {"layer": "C2", "shape": [n, c, h, w], "weights": [k, c, r, r], "pad": pad, "gflop": flops / 1e9,
+              "device": _device_name(), "ours": {}}
+    configs = kc.GPU_CONFIGS if not backend.is_simulator() else {"sim": kc.SIM_CONFIG}
+    for name, cfg in configs.items():
+        try:
+            secs = _median_gpu_time(lambda: kc.conv2d_device(xd, weights, stride, pad, config=cfg, out=out),
+                                    cuda.synchronize, repeats=args.repeats)
+            result["ours"][name] = {"seconds": secs, "tflops": flops / secs / 1e12}
+        except Exception as exc:  # noqa: BLE001 - report and try the next configuration
+            result["ours"][name] = {"error": f"{type(exc).__name__}: {exc}"}
+    timed = {k_: v for k_, v in result["ours"].items() if "seconds" in v}
+    best = min(timed, key=lambda k_: timed[k_]["seconds"]) if timed else None
+    result["best_config"] = best
+    if best:
+        kc.conv2d_device(xd, weights, stride, pad, config=kc.GPU_CONFIGS.get(best, kc.SIM_CONFIG), out=out)
+        ours = out.copy_to_host()
+    try:
+        import torch
+        import torch.nn.functional as F
+
+        tx, tw = torch.from_numpy(x).cuda(), torch.from_numpy(wt).cuda()
+        torch.backends.cudnn.benchmark = True
+        for label, tf32 in (("cudnn_fp32", False), ("cudnn_tf32", True)):
+            torch.backends.cudnn.allow_tf32 = tf32
+            secs = _median_gpu_time(lambda: F.conv2d(tx, tw, stride=stride, padding=pad),
+                                    torch.cuda.synchronize, repeats=args.repeats, warmup=3)
+            result[label] = {"seconds": secs, "tflops": flops / secs / 1e12}
+        torch.backends.cudnn.allow_tf32 = False
+        want = F.conv2d(tx, tw, stride=stride, padding=pad).cpu().numpy()
+        if best:
+            result["max_rel_error_vs_cudnn"] = float(np.abs(ours - want).max() / np.abs(want).max())
+        result["torch"] = torch.__version__
+    except Exception as exc:  # noqa: BLE001 - no PyTorch / no cuDNN: say so
+        result["cudnn_error"] = f"{type(exc).__name__}: {exc}"
+    if best and "cudnn_fp32" in result:
+        result["ratio_vs_cudnn_fp32"] = result["cudnn_fp32"]["seconds"] / timed[best]["seconds"]
+        result["ratio_vs_cudnn_tf32"] = result["cudnn_tf32"]["seconds"] / timed[best]["seconds"]
+        result["target_met"] = result["ratio_vs_cudnn_fp32"] >= THROUGHPUT_TARGET
+    print(json.dumps(result))
+    if best:
+        line = f"C2 batch {n}: ours ({best}) {timed[best]['tflops']:.2f} TFLOP/s"
+        if "ratio_vs_cudnn_fp32" in result:
+            line += (f"; cuDNN FP32 {result['cudnn_fp32']['tflops']:.2f} TFLOP/s -> ratio "
+                     f"{result['ratio_vs_cudnn_fp32']:.2f} (target >= {THROUGHPUT_TARGET}); "
+                     f"cuDNN TF32 {result['cudnn_tf32']['tflops']:.2f} TFLOP/s")
+        print(line, file=sys.stderr)
+    return 0
+
+
+def _device_name() -> str:
+    from .. import backend
+
+    if backend.is_simulator():
+        return "simulator"
+    dev = backend.cuda().get_current_device()
+    return dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
+
+
+def scaling(args) -> int:
+    """One rank count: strong and weak runs of one large convolution layer."""
+    from .. import backend, comm as hcomm
+    from ..mpi import world
+
+    backend.select()
+    comm = world()
+    from ..device import select_gpu
+
+    select_gpu(comm)
+    from ..conv_exec import Conv, Timer, run_device
+    from ..conv_versions import gpu_aware_backend
+    from ..kernels.bands import hash_fill
+    from ..kernels.conv_reference import conv_flops, output_size
+    from mpi4py import MPI
+
+    size, rank = comm.size, comm.rank
+    c, k, r, pad, w, n = args.channels, args.out_channels, args.kernel, args.kernel // 2, args.width, args.batch
+    rng = np.random.default_rng(1)
+    layer = Conv("big", rng.uniform(-0.1, 0.1, (k, c, r, r)).astype(np.float32),
+                 np.zeros(k, np.float32), 1, pad, relu=True)
+    backends = {"v4": hcomm.get("mpi-host", comm)}
+    if size > 1:
+        be5, note5 = gpu_aware_backend(comm, args.comm)
+        backends["v5"] = be5
+    else:
+        note5 = ""
+    rows = []
+    for mode, height in (("strong", args.height), ("weak", args.rows_per_rank * size)):
+        r0, r1 = hcomm.block_range(height, size, rank)
+        x = hash_fill((n, c, r1 - r0, w), 5, r0, height)
+        backend.cuda().synchronize()
+        flops = conv_flops(n, k, c, r, r, output_size(height, r, 1, pad), output_size(w, r, 1, pad))
+        for version, be in backends.items():
+            for overlap in ((True, False) if args.both_overlaps else (True,)):
+                run_device([layer], x, comm, be, overlap)           # compile, allocate
+                walls, timer = [], None
+                for _ in range(args.repeats):
+                    timer = Timer()
+                    comm.Barrier()
+                    t0 = MPI.Wtime()
+                    run_device([layer], x, comm, be, overlap, timer)
+                    walls.append(comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX))
+                phases = {p: comm.allreduce(s, op=MPI.MAX) for p, s in sorted(timer.seconds.items())}
+                wall = statistics.median(walls)
+                rows.append({"mode": mode, "version": version, "comm": be.name, "overlap": overlap,
+                             "ranks": size, "height": height, "width": w, "batch": n, "channels": c,
+                             "out_channels": k, "kernel": r, "wall_s": wall, "tflops": flops / wall / 1e12,
+                             **{f"{p}_s": s for p, s in phases.items()}})
+        del x
+    if rank == 0:
+        print(json.dumps({"ranks": size, "device": _device_name(), "note": note5, "runs": rows}))
+        sys.stdout.flush()
+    return 0
+
+
+def summarize(args) -> int:
+    """Scaling JSON lines -> CSV with speedup and efficiency against the 1-rank run."""
+    runs = []
+    for path in args.files:
+        with open(path) as fh:
+            for line in fh:
+                line = line.strip()
+                if line.startswith("{") and '"runs"' in line:
+                    runs += json.loads(line)["runs"]
+    if not runs:
+        print("no scaling results found", file=sys.stderr)
+        return 1
+    base = {(r["mode"], r["version"], r["overlap"]): r["wall_s"] for r in runs if r["ranks"] == 1}
+    base.update({(m, "v5", o): t for (m, v, o), t in list(base.items()) if v == "v4"})  # 1 rank: no halo
+    out = []
+    for r in sorted(runs, key=lambda r: (r["mode"], r["version"], not r["overlap"], r["ranks"])):
+        t1 = base.get((r["mode"], r["version"], r["overlap"]))
+        if t1 is None:
+            continue
+        speedup = t1 / r["wall_s"] if r["mode"] == "strong" else r["ranks"] * t1 / r["wall_s"]
+        eff = speedup / r["ranks"]
+        out.append({**{k: r[k] for k in ("mode", "version", "comm", "overlap", "ranks", "height", "wall_s")},
+                    "compute_s": r.get("compute_s", 0.0), "halo_s": r.get("halo_s", 0.0),
+                    "speedup": speedup, "efficiency": eff})
+    with open(args.csv, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(out[0]))
+        writer.writeheader()
+        writer.writerows(out)
+    for row in out:
+        target = STRONG_TARGET if row["mode"] == "strong" else WEAK_TARGET
+        flag = "" if row["ranks"] == 1 else (" ok" if row["efficiency"] >= target else f" BELOW {target}")
+        print(f"{row['mode']:<6} {row['version']} ({row['comm']}, overlap {row['overlap']}) "
+              f"{row['ranks']} GPU(s): {row['wall_s']:.4f} s (compute {row['compute_s']:.4f}, "
+              f"halo {row['halo_s']:.4f}) speedup {row['speedup']:.2f} efficiency {row['efficiency']:.3f}{flag}")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="hpclab bench conv", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="what", required=True)
+    t = sub.add_parser("throughput", help="C2 at batch 32 against cuDNN")
+    t.add_argument("--batch", type=int, default=32)
+    t.add_argument("--repeats", type=int, default=10)
+    s = sub.add_parser("scaling", help="strong and weak scaling of one large layer (run under mpirun)")
+    s.add_argument("--height", type=int, default=32768, help="strong scaling: input rows")
+    s.add_argument("--rows-per-rank", type=int, default=8192, help="weak scaling: rows per rank")
+    s.add_argument("--width", type=int, default=128)
+    s.add_argument("--channels", type=int, default=96)
+    s.add_argument("--out-channels", type=int, default=256)
+    s.add_argument("--kernel", type=int, default=5)
+    s.add_argument("--batch", type=int, default=1)
+    s.add_argument("--repeats", type=int, default=3)
+    s.add_argument("--comm", default="auto", help="V5's backend: auto, nccl, mpi-cuda")
+    s.add_argument("--both-overlaps", action="store_true", help="also time without overlap")
+    m = sub.add_parser("summarize", help="scaling JSON lines -> CSV with speedup and efficiency")
+    m.add_argument("files", nargs="+")
+    m.add_argument("--csv", default="conv_scaling.csv")
+    args = parser.parse_args(argv)
+    return {"throughput": throughput, "scaling": scaling, "summarize": summarize}[args.what](args)
