@@ -221,3 +221,32 @@ def parse_versions(text: str) -> list[str]:
 
 def gpu_tolerance() -> float:
     return 1e-4 if not backend.is_simulator() else 1e-5
+
+
+def scaling_point(mode: str, ranks: int, ops, shape, comm, version: str = "v4", overlap: bool = True,
+                  repeats: int = 1, seed: int = 1) -> dict | None:
+    """Time ``version`` on the first ``ranks`` ranks of ``comm`` (the others wait).
+
+    Returns, on the ranks that ran, {mode, ranks, height, wall_s, compute, halo, transfer}
+    (seconds, max over the ranks that ran); None elsewhere.
+    """
+    color = 0 if comm.rank < ranks else 1
+    sub = comm.Split(color, comm.rank)
+    try:
+        if color:
+            return None
+        be = hcomm.get("mpi-host", sub) if version in ("v4", "v5") else None
+        if version == "v5" and ranks > 1:
+            be, _ = gpu_aware_backend(sub)
+        walls, timer = [], None
+        for _ in range(max(1, repeats)):
+            _, wall, timer = run_once(version, ops, [], shape, seed, sub, be, overlap)
+            walls.append(wall)
+        from mpi4py import MPI
+
+        phases = {k: sub.allreduce(v, op=MPI.MAX) for k, v in timer.seconds.items()}
+        return {"mode": mode, "ranks": ranks, "height": shape[2], "wall_s": statistics.median(walls),
+                **{k: phases.get(k, 0.0) for k in ("compute", "halo", "transfer")}}
+    finally:
+        comm.Barrier()
+        sub.Free()
