@@ -8,7 +8,7 @@ def bands_figure(height: int, kernel: int, stride: int, pad: int, size: int, tit
     """Input rows (left axis) per rank: own rows, halo from above/below, and the output band."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(1.6 + 1.5 * size, 4.2))
+    fig, ax = plt.subplots(figsize=(3.2 + 1.5 * size, 4.2))
     colours = plt.get_cmap("tab10")
     for p in plan_bands(height, kernel, stride, pad, size):
         x = p.rank
@@ -26,7 +26,7 @@ def bands_figure(height: int, kernel: int, stride: int, pad: int, size: int, tit
     ax.set_xticks(range(size), [f"rank {r}" for r in range(size)])
     ax.set_ylabel("input row")
     ax.set_title(title or f"{height} rows, kernel {kernel}, stride {stride}, pad {pad}, {size} ranks")
-    ax.legend(loc="lower right", fontsize=7)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
     fig.tight_layout()
     return fig
 
