@@ -27,7 +27,7 @@ from hpclab.kernels import conv as gpu  # noqa: E402
 from hpclab.kernels import conv_reference as ref  # noqa: E402
 from hpclab.kernels.bands import hash_fill, hash_values  # noqa: E402
 
-from helpers import last_json, run_mpi  # noqa: E402
+from .helpers import last_json, run_mpi  # noqa: E402
 
 RNG = np.random.default_rng(6)
 
