@@ -75,8 +75,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="auto", choices=BACKEND_CHOICES,
                    help="which backend(s) to measure; all = every one that runs here")
     p.add_argument("--repeats", type=int, default=None,
-                   help="timed calls per size (default: as many as fit ~0.3 s, 5..50 on a GPU; 3 on the simulator)")
-    p.add_argument("--warmup", type=int, default=None, help="untimed calls first (default 3; 1 on the simulator)")
+                   help="timed calls per size (default: as many as fit ~0.3 s, 3..50 on a GPU; 3 on the simulator)")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="untimed calls after the first one (default 2, none for calls over 50 ms or on the simulator)")
     p.add_argument("--dtype", default="float32", choices=("float32", "float64"))
     p.add_argument("--no-raw", action="store_true", help="skip the raw-NCCL baseline")
     p.add_argument("--json", action="store_true", help="end rank 0's output with one JSON line")
@@ -100,19 +101,25 @@ def timed(call, comm, repeats: int, warmup: int) -> float:
     return float(statistics.median(times))
 
 
-def choose_repeats(call, comm, asked: int | None, sim: bool) -> int:
-    """Enough repeats for ~0.3 s per row, the same count on every rank."""
+def first_call(call, comm) -> float:
+    """The first call (it also warms up): the slowest rank's seconds, to plan the repeats."""
     from mpi4py import MPI
 
-    if asked:
-        return asked
-    if sim:
-        return 3
     comm.Barrier()
     t0 = time.perf_counter()
     call()
-    once = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
-    return int(min(50, max(5, 0.3 / max(once, 1e-6))))
+    return comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+
+
+def plan(once: float, args, sim: bool) -> tuple[int, int]:
+    """(repeats, warm-up calls): enough repeats for ~0.3 s per row, fewer warm-ups for slow
+    calls (the first call has warmed up already). The same on every rank: ``once`` is."""
+    if sim:
+        reps, warm = 3, 0
+    else:
+        reps = int(min(50, max(3, 0.3 / max(once, 1e-6))))
+        warm = 0 if once > 0.05 else 2
+    return (args.repeats or reps), (warm if args.warmup is None else args.warmup)
 
 
 # -- the measured cases ---------------------------------------------------------------
@@ -265,14 +272,13 @@ def measure(cases, sizes, comm, args, sim) -> list[dict]:
     n = comm.size
     expected = n * (n + 1) / 2
     itemsize = np.dtype(args.dtype).itemsize
-    warmup = args.warmup if args.warmup is not None else (1 if sim else 3)
     rows = []
     for size in sizes:
         count = size // itemsize
         for case in cases:  # interleaved per size, so drift hits every backend alike
             with step(comm, f"{case.name}: {size} B buffers"):
                 call = case.prepare(count)
-            reps = choose_repeats(call, comm, args.repeats, sim)
+            reps, warmup = plan(first_call(call, comm), args, sim)
             t = timed(call, comm, reps, warmup)
             ok = comm.allreduce(case.verify(expected), op=MPI.LAND)
             algbw = size / t / 1e9

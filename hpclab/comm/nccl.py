@@ -197,12 +197,13 @@ class NcclBackend(Backend):
         buf = self.to_device(buf)
         self.check_op(op)
         self.check_same(buf, "reduce")
-        out = self.cuda.device_array(buf.shape, dtype=buf.dtype) if self.rank == root else buf
-        # recvbuff is only written on the root
+        # recvbuff matters on the root only; elsewhere it gets a scratch buffer, not buf,
+        # so that no rank's input can be written to
+        out = self.cuda.device_array(buf.shape, dtype=buf.dtype)
         self.nccl_comm.reduce(pointer(buf), pointer(out), buf.size, self._code(buf), _OPS[op],
                               root, self._stream)
         self._wait()
-        return out
+        return out if self.rank == root else buf
 
     def bcast(self, buf, root=0):
         buf = self.to_device(buf)
