@@ -154,6 +154,9 @@ class HpclabCase:
         self.send = self.out = None
         self.be.release()
 
+    def close(self) -> None:
+        pass  # hpclab's NCCL communicator is destroyed with the others below
+
 
 class RawNcclCase:
     """The baseline: CuPy arrays and cupy.cuda.nccl's allReduce, nothing else."""
@@ -192,6 +195,9 @@ class RawNcclCase:
     def release(self) -> None:
         self.send = self.out = None
         self.cp.get_default_memory_pool().free_all_blocks()
+
+    def close(self) -> None:
+        self.comm.destroy()
 
 
 def backends_to_run(requested: str, comm, notes: list[str]) -> list[str]:
@@ -323,6 +329,14 @@ def main(argv: list[str]) -> int:
             with step(comm, "raw NCCL baseline"):
                 cases.append(RawNcclCase(comm, args.dtype))
         rows = measure(cases, sizes, comm, args, sim)
+        # NCCL communicators: destroyed in the same order on every rank, before exit
+        comm.Barrier()
+        for case in cases:
+            case.close()
+        if "nccl" in names:
+            from ..comm.nccl import destroy_all
+
+            destroy_all()
     except RankError as exc:
         print(f"[rank {rank}] error: {exc}", file=sys.stderr, flush=True)
         return 1

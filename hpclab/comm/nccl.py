@@ -130,10 +130,16 @@ def communicator(comm):
 
 
 @atexit.register
-def _destroy_all() -> None:
-    # Destroy before the CUDA contexts go away at interpreter exit.
+def destroy_all() -> None:
+    """Destroy the communicators made here, oldest first.
+
+    Destroying may wait for the other ranks of the node to destroy theirs, so
+    every rank does it in the same order; at exit this runs before the CUDA
+    contexts go away (and before MPI is finalised).
+    """
     while _communicators:
-        _, (_, nccomm, _) = _communicators.popitem()
+        key = next(iter(_communicators))
+        _, nccomm, _ = _communicators.pop(key)
         try:
             nccomm.destroy()
         except Exception:  # noqa: BLE001 - nothing useful to do at exit
