@@ -111,7 +111,7 @@ def first_call(call, comm) -> float:
     return comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
 
 
-def plan(once: float, args, sim: bool) -> tuple[int, int]:
+def plan(once: float, repeats: int | None, warmup: int | None, sim: bool) -> tuple[int, int]:
     """(repeats, warm-up calls): enough repeats for ~0.3 s per row, fewer warm-ups for slow
     calls (the first call has warmed up already). The same on every rank: ``once`` is."""
     if sim:
@@ -119,7 +119,7 @@ def plan(once: float, args, sim: bool) -> tuple[int, int]:
     else:
         reps = int(min(50, max(3, 0.3 / max(once, 1e-6))))
         warm = 0 if once > 0.05 else 2
-    return (args.repeats or reps), (warm if args.warmup is None else args.warmup)
+    return (repeats or reps), (warm if warmup is None else warmup)
 
 
 # -- the measured cases ---------------------------------------------------------------
@@ -270,29 +270,60 @@ def table(rows: list[dict], n: int) -> str:
     return "\n".join(lines)
 
 
-def measure(cases, sizes, comm, args, sim) -> list[dict]:
+def measure(cases, sizes, comm, dtype="float32", repeats=None, warmup=None) -> list[dict]:
+    """One row per (size, case): sizes outer, so drift hits every backend alike."""
     from mpi4py import MPI
 
     from ..comm import step
 
-    n = comm.size
+    n, sim = comm.size, backend.is_simulator()
     expected = n * (n + 1) / 2
-    itemsize = np.dtype(args.dtype).itemsize
+    itemsize = np.dtype(dtype).itemsize
     rows = []
     for size in sizes:
         count = size // itemsize
-        for case in cases:  # interleaved per size, so drift hits every backend alike
+        for case in cases:
             with step(comm, f"{case.name}: {size} B buffers"):
                 call = case.prepare(count)
-            reps, warmup = plan(first_call(call, comm), args, sim)
-            t = timed(call, comm, reps, warmup)
+            reps, warm = plan(first_call(call, comm), repeats, warmup, sim)
+            t = timed(call, comm, reps, warm)
             ok = comm.allreduce(case.verify(expected), op=MPI.LAND)
             algbw = size / t / 1e9
-            rows.append({"backend": case.name, "size_bytes": size, "count": count, "dtype": args.dtype,
+            rows.append({"backend": case.name, "size_bytes": size, "count": count, "dtype": dtype,
                          "time_us": t * 1e6, "algbw_GBps": algbw, "busbw_GBps": algbw * busbw_factor(n),
                          "repeats": reps, "verified": bool(ok)})
             case.release()
     return rows
+
+
+def run(comm, requested="all", sizes=("1K", "64K"), dtype="float32", repeats=None, warmup=None,
+        raw=True) -> tuple[list[dict], list[str]]:
+    """Measure on every rank (collective); returns (rows, notes), the same on every rank.
+
+    ``requested``: auto, all, or a backend name. With nccl among the backends and
+    ``raw``, the raw-NCCL baseline is measured too. Usable from a notebook's ``%%px`` cell.
+    """
+    from ..comm import get, step
+
+    sizes = [parse_size(s) if isinstance(s, str) else int(s) for s in sizes]
+    notes: list[str] = []
+    with step(comm, "backend setup"):
+        names = backends_to_run(requested, comm, notes)
+    # get() is collective and raises on every rank when a backend cannot run here
+    cases = [HpclabCase(get(name, comm, quiet=True), dtype) for name in names]
+    if "nccl" in names and raw:
+        with step(comm, "raw NCCL baseline"):
+            cases.append(RawNcclCase(comm, dtype))
+    rows = measure(cases, sizes, comm, dtype, repeats, warmup)
+    # NCCL communicators: destroyed in the same order on every rank
+    comm.Barrier()
+    for case in cases:
+        case.close()
+    if "nccl" in names:
+        from ..comm.nccl import destroy_all
+
+        destroy_all()
+    return rows, notes
 
 
 def main(argv: list[str]) -> int:
@@ -309,34 +340,19 @@ def main(argv: list[str]) -> int:
         print(f"[rank {rank}] error: {exc}", file=sys.stderr, flush=True)
         return 2
 
-    from ..comm import RankError, get, step
+    from ..comm import RankError, step
     from ..device import select_gpu
     from ..mpi import world
 
     comm = world()
-    rank, sim = comm.rank, backend.is_simulator()
-    sizes = sizes or [parse_size(s) for s in (["1K", "64K"] if sim else ["4", "1K", "64K", "1M", "16M", "256M"])]
-    notes: list[str] = []
+    rank = comm.rank
+    sizes = sizes or (["1K", "64K"] if backend.is_simulator() else ["4", "1K", "64K", "1M", "16M", "256M"])
     try:
         with step(comm, "GPU selection"):
             placement = select_gpu(comm)
         backend.banner(rank)
-        with step(comm, "backend setup"):
-            names = backends_to_run(args.backend, comm, notes)
-        # get() is collective and raises on every rank when a backend cannot run here
-        cases = [HpclabCase(get(name, comm, quiet=True), args.dtype) for name in names]
-        if "nccl" in names and not args.no_raw:
-            with step(comm, "raw NCCL baseline"):
-                cases.append(RawNcclCase(comm, args.dtype))
-        rows = measure(cases, sizes, comm, args, sim)
-        # NCCL communicators: destroyed in the same order on every rank, before exit
-        comm.Barrier()
-        for case in cases:
-            case.close()
-        if "nccl" in names:
-            from ..comm.nccl import destroy_all
-
-            destroy_all()
+        rows, notes = run(comm, args.backend, sizes, args.dtype, args.repeats, args.warmup,
+                          raw=not args.no_raw)
     except RankError as exc:
         print(f"[rank {rank}] error: {exc}", file=sys.stderr, flush=True)
         return 1
