@@ -47,10 +47,9 @@ def test_every_op_matches_numpy(n):
 def test_mismatched_buffers_name_the_rank():
     proc = run_ops(3, "mismatch", "mpi-host", timeout=30)
     assert proc.returncode != 0
-    errors = [ln for ln in proc.stderr.splitlines() if "error:" in ln]
-    assert len(errors) == 3, proc.stderr  # every rank says it
-    for line in errors:
-        assert "failed on rank 1 of 3" in line and "(5,)" in line and "rank 0 has (4,)" in line
+    # every rank says it (ranks' stderr lines may interleave, so count the messages)
+    said = "allreduce failed on rank 1 of 3: buffer (5,) float64 but rank 0 has (4,) float64"
+    assert proc.stderr.count(said) == 3, proc.stderr
 
 
 def test_unknown_backend_name():
@@ -63,8 +62,8 @@ def test_unknown_backend_name():
 def test_nccl_without_gpu_fails_fast_naming_nccl():
     proc = run_mpi(2, "bench", "allreduce", "--backend", "nccl", "--sizes", "1K", timeout=30)
     assert proc.returncode != 0
-    errors = [ln for ln in proc.stderr.splitlines() if "error:" in ln]
-    assert len(errors) == 2 and all("NCCL" in e and "mpi-host" in e for e in errors), proc.stderr
+    assert proc.stderr.count("error: NCCL backend failed on rank 0, 1 of 2") == 2, proc.stderr
+    assert proc.stderr.count("NCCL needs real NVIDIA GPUs") == 2 and "mpi-host" in proc.stderr
 
 
 def test_mpi_cuda_on_a_non_aware_mpi_is_refused():
