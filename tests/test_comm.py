@@ -3,7 +3,7 @@
 mpi-host is the backend the simulator really has; mpi-cuda runs its real
 code path there with HPCLAB_MPI_CUDA_AWARE=1, because simulated device memory
 is host memory. nccl needs GPUs: here only its refusal is tested (the GPU
-checks are in benchmarks/comm/gpu_run.sh, which runs comm_ops_mpi.py with nccl).
+checks are in benchmarks/comm/gpu_run.sh, which runs mpi_scripts/comm_ops.py with nccl).
 """
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import sys
 
 import pytest
 
-from helpers import ROOT, env, last_json, mpiexec, run_hpclab, run_mpi
+from .helpers import ROOT, env, last_json, mpiexec, run_hpclab, run_mpi
 
-OPS_SCRIPT = str(ROOT / "tests" / "comm_ops_mpi.py")
+OPS_SCRIPT = str(ROOT / "tests" / "mpi_scripts" / "comm_ops.py")
 # Exercises 3 and 4 use hpclab.kernels.pi.count_hits (the pi topic's kernel).
 HAVE_PI = importlib.util.find_spec("hpclab.kernels.pi") is not None
 needs_pi = pytest.mark.skipif(not HAVE_PI, reason="hpclab.kernels.pi (count_hits) is not in this tree")

@@ -47,7 +47,7 @@ step info 60 $MPI -n 1 python3 -m hpclab info
 
 # 1. every operation of every backend against NumPy (mpi-cuda is skipped by auto/all when
 #    MPI is not CUDA-aware; asking for it explicitly would be refused, which is tested on CI)
-step ops 120 $MPI -n "$NGPU" python3 tests/comm_ops_mpi.py mpi-host,nccl,auto
+step ops 120 $MPI -n "$NGPU" python3 tests/mpi_scripts/comm_ops.py mpi-host,nccl,auto
 last_json "$OUT/ops.log" ops
 
 # 2. the all-reduce benchmark: every backend that runs here + raw NCCL, interleaved per size

@@ -1,7 +1,7 @@
 """Every communication-backend operation against NumPy, on every rank (run under mpiexec).
 
-    mpiexec -n 3 python tests/comm_ops_mpi.py mpi-host,mpi-cuda      -> one JSON line per backend
-    mpiexec -n 2 python tests/comm_ops_mpi.py mismatch mpi-host      -> rank 1's buffer differs
+    mpiexec -n 3 python tests/mpi_scripts/comm_ops.py mpi-host,mpi-cuda      -> one JSON line per backend
+    mpiexec -n 2 python tests/mpi_scripts/comm_ops.py mismatch mpi-host      -> rank 1's buffer differs
 
 Used by tests/test_comm.py; on a GPU node it checks nccl the same way.
 """
