@@ -28,7 +28,7 @@ def pytest_collection_finish(session):
     if any(item.nodeid.endswith(".ipynb") or ".ipynb::" in item.nodeid for item in session.items):
         from hpclab import cluster
 
-        _session = cluster.connect(n=4, activate=False)
+        _session = cluster.connect(n=int(os.environ.get("HPCLAB_ENGINES", "4")), activate=False)
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -88,6 +88,8 @@ def select(requested: str | None = None) -> str:
             "or restart the kernel."
         )
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1" if choice == "sim" else "0"
+    # Teaching kernels launch tiny grids on purpose (one block per rank in Exercise 0).
+    os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
     os.environ["HPCLAB_BACKEND_SELECTED"] = choice
     if choice == "sim":
         _quiet_simulator()

@@ -25,7 +25,7 @@ def world():
 
 def library() -> str:
     """One line naming the MPI library and its version."""
-    return MPI().Get_library_version().strip().splitlines()[0]
+    return MPI().Get_library_version().replace("\x00", "").strip().splitlines()[0]
 
 
 def cuda_aware() -> tuple[bool, str]:

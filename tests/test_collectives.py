@@ -60,7 +60,7 @@ def test_a_wrong_answer_is_explained():
 def test_ring_check_explains_wrong_traffic():
     ref = np.arange(8.0)
     assert check.allreduce(ref, ref, bytes_sent=48, nbytes=64, ranks=4, quiet=True)
-    bad = check.allreduce(ref, ref, bytes_sent=128, nbytes=64, ranks=4, quiet=True)
+    bad = check.allreduce(ref, ref, bytes_sent=256, nbytes=64, ranks=4, quiet=True)
     assert not bad and "2(N-1)/N" in bad.message
     wrong = check.allreduce(ref + 1, ref, quiet=True)
     assert not wrong and "element 0" in wrong.message

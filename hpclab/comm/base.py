@@ -28,16 +28,34 @@ class Backend:
     def to_device(self, buf):
         return buf if hasattr(buf, "copy_to_host") else self.cuda.to_device(np.ascontiguousarray(buf))
 
-    def check_same(self, buf, what: str) -> None:
+    def check_same(self, buf, what: str, out=None) -> None:
         """Every rank must pass the same shape and dtype: find out before the
-        collective (a mismatch there is a hang or garbage) and name the rank."""
-        mine = (tuple(buf.shape), np.dtype(buf.dtype).str)
+        collective (a mismatch there is a hang or garbage) and name the rank.
+
+        One small ``allgather`` of (shape, dtype, local problem): cheap, but not
+        free, so hot loops check once and then call with ``check=False``.
+        ``out``, when given, must match ``buf`` on every rank too.
+        """
+        problem = self.local_problem(buf, out)
+        mine = (tuple(buf.shape), np.dtype(buf.dtype).str, problem)
         everyone = self.comm.allgather(mine)
-        if any(e != everyone[0] for e in everyone):
-            bad = {r: f"buffer {e[0]} {np.dtype(e[1]).name} but rank 0 has {everyone[0][0]} "
-                      f"{np.dtype(everyone[0][1]).name}"
-                   for r, e in enumerate(everyone) if e != everyone[0]}
+        ref_shape, ref_dtype = everyone[0][0], everyone[0][1]
+        bad = {}
+        for r, (shape, dtype, prob) in enumerate(everyone):
+            if prob:
+                bad[r] = prob
+            elif (shape, dtype) != (ref_shape, ref_dtype):
+                bad[r] = (f"buffer {shape} {np.dtype(dtype).name} but rank 0 has {ref_shape} "
+                          f"{np.dtype(ref_dtype).name}; pass the same shape and dtype on every rank")
+        if bad:
             raise RankError(f"{self.name} {what}", bad, self.size)
+
+    def local_problem(self, buf, out=None) -> str | None:
+        """What is wrong with this rank's buffers on their own (None if nothing)."""
+        if out is not None and (tuple(out.shape) != tuple(buf.shape) or out.dtype != buf.dtype):
+            return (f"out has {tuple(out.shape)} {np.dtype(out.dtype).name} but the buffer has "
+                    f"{tuple(buf.shape)} {np.dtype(buf.dtype).name}; allocate out like the buffer")
+        return None
 
     def check_divisible(self, buf, what: str) -> None:
         if buf.shape[0] % self.size:
@@ -55,7 +73,10 @@ class Backend:
         return self.name
 
     # -- the API ------------------------------------------------------------
-    def allreduce(self, buf, op="sum"):
+    def allreduce(self, buf, op="sum", out=None, check=True):
+        """Reduce over ranks; every rank gets the result (a new device array,
+        or ``out`` when given). ``check=False`` skips the cross-rank shape
+        check, for loops that already checked these buffers once."""
         raise NotImplementedError
 
     def reduce(self, buf, root=0, op="sum"):
@@ -81,3 +102,6 @@ class Backend:
 
     def synchronize(self) -> None:
         self.cuda.synchronize()
+
+    def release(self) -> None:
+        """Free buffers kept for reuse (staging buffers, for example)."""

@@ -22,7 +22,8 @@ class RankError(RuntimeError):
         self.size = size
         ranks = ", ".join(str(r) for r in failures)
         first = next(iter(failures.values()))
-        others = "" if len(failures) == 1 else f" (and {len(failures) - 1} more)"
+        # A nested step's message already says how many other ranks failed.
+        others = "" if len(failures) == 1 or "(and " in first else f" (and {len(failures) - 1} more)"
         super().__init__(
             f"{what} failed on rank {ranks} of {size}: {first}{others}")
 

@@ -1,0 +1,320 @@
+"""NCCL: GPU-to-GPU collectives, with MPI used only to start them.
+
+Bootstrap (the workshop's Exercise 4): rank 0 asks NCCL for a unique id, MPI
+broadcasts it, and every rank creates its communicator with that id, its rank
+and the number of ranks, on the GPU it selected (``hpclab.device``). After
+that, MPI carries no data.
+
+Which Python binding, and why: ``cupy.cuda.nccl``. Its calls take raw device
+pointers and a raw stream handle, so Numba device arrays work through their
+``__cuda_array_interface__`` pointer with no conversion and no guessing of
+which device a buffer lives on; it is what CuPy (the ``gpu`` extra) ships, and
+it was checked on our H200 machines on Numba arrays. NVIDIA's ``nccl4py``
+initialises there too, but its all-reduce rejected a Numba array allocated
+after ``cuda.select_device(1)`` ("sendbuf is on device 0, but communicator is
+on device 1"): it infers the buffer's device itself, and got it wrong for
+memory from Numba's context. A binding that trusts the pointer is the safer
+one for Numba.
+
+Streams: every NCCL call is enqueued on Numba's default stream, the stream
+the kernels that produced the data ran on, so NCCL starts only after they
+finish without any extra event or device-wide synchronisation; the call then
+waits for that stream, so a result is complete when a method returns (the
+same contract as the MPI backends).
+
+The hot path (``allreduce(buf, out=out, check=False)``) is one NCCL call and
+one stream synchronisation: no allocation, no cross-rank check.
+"""
+from __future__ import annotations
+
+import atexit
+
+import numpy as np
+
+from .. import backend
+from .base import Backend
+from .errors import step
+
+INSTALL = ("install CuPy, which ships NCCL's Python binding: pip install 'hpclab[gpu]' "
+           "(cupy-cuda13x; on a cluster load the CUDA module first)")
+_OPS = {"sum": 0, "max": 2, "min": 3}  # ncclSum, ncclMax, ncclMin
+_TYPES = {np.dtype(k): v for k, v in {
+    "int8": 0, "uint8": 1, "int32": 2, "uint32": 3, "int64": 4, "uint64": 5,
+    "float16": 6, "float32": 7, "float64": 8}.items()}
+_communicators: dict = {}  # id(MPI comm) -> (comm, NcclCommunicator, device)
+
+
+class NcclUnavailable(RuntimeError):
+    """NCCL cannot run in this process."""
+
+
+def load():
+    """The ``cupy.cuda.nccl`` module, or :class:`NcclUnavailable` saying why and what to do."""
+    if backend.is_simulator():
+        raise NcclUnavailable(
+            "NCCL needs real NVIDIA GPUs, and this process runs on the Numba CUDA simulator "
+            "(no GPU). Use --backend mpi-host (or auto) here; use nccl on a GPU node.")
+    try:
+        from cupy.cuda import nccl
+    except Exception as exc:  # noqa: BLE001 - ImportError, or a CUDA library that fails to load
+        raise NcclUnavailable(f"NCCL is not available: cupy.cuda.nccl does not import "
+                              f"({type(exc).__name__}: {exc}); {INSTALL}") from exc
+    if not getattr(nccl, "available", True):
+        raise NcclUnavailable(f"NCCL is not available: CuPy is installed but found no NCCL "
+                              f"library; {INSTALL}")
+    return nccl
+
+
+def available() -> tuple[bool, str]:
+    """Whether NCCL can be used in this process (never raises)."""
+    try:
+        nccl = load()
+    except NcclUnavailable as exc:
+        return False, str(exc)
+    return True, f"NCCL {version_string(nccl)}"
+
+
+def version_string(nccl) -> str:
+    v = nccl.get_version()
+    return f"{v // 10000}.{v // 100 % 100}.{v % 100}" if v >= 10000 else f"{v // 1000}.{v // 100 % 10}.{v % 100}"
+
+
+def unique_id(comm):
+    """Rank 0's NCCL unique id, broadcast over MPI: the same 128 bytes on every rank."""
+    nccl = load()
+    uid = nccl.get_unique_id() if comm.rank == 0 else None
+    return comm.bcast(uid, root=0)
+
+
+def stream_handle(stream) -> int:
+    """The integer CUDA stream handle of a Numba stream (0: legacy default stream)."""
+    handle = getattr(stream, "handle", stream)
+    try:
+        return int(handle or 0)
+    except TypeError:  # a ctypes c_void_p
+        return int(getattr(handle, "value", None) or 0)
+
+
+def pointer(buf) -> int:
+    """Device address of a Numba (or any CUDA-array-interface) array."""
+    ctypes_ptr = getattr(buf, "device_ctypes_pointer", None)
+    if ctypes_ptr is not None:
+        return ctypes_ptr.value or 0
+    return buf.__cuda_array_interface__["data"][0]
+
+
+def communicator(comm):
+    """This rank's NCCL communicator over the ranks of ``comm`` (made once, then reused).
+
+    Collective on first use. It lives on the GPU that is current on this rank
+    (the one ``hpclab.device.select_gpu`` chose).
+    """
+    cached = _communicators.get(id(comm))
+    if cached is not None:
+        return cached[1], cached[2]
+    cuda = backend.cuda()
+    with step(comm, "NCCL availability"):
+        nccl = load()
+        from cupy.cuda import runtime
+
+        device = cuda.get_current_device().id
+        runtime.setDevice(device)  # NCCL creates the communicator on the runtime's current device
+    uid = unique_id(comm)
+    with step(comm, "NCCL communicator creation"):
+        nccomm = nccl.NcclCommunicator(comm.size, uid, comm.rank)
+        if nccomm.device_id() != device:
+            raise RuntimeError(f"NCCL put this rank's communicator on GPU {nccomm.device_id()} "
+                               f"but the rank uses GPU {device}")
+    _communicators[id(comm)] = (comm, nccomm, device)
+    return nccomm, device
+
+
+@atexit.register
+def destroy_all() -> None:
+    """Destroy the communicators made here, oldest first.
+
+    Destroying may wait for the other ranks of the node to destroy theirs, so
+    every rank does it in the same order; at exit this runs before the CUDA
+    contexts go away (and before MPI is finalised).
+    """
+    while _communicators:
+        key = next(iter(_communicators))
+        _, nccomm, _ = _communicators.pop(key)
+        try:
+            nccomm.destroy()
+        except Exception:  # noqa: BLE001 - nothing useful to do at exit
+            pass
+
+
+class NcclBackend(Backend):
+    name = "nccl"
+
+    def __init__(self, comm=None):
+        super().__init__(comm)
+        with step(self.comm, "NCCL backend"):
+            self._nccl = load()
+        self.nccl_comm, self.device = communicator(self.comm)
+        from cupy.cuda import runtime
+
+        self._stream_obj = self.cuda.default_stream()
+        self._stream = stream_handle(self._stream_obj)
+        self._sync_stream = runtime.streamSynchronize
+        self.version = version_string(self._nccl)
+
+    def describe(self) -> str:
+        return f"nccl (NCCL {self.version} via cupy.cuda.nccl, GPU {self.device})"
+
+    # -- helpers ----------------------------------------------------------------
+    def local_problem(self, buf, out=None):
+        problem = super().local_problem(buf, out)
+        if problem:
+            return problem
+        if np.dtype(buf.dtype) not in _TYPES:
+            return (f"NCCL has no type for {np.dtype(buf.dtype).name}; use one of "
+                    f"{', '.join(sorted(t.name for t in _TYPES))}")
+        for name, a in (("buffer", buf), ("out", out)):
+            if a is not None and not a.is_c_contiguous():
+                return f"the {name} is not contiguous; NCCL needs contiguous memory (pass a copy)"
+        return None
+
+    def _code(self, buf) -> int:
+        return _TYPES[buf.dtype]
+
+    def _wait(self) -> None:
+        self._sync_stream(self._stream)
+
+    def _copy(self, dst, src) -> None:
+        dst.copy_to_device(src, stream=self._stream_obj)  # device to device, same stream
+
+    # -- the API ------------------------------------------------------------------
+    def allreduce(self, buf, op="sum", out=None, check=True):
+        buf = self.to_device(buf)
+        if check:
+            self.check_op(op)
+            self.check_same(buf, "allreduce", out)
+        if out is None:
+            out = self.cuda.device_array(buf.shape, dtype=buf.dtype)
+        self.nccl_comm.allReduce(pointer(buf), pointer(out), buf.size, _TYPES[buf.dtype],
+                                 _OPS[op], self._stream)
+        self._wait()
+        return out
+
+    def reduce(self, buf, root=0, op="sum"):
+        buf = self.to_device(buf)
+        self.check_op(op)
+        self.check_same(buf, "reduce")
+        # recvbuff matters on the root only; elsewhere it gets a scratch buffer, not buf,
+        # so that no rank's input can be written to
+        out = self.cuda.device_array(buf.shape, dtype=buf.dtype)
+        self.nccl_comm.reduce(pointer(buf), pointer(out), buf.size, self._code(buf), _OPS[op],
+                              root, self._stream)
+        self._wait()
+        return out if self.rank == root else buf
+
+    def bcast(self, buf, root=0):
+        buf = self.to_device(buf)
+        self.check_same(buf, "bcast")
+        self.nccl_comm.broadcast(pointer(buf), pointer(buf), buf.size, self._code(buf), root,
+                                 self._stream)
+        self._wait()
+        return buf
+
+    def allgather(self, buf):
+        buf = self.to_device(buf)
+        self.check_same(buf, "allgather")
+        out = self.cuda.device_array((self.size * buf.shape[0], *buf.shape[1:]), dtype=buf.dtype)
+        self.nccl_comm.allGather(pointer(buf), pointer(out), buf.size, self._code(buf), self._stream)
+        self._wait()
+        return out
+
+    def reduce_scatter(self, buf, op="sum"):
+        buf = self.to_device(buf)
+        self.check_op(op)
+        self.check_same(buf, "reduce_scatter")
+        self.check_divisible(buf, "reduce_scatter")
+        out = self.cuda.device_array((buf.shape[0] // self.size, *buf.shape[1:]), dtype=buf.dtype)
+        self.nccl_comm.reduceScatter(pointer(buf), pointer(out), out.size, self._code(buf),
+                                     _OPS[op], self._stream)
+        self._wait()
+        return out
+
+    def scatter(self, buf, root=0):
+        """Root's rows split among ranks: point-to-point sends in one NCCL group."""
+        buf = self.to_device(buf)
+        self.check_same(buf, "scatter")
+        self.check_divisible(buf, "scatter")
+        rows = buf.shape[0] // self.size
+        out = self.cuda.device_array((rows, *buf.shape[1:]), dtype=buf.dtype)
+        code, nccl = self._code(buf), self._nccl
+        if self.rank == root:
+            self._copy(out, buf[root * rows:(root + 1) * rows])
+        nccl.groupStart()
+        try:
+            if self.rank == root:
+                for r in range(self.size):
+                    if r != root:
+                        part = buf[r * rows:(r + 1) * rows]
+                        self.nccl_comm.send(pointer(part), part.size, code, r, self._stream)
+            else:
+                self.nccl_comm.recv(pointer(out), out.size, code, root, self._stream)
+        finally:
+            nccl.groupEnd()
+        self._wait()
+        return out
+
+    def gather(self, buf, root=0):
+        """Every rank's rows, stacked on the root (None elsewhere), in one NCCL group."""
+        buf = self.to_device(buf)
+        self.check_same(buf, "gather")
+        rows = buf.shape[0]
+        out = None
+        code, nccl = self._code(buf), self._nccl
+        if self.rank == root:
+            out = self.cuda.device_array((self.size * rows, *buf.shape[1:]), dtype=buf.dtype)
+            self._copy(out[root * rows:(root + 1) * rows], buf)
+        nccl.groupStart()
+        try:
+            if self.rank == root:
+                for r in range(self.size):
+                    if r != root:
+                        part = out[r * rows:(r + 1) * rows]
+                        self.nccl_comm.recv(pointer(part), part.size, code, r, self._stream)
+            else:
+                self.nccl_comm.send(pointer(buf), buf.size, code, root, self._stream)
+        finally:
+            nccl.groupEnd()
+        self._wait()
+        return out
+
+    def sendrecv(self, sendbuf, dest, source, recvbuf=None):
+        """Send to ``dest`` and receive from ``source`` at once (halo exchange).
+
+        ``MPI.PROC_NULL`` for either side means no neighbour there: that half
+        is skipped. Send and receive go in one NCCL group, so neighbours that
+        send to each other do not wait on each other.
+        """
+        from mpi4py import MPI
+
+        sendbuf = self.to_device(sendbuf)
+        recvbuf = recvbuf if recvbuf is not None else self.cuda.device_array_like(sendbuf)
+        problem = self.local_problem(sendbuf, None) or self.local_problem(recvbuf, None)
+        if problem:
+            raise ValueError(f"nccl sendrecv on rank {self.rank}: {problem}")
+        if dest == self.rank and source == self.rank:  # a ring of one: a copy
+            self._copy(recvbuf, sendbuf)
+            self._wait()
+            return recvbuf
+        nccl = self._nccl
+        nccl.groupStart()
+        try:
+            if dest != MPI.PROC_NULL:
+                self.nccl_comm.send(pointer(sendbuf), sendbuf.size, self._code(sendbuf), dest,
+                                    self._stream)
+            if source != MPI.PROC_NULL:
+                self.nccl_comm.recv(pointer(recvbuf), recvbuf.size, self._code(recvbuf), source,
+                                    self._stream)
+        finally:
+            nccl.groupEnd()
+        self._wait()
+        return recvbuf
+

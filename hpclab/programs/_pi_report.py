@@ -1,0 +1,32 @@
+"""What the Monte Carlo pi programs print and check, shared by Exercises 3 and 4."""
+from __future__ import annotations
+
+import math
+
+
+def estimate(hits: int, samples: int) -> dict:
+    """pi = 4 hits / samples, its error, and the binomial standard deviation.
+
+    A hit has probability p = pi/4, so 4*hits/samples has standard deviation
+    4 sqrt(p(1-p)/samples); a correct counter misses pi by more than five of
+    those with probability below 1e-6.
+    """
+    pi_hat = 4.0 * hits / samples
+    p = math.pi / 4
+    sigma = 4.0 * math.sqrt(p * (1 - p) / samples)
+    error = abs(pi_hat - math.pi)
+    return {"pi": pi_hat, "abs_error": error, "sigma": sigma, "within_5_sigma": error <= 5 * sigma}
+
+
+def final_lines(hits: int, samples: int, time_label: str, seconds: float) -> list[tuple[str, str]]:
+    e = estimate(hits, samples)
+    return [
+        ("Exact PI", f"{math.pi:.8f}"),
+        ("Estimated PI", f"{e['pi']:.8f}"),
+        ("Absolute error", f"{e['abs_error']:.8e}"),
+        ("Relative error", f"{100 * e['abs_error'] / math.pi:.8e} %"),
+        ("Total hits", str(hits)),
+        ("Total samples", str(samples)),
+        (time_label, f"{seconds:.6f} s"),
+        ("5-sigma bound", f"|error| <= {5 * e['sigma']:.3e} ({'within' if e['within_5_sigma'] else 'OUTSIDE'})"),
+    ]

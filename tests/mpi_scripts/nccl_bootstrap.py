@@ -1,0 +1,37 @@
+"""The notebook-05 bootstrap check on right and wrong answers (run under mpiexec).
+
+    mpiexec -n 3 python tests/mpi_scripts/nccl_bootstrap.py   -> one JSON line on rank 0
+"""
+import json
+
+import hpclab  # noqa: F401
+from hpclab.check import gpu_comm as check
+from hpclab.mpi import world
+
+
+def right(comm, nccl):
+    uid = nccl.get_unique_id() if comm.rank == 0 else None
+    uid = comm.bcast(uid, root=0)
+    return uid, nccl.NcclCommunicator(comm.size, uid, comm.rank)
+
+
+def own_ids(comm, nccl):  # every rank makes its own id: the ids differ
+    uid = nccl.get_unique_id()
+    return uid, nccl.NcclCommunicator(comm.size, uid, comm.rank)
+
+
+def not_broadcast(comm, nccl):  # rank 0 makes the id, but nobody receives it
+    uid = nccl.get_unique_id() if comm.rank == 0 else tuple([0] * 128)
+    return uid, nccl.NcclCommunicator(comm.size, uid, comm.rank)
+
+
+def wrong_rank(comm, nccl):
+    uid = comm.bcast(nccl.get_unique_id() if comm.rank == 0 else None, root=0)
+    return uid, nccl.NcclCommunicator(comm.size, uid, 0)
+
+
+comm = world()
+verdicts = {f.__name__: check.bootstrap(f, comm, check.nccl_module(), quiet=True)
+            for f in (right, own_ids, not_broadcast, wrong_rank)}
+if comm.rank == 0:
+    print(json.dumps({k: [v.ok, v.message] for k, v in verdicts.items()}))

@@ -1,0 +1,172 @@
+"""Communication backends, the all-reduce benchmark, and Exercises 3 and 4, on the simulator.
+
+mpi-host is the backend the simulator really has; mpi-cuda runs its real
+code path there with HPCLAB_MPI_CUDA_AWARE=1, because simulated device memory
+is host memory. nccl needs GPUs: here only its refusal is tested (the GPU
+checks are in benchmarks/comm/gpu_run.sh, which runs mpi_scripts/comm_ops.py with nccl).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+
+from .helpers import ROOT, env, last_json, mpiexec, run_hpclab, run_mpi
+
+OPS_SCRIPT = str(ROOT / "tests" / "mpi_scripts" / "comm_ops.py")
+# Exercises 3 and 4 use hpclab.kernels.pi.count_hits (the pi topic's kernel).
+HAVE_PI = importlib.util.find_spec("hpclab.kernels.pi") is not None
+needs_pi = pytest.mark.skipif(not HAVE_PI, reason="hpclab.kernels.pi (count_hits) is not in this tree")
+
+
+def run_ops(n: int, *args: str, timeout: float = 90, **extra_env) -> subprocess.CompletedProcess:
+    cmd = [mpiexec(), "-n", str(n), sys.executable, OPS_SCRIPT, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env(**extra_env), cwd=ROOT)
+
+
+# -- every operation of every simulator backend against NumPy ------------------------
+@pytest.mark.parametrize("n", [2, 3])
+def test_every_op_matches_numpy(n):
+    proc = run_ops(n, "auto,mpi-host,mpi-cuda", HPCLAB_MPI_CUDA_AWARE=1)
+    reports = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [r["backend"] for r in reports] == ["mpi-host", "mpi-host", "mpi-cuda"]
+    for r in reports:
+        wrong = [op for op, ok in r["results"].items() if not ok]
+        assert not wrong, f"{r['backend']} on {n} ranks: {wrong}"
+        assert len(r["results"]) == 42  # 14 checks x 3 dtypes: nothing skipped
+    # auto says plainly, once, why it chose mpi-host on the simulator
+    said = [ln for ln in proc.stderr.splitlines() if "hpclab communication backend" in ln]
+    assert len(said) == 1 and "mpi-host" in said[0] and "simulator" in said[0]
+
+
+# -- bad input: a clear message on every rank, non-zero exit, within seconds -------------
+def test_mismatched_buffers_name_the_rank():
+    proc = run_ops(3, "mismatch", "mpi-host", timeout=30)
+    assert proc.returncode != 0
+    # every rank says it (ranks' stderr lines may interleave, so count the messages)
+    said = "allreduce failed on rank 1 of 3: buffer (5,) float64 but rank 0 has (4,) float64"
+    assert proc.stderr.count(said) == 3, proc.stderr
+
+
+def test_unknown_backend_name():
+    proc = run_mpi(2, "run", "collectives", "--backend", "carrier-pigeon", timeout=30)
+    assert proc.returncode != 0
+    assert proc.stderr.count("unknown communication backend 'carrier-pigeon'") == 2
+    assert "mpi-host" in proc.stderr and "nccl" in proc.stderr  # the choices are named
+
+
+def test_nccl_without_gpu_fails_fast_naming_nccl():
+    proc = run_mpi(2, "bench", "allreduce", "--backend", "nccl", "--sizes", "1K", timeout=30)
+    assert proc.returncode != 0
+    assert proc.stderr.count("error: NCCL backend failed on rank 0, 1 of 2") == 2, proc.stderr
+    assert proc.stderr.count("NCCL needs real NVIDIA GPUs") == 2 and "mpi-host" in proc.stderr
+
+
+def test_mpi_cuda_on_a_non_aware_mpi_is_refused():
+    proc = run_mpi(2, "run", "collectives", "--backend", "mpi-cuda", timeout=30, HPCLAB_MPI_CUDA_AWARE=0)
+    assert proc.returncode != 0
+    assert proc.stderr.count("not CUDA-aware") >= 2 and "mpi-host" in proc.stderr
+
+
+def test_bench_rejects_bad_sizes():
+    proc = run_hpclab("bench", "allreduce", "--sizes", "4,12X", timeout=30)
+    assert proc.returncode == 2 and "'12X' is not a message size" in proc.stderr
+    proc = run_hpclab("bench", "allreduce", "--sizes", "6", timeout=30)
+    assert proc.returncode == 2 and "multiple of the element size (4 B)" in proc.stderr
+
+
+def test_nccl_bootstrap_check_tells_right_from_wrong():
+    """Notebook 05's exercise check, on the simulator's recording stand-in for NCCL."""
+    cmd = [mpiexec(), "-n", "3", sys.executable, str(ROOT / "tests" / "mpi_scripts" / "nccl_bootstrap.py")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env(), cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    v = last_json(proc)
+    assert v["right"][0] is True
+    assert v["own_ids"][0] is False and "only rank 0 should call get_unique_id()" in v["own_ids"][1]
+    assert v["not_broadcast"][0] is False and "ranks [1, 2] hold a different id" in v["not_broadcast"][1]
+    assert v["wrong_rank"][0] is False and "rank 1 created NcclCommunicator(3, the id, 0)" in v["wrong_rank"][1]
+
+
+# -- the benchmark ------------------------------------------------------------------------
+def test_bench_rows_verified():
+    proc = run_mpi(3, "bench", "allreduce", "--sizes", "1K,64K", "--json", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = last_json(proc)
+    assert out["passed"] is True and out["ranks"] == 3
+    assert [r["size_bytes"] for r in out["rows"]] == [1024, 65536]
+    for r in out["rows"]:
+        assert r["backend"] == "mpi-host" and r["verified"] is True
+        assert r["count"] == r["size_bytes"] // 4
+        assert r["algbw_GBps"] == pytest.approx(r["size_bytes"] / (r["time_us"] * 1e-6) / 1e9)
+        assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * 2 * 2 / 3)
+    assert any("auto chose mpi-host" in n for n in out["notes"])
+
+
+def test_bench_all_on_the_simulator_is_mpi_host_only():
+    proc = run_mpi(2, "bench", "allreduce", "--backend", "all", "--sizes", "8,256", "--dtype",
+                   "float64", "--json", timeout=60)
+    out = last_json(proc)
+    assert proc.returncode == 0 and out["passed"], proc.stderr
+    assert {r["backend"] for r in out["rows"]} == {"mpi-host"}
+    assert [r["count"] for r in out["rows"]] == [1, 32]
+    assert all(r["busbw_GBps"] == pytest.approx(r["algbw_GBps"]) for r in out["rows"])  # n = 2
+    assert any("only mpi-host" in n for n in out["notes"])
+
+
+def test_size_parsing_and_bus_bandwidth():
+    from hpclab.bench.allreduce import UsageError, busbw_factor, parse_size, parse_sizes
+
+    assert [parse_size(s) for s in ("4", "1K", "1M", "256M", "1G", "64KiB")] == \
+        [4, 1024, 1 << 20, 256 << 20, 1 << 30, 64 << 10]
+    assert parse_sizes("4,1K,1M,256M,1G", 4) == [4, 1024, 1 << 20, 256 << 20, 1 << 30]
+    with pytest.raises(UsageError):
+        parse_sizes("4", 8)  # 4 bytes hold no float64
+    assert busbw_factor(2) == 1.0 and busbw_factor(4) == 1.5 and busbw_factor(1) == 1.0
+
+
+def test_ratios_and_targets():
+    from hpclab.bench.allreduce import ratios, targets
+
+    rows = [{"backend": b, "size_bytes": s, "time_us": t, "busbw_GBps": bw}
+            for b, s, t, bw in [("nccl", 4, 18.0, 1e-4), ("raw-nccl", 4, 15.0, 1.2e-4),
+                                ("nccl", 256 << 20, 950.0, 282.0), ("raw-nccl", 256 << 20, 910.0, 296.0),
+                                ("mpi-host", 256 << 20, 324000.0, 0.8)]]
+    rat = ratios(rows)
+    assert [r["size_bytes"] for r in rat] == [4, 256 << 20]
+    assert rat[0]["time_ratio"] == pytest.approx(1.2)
+    tg = targets(rat)
+    assert tg["busbw_ratio_large"]["ratio"] == pytest.approx(282 / 296)
+    assert tg["busbw_ratio_large"]["met"] is True and tg["latency_ratio_small"]["met"] is True
+    rows[0]["time_us"] = 30.0
+    assert targets(ratios(rows))["latency_ratio_small"]["met"] is False
+
+
+# -- Exercises 3 and 4 (use hpclab.kernels.pi) ----------------------------------------------
+@needs_pi
+def test_exercises_3_and_4_agree_for_any_split():
+    """The total depends only on (samples, seed): 1 or 3 'GPUs' in one process, 2 or 3 ranks."""
+    args = ("--samples", "3000", "--seed", "11", "--json")
+    results = [last_json(run_hpclab("run", "pi-nccl-node", "--gpus", "1", *args, timeout=60)),
+               last_json(run_hpclab("run", "pi-nccl-node", "--gpus", "3", *args, timeout=60)),
+               last_json(run_mpi(2, "run", "pi-nccl-mpi", *args, timeout=60)),
+               last_json(run_mpi(3, "run", "pi-nccl-mpi", *args, timeout=60))]
+    for out in results:
+        assert out["passed"] is True
+        assert out["result"]["samples"] == 3000
+    assert len({out["result"]["hits"] for out in results}) == 1
+    assert results[1]["result"]["gpus"] == 3 and sum(results[1]["result"]["per_gpu_hits"]) == \
+        results[1]["result"]["hits"]
+    assert results[3]["result"]["comm_backend"] == "mpi-host"
+    assert len(results[3]["result"]["per_rank_hits"]) == 3
+
+
+@needs_pi
+def test_exercise_3_refuses_several_ranks_and_4_refuses_nccl_on_the_simulator():
+    proc = run_mpi(2, "run", "pi-nccl-node", "--samples", "100", timeout=30)
+    assert proc.returncode != 0 and proc.stderr.count("ONE process") == 2
+    proc = run_mpi(2, "run", "pi-nccl-mpi", "--backend", "nccl", "--samples", "100", timeout=30)
+    assert proc.returncode != 0 and "NCCL" in proc.stderr
