@@ -97,7 +97,7 @@ def gpu_aware_backend(comm, requested: str = "auto"):
                 be = hcomm.get(name, comm)
         except Exception as exc:  # noqa: BLE001 - RankError or unknown name: try the next
             reason = str(exc).splitlines()[0]
-            tried.append(f"{name}: {reason.split(': ', 2)[-1][:80]}")
+            tried.append(f"{name}: {reason.split(': ', 2)[-1].split('; use')[0][:140]}")
             continue
         if be.name != "mpi-host" or requested == "mpi-host":
             return be, ""
