@@ -5,7 +5,6 @@ import math
 
 from .. import backend
 from ..comm import block_range, require_at_least, step
-from ..kernels import pi as kernels
 from ..runner import Report, parse_count
 from ..timing import wall
 
@@ -33,6 +32,8 @@ def check_bins(bins: int, size: int) -> None:
 
 def error_bound(bins: int, blocks: int, threads: int, ranks: int) -> float:
     """|computed - pi| allowed: the midpoint rule's h^2 bound plus float64 rounding."""
+    from ..kernels import pi as kernels
+
     longest_share = -(-bins // ranks)
     terms = -(-longest_share // (blocks * threads))
     return (kernels.midpoint_error_bound(bins)
@@ -41,6 +42,8 @@ def error_bound(bins: int, blocks: int, threads: int, ranks: int) -> float:
 
 
 def run(args, ctx) -> Report:
+    from ..kernels import pi as kernels   # loads numba.cuda: not needed to reject bad arguments
+
     comm, size, rank = ctx.comm, ctx.comm.size, ctx.comm.rank
     bins = args.bins or backend.auto_size(gpu=10**11, sim=10_000)
     with step(comm, "input check"):
