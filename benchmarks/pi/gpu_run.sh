@@ -18,6 +18,7 @@ T0=$(date +%s)
 log "step 1: hpclab info"
 timeout 60 python3 -m hpclab info || log "info failed ($?)"
 NGPU=$(python3 -c "from hpclab import backend; print(backend.count_gpus())" 2>/dev/null || echo 1)
+[ "$NGPU" -ge 1 ] 2>/dev/null || NGPU=1
 RANKS=1; [ "$NGPU" -ge 2 ] && RANKS=1,2; [ "$NGPU" -ge 4 ] && RANKS=1,2,4
 log "GPUs: $NGPU -> rank counts $RANKS"
 
@@ -44,7 +45,7 @@ try:
     rate = json.load(open(__import__("os").environ["OUT"] + "/bench_pi.json"))["mc_counter_samples_per_s"]
 except Exception:
     rate = 5e11
-t1 = 6.0                                   # seconds on one GPU; 3 trials x (1 + 1/2 + 1/4) x t1 ~ 32 s
+t1 = 5.0                                   # seconds on one GPU; 3 trials x (1 + 1/2 + 1/4) x t1 ~ 26 s
 n = min(1e13, max(1e11, rate * t1))
 print(f"{float(f'{n:.1e}'):.0f}")
 PY

@@ -58,6 +58,7 @@ MIX2 = np.uint64(0x94D049BB133111EB)
 S30, S27, S31, S32 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(32)
 ONE = np.uint64(1)
 LOW32 = np.uint64(0xFFFFFFFF)
+ONE_F32 = np.float32(1.0)
 SEED_LIMIT = 1 << 64                       # seeds are 0 <= seed < 2^64
 LAUNCH_SAMPLES = 1 << 40                   # per launch: keeps per-thread counts in 32 bits
 
@@ -310,7 +311,7 @@ def _xoroshiro_kernel():
             for _ in range(n):
                 x = uniform(states, t)
                 y = uniform(states, t)
-                if x * x + y * y <= 1.0:
+                if x * x + y * y <= ONE_F32:           # float32 throughout, as curand in the workshop
                     hits += uint32(1)
         _block_sum_u64(uint64(hits), out)
 
