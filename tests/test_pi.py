@@ -9,7 +9,7 @@ import pytest
 
 from hpclab.comm import block_range
 from hpclab.kernels import pi as k
-from helpers import last_json, run_hpclab, run_mpi
+from .helpers import last_json, run_hpclab, run_mpi
 
 # The simulator runs uint64 arithmetic on NumPy scalars, which warn when it wraps (on purpose).
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning",

@@ -90,7 +90,7 @@ def launch_shape(work: int, blocks: int | None = None, threads: int | None = Non
 # ---------------------------------------------------------------- block reduction
 
 @cuda.jit(device=True)
-def _block_sum_f64(value, out):
+def block_sum_f64(value, out):
     """Tree sum of one float64 per thread in shared memory; thread 0 adds it to out[0]."""
     buf = cuda.shared.array(MAX_THREADS, float64)
     tid = cuda.threadIdx.x
@@ -107,7 +107,7 @@ def _block_sum_f64(value, out):
 
 
 @cuda.jit(device=True)
-def _block_sum_u64(value, out):
+def block_sum_u64(value, out):
     """Tree sum of one uint64 per thread in shared memory; thread 0 adds it to out[0]."""
     buf = cuda.shared.array(MAX_THREADS, uint64)
     tid = cuda.threadIdx.x
@@ -152,7 +152,7 @@ def midpoint_kernel(start, count, h, out):
             x = fi * h
             acc += 1.0 / (x * x + 1.0)
             fi += fs
-    _block_sum_f64(4.0 * h * acc, out)
+    block_sum_f64(4.0 * h * acc, out)
 
 
 @cuda.jit
@@ -164,7 +164,7 @@ def midpoint_kernel_plain(start, count, h, out):
     for i in range(start + t, start + count, stride):
         x = (i + 0.5) * h
         acc += 4.0 / (1.0 + x * x)
-    _block_sum_f64(h * acc, out)
+    block_sum_f64(h * acc, out)
 
 
 def _check_range(start: int, stop: int, n_total: int) -> None:
@@ -237,7 +237,25 @@ def splitmix_hits_kernel(start, count, seed, out):
             if total >= sx:
                 hits += ONE
             z += step
-    _block_sum_u64(hits, out)
+    block_sum_u64(hits, out)
+
+
+@cuda.jit(device=True)
+def splitmix64(seed, i):
+    """Sample i's 64-bit word for ``seed``: the SplitMix64 output mix64(seed + (i + 1) * GAMMA)."""
+    z = seed + (uint64(i) + ONE) * GAMMA
+    z = (z ^ (z >> S30)) * MIX1
+    z = (z ^ (z >> S27)) * MIX2
+    return z ^ (z >> S31)
+
+
+@cuda.jit(device=True)
+def inside_quarter_circle(m):
+    """True when the cell centre encoded by the 64-bit word m lies inside the quarter circle."""
+    x = m >> S32
+    y = m & LOW32
+    sx = x * x + x
+    return sx + (y * y + y) >= sx
 
 
 def _check_seed(seed: int) -> None:
@@ -313,7 +331,7 @@ def _xoroshiro_kernel():
                 y = uniform(states, t)
                 if x * x + y * y <= ONE_F32:           # float32 throughout, as curand in the workshop
                     hits += uint32(1)
-        _block_sum_u64(uint64(hits), out)
+        block_sum_u64(uint64(hits), out)
 
     return xoroshiro_hits_kernel
 
