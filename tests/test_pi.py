@@ -1,0 +1,202 @@
+"""Pi kernels against NumPy references, the programs under mpiexec, the scaling harness."""
+from __future__ import annotations
+
+import csv
+import math
+
+import numpy as np
+import pytest
+
+from hpclab.comm import block_range
+from hpclab.kernels import pi as k
+from .helpers import last_json, run_hpclab, run_mpi
+
+# The simulator runs uint64 arithmetic on NumPy scalars, which warn when it wraps (on purpose).
+pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning",
+                                        "ignore::numba.core.errors.NumbaWarning")
+
+
+# ---------------------------------------------------------------- midpoint kernel
+
+@pytest.mark.parametrize("start, stop, n, blocks, threads", [
+    (0, 1000, 1000, None, None),
+    (17, 777, 1000, 3, 16),        # uneven slice, grid smaller than the work
+    (0, 5, 5, 4, 64),              # more threads than bins
+    (123, 124, 1000, 1, 1),        # one bin, one thread
+])
+def test_midpoint_partial_matches_numpy(start, stop, n, blocks, threads):
+    got = k.midpoint_partial(start, stop, n, blocks, threads)
+    assert got == pytest.approx(k.midpoint_reference(start, stop, n), rel=1e-13, abs=1e-16)
+
+
+def test_midpoint_plain_kernel_matches_numpy():
+    assert k.midpoint_partial(0, 999, 999, 2, 32, plain=True) == pytest.approx(
+        k.midpoint_reference(0, 999, 999), rel=1e-13)
+
+
+def test_midpoint_rank_slices_add_up_to_the_whole():
+    n = 1001                                   # not divisible by 3
+    parts = [k.midpoint_partial(*block_range(n, 3, r), n) for r in range(3)]
+    assert sum(parts) == pytest.approx(k.midpoint_reference(0, n, n), rel=1e-14)
+
+
+@pytest.mark.parametrize("n", [10, 100, 1000])
+def test_midpoint_error_follows_the_h2_law(n):
+    err = k.midpoint_partial(0, n, n) - math.pi
+    h2 = 1.0 / n**2
+    assert abs(err) <= k.midpoint_error_bound(n)
+    # leading term of the midpoint error for 4/(1+x^2): -(h^2/24)(f'(1) - f'(0)) = h^2/12
+    assert abs(err) == pytest.approx(h2 / 12, rel=0.02)
+
+
+def test_midpoint_rejects_bad_ranges_and_shapes():
+    with pytest.raises(ValueError, match="not inside"):
+        k.midpoint_partial(5, 3, 10)
+    with pytest.raises(ValueError, match="power of two"):
+        k.midpoint_partial(0, 10, 10, 1, 48)
+
+
+# ---------------------------------------------------------------- counter-based Monte Carlo
+
+def test_splitmix_reference_is_the_published_generator():
+    # First outputs of SplitMix64 seeded with 0 (Vigna's splitmix64.c).
+    assert [int(v) for v in k.splitmix_reference(0, 2, 0)] == [0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4]
+
+
+@pytest.mark.parametrize("start, count, seed", [(0, 3000, 7), (12345, 1000, 2**64 - 1), (2**40, 700, 123)])
+def test_count_hits_matches_exact_reference(start, count, seed):
+    assert k.count_hits(start, count, seed) == k.count_hits_reference(start, count, seed)
+
+
+def test_count_hits_identical_for_any_launch_shape_and_split():
+    whole = k.count_hits(0, 2000, 99)
+    for blocks, threads in [(1, 1), (3, 16), (4, 64), (1, 32)]:
+        assert k.count_hits(0, 2000, 99, blocks, threads) == whole
+    pieces = [(0, 333), (333, 1000), (1000, 2000)]
+    assert sum(k.count_hits(a, b - a, 99) for a, b in pieces) == whole
+
+
+def test_count_hits_loops_over_launches(monkeypatch):
+    expected = k.count_hits_reference(0, 1500, 5)
+    monkeypatch.setattr(k, "LAUNCH_SAMPLES", 640)        # three launches, the last one partial
+    assert k.count_hits(0, 1500, 5) == expected
+
+
+def test_count_hits_rejects_bad_seeds():
+    for seed in (-1, 2**64, 1.5):
+        with pytest.raises(ValueError, match="seed"):
+            k.count_hits(0, 10, seed)
+
+
+def test_counter_estimate_is_within_five_standard_errors():
+    n = 4000
+    pi_hat = 4 * k.count_hits(0, n, 2024) / n
+    assert abs(pi_hat - math.pi) <= 5 * k.mc_standard_error(n)
+
+
+# ---------------------------------------------------------------- xoroshiro128+ comparison
+
+def test_xoroshiro_counts_are_plausible_and_rank_dependent():
+    n = 160
+    a = k.count_hits_xoroshiro(n, 7, rank=0, blocks=1, threads=16)
+    assert a == k.count_hits_xoroshiro(n, 7, rank=0, blocks=1, threads=16)   # reproducible
+    assert abs(4 * a / n - math.pi) <= 5 * k.mc_standard_error(n)
+    assert k.count_hits_xoroshiro(n, 7, rank=1, blocks=1, threads=16) != a   # another subsequence
+    assert k.xoroshiro_init_seconds(16) > 0
+
+
+# ---------------------------------------------------------------- harness pieces
+
+def test_serial_fraction_recovers_amdahl_and_gustafson():
+    from hpclab import scaling
+
+    ranks = [1, 2, 4, 8]
+    assert scaling.serial_fraction(ranks, [scaling.amdahl_speedup(n, 0.05) for n in ranks]) == pytest.approx(0.05)
+    assert scaling.serial_fraction(ranks, [n - 0.1 * (n - 1) for n in ranks], "weak") == pytest.approx(0.1)
+    assert scaling.serial_fraction(ranks, ranks) == 0.0
+
+
+def test_sweep_summary_uses_medians():
+    from hpclab.scaling import Sweep
+
+    recs = [{"ranks": n, "trial": t, "work": 100, "wall_s": w, "passed": True, "backend": "sim"}
+            for n, ws in {1: [4.0, 9.0, 4.2], 2: [2.1, 2.0, 50.0]}.items() for t, w in enumerate(ws)]
+    rows = Sweep("pi-mc", "strong", recs).summary()
+    assert [r["median_wall_s"] for r in rows] == [4.2, 2.1]
+    assert rows[1]["speedup"] == pytest.approx(2.0) and rows[1]["efficiency"] == pytest.approx(1.0)
+
+
+def test_weak_sweep_scales_the_work_option():
+    from hpclab.scaling import _work_plan
+
+    plan = _work_plan("pi-mc", ["--samples", "1e3", "--seed", "3"], [1, 2, 4], True, None)
+    assert plan[4] == (["--samples", "4000", "--seed", "3"], 4000)
+    with pytest.raises(ValueError, match="weak sweep"):
+        _work_plan("pi-mc", ["--seed", "3"], [1, 2], True, None)
+
+
+def test_a100_table_ships_with_its_source():
+    from hpclab import reference
+
+    rows = reference.a100_scaling("ex2_pi_mc")
+    assert [r["ranks"] for r in rows] == [1, 2, 4]
+    assert rows[2]["efficiency"] == pytest.approx(45.212765 / 11.409895 / 4)
+    assert "fasrc/User_Codes" in reference.cite(rows)
+
+
+def test_plot_save_writes_into_hpclab_figures(tmp_path, monkeypatch):
+    from hpclab import plot, reference
+
+    monkeypatch.setenv("HPCLAB_FIGURES", str(tmp_path / "new" / "figs"))
+    a100 = reference.a100_scaling()
+    path = plot.save(plot.compare_figure(a100, a100), "compare")
+    assert path == tmp_path / "new" / "figs" / "compare.png" and path.stat().st_size > 1000
+
+
+# ---------------------------------------------------------------- programs under mpiexec
+
+def test_mpi_pi_mc_same_estimate_on_1_2_3_ranks():
+    results = []
+    for n in (1, 2, 3):
+        proc = run_mpi(n, "run", "pi-mc", "--samples", "200000", "--seed", "7", "--json", timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        results.append(last_json(proc)["result"])
+    assert len({r["pi"] for r in results}) == 1
+    assert results[0]["hits"] == k.count_hits_reference(0, 200000, 7)
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_mpi_pi_midpoint_uneven_bins(ranks):
+    proc = run_mpi(ranks, "run", "pi-midpoint", "--bins", "1001", "--json", timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    out = last_json(proc)
+    assert out["passed"] and out["ranks"] == ranks
+    assert out["result"]["pi"] == pytest.approx(k.midpoint_reference(0, 1001, 1001), rel=1e-14)
+    assert proc.stdout.count("| bins = ") == ranks
+
+
+@pytest.mark.parametrize("program, args, message", [
+    ("pi-mc", ["--samples", "1"], "cannot be shared among 2 ranks"),
+    ("pi-mc", ["--samples", "0"], "must be positive"),
+    ("pi-mc", ["--samples", "-5"], "must be positive"),
+    ("pi-mc", ["--samples", "lots"], "is not a number"),
+    ("pi-mc", ["--seed", "-1"], "out of range"),
+    ("pi-mc", ["--seed", str(2**64)], "out of range"),
+    ("pi-mc", ["--seed", "abc"], "not a whole number"),
+    ("pi-midpoint", ["--bins", "1"], "cannot be shared among 2 ranks"),
+    ("pi-midpoint", ["--bins", "1e17"], "2^52"),
+])
+def test_mpi_bad_input_fails_on_every_rank(program, args, message):
+    proc = run_mpi(2, "run", program, *args, timeout=60)
+    assert proc.returncode != 0
+    assert proc.stderr.count(message) >= 2, proc.stderr     # said by both ranks
+
+
+def test_mpi_scaling_command_writes_csv_and_png(tmp_path):
+    proc = run_hpclab("scaling", "pi-mc", "--ranks", "1,2", "--samples", "100000", "--trials", "1",
+                      "--out", str(tmp_path), "--no-progress", timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    rows = list(csv.DictReader(open(tmp_path / "pi-mc_strong.csv")))
+    assert [int(r["ranks"]) for r in rows] == [1, 2]
+    assert float(rows[0]["speedup"]) == 1.0 and all(r["passed"] == "True" for r in rows)
+    assert (tmp_path / "pi-mc_strong.png").stat().st_size > 1000
