@@ -384,3 +384,20 @@ def matmul(a, b, kernel: str = "naive", out=None, config: FastConfig | None = No
 def flops(m: int, k: int, n: int) -> float:
     """Floating-point operations of one m x k by k x n product (a multiply and an add per term)."""
     return 2.0 * m * k * n
+
+
+@cuda.jit
+def add_scaled_kernel(y, alpha, x):
+    """y += alpha * x, elementwise on 2-D arrays."""
+    i, j = cuda.grid(2)
+    if i < y.shape[0] and j < y.shape[1]:
+        y[i, j] += alpha * x[i, j]
+
+
+def add_scaled(y, alpha: float, x) -> None:
+    """y += alpha * x on device arrays of one shape (a gradient step: W -= lr * G)."""
+    if tuple(y.shape) != tuple(x.shape):
+        raise ValueError(f"add_scaled: shapes differ, {tuple(y.shape)} and {tuple(x.shape)}")
+    t = SIM_BLOCK if backend.is_simulator() else NAIVE_BLOCK
+    grid = ((y.shape[0] + t - 1) // t, (y.shape[1] + t - 1) // t)
+    add_scaled_kernel[grid, (t, t)](y, np.dtype(y.dtype).type(alpha), x)
