@@ -160,9 +160,15 @@ def run(args, ctx) -> Report:
         "wall_s": wall_s, "setup_transfer_s": setup_s,
         **{f"{k}_s": v for k, v in totals.items()},
     })
-    if rank != 0:
-        return report
+    if rank == 0:
+        summarise(report, args, ctx, n, dtype, sums, totals, wall_s, per_iter)
+    report.passed = comm.bcast(report.passed, root=0)     # the exit status is the same on every rank
+    return report
 
+
+def summarise(report, args, ctx, n, dtype, sums, totals, wall_s, per_iter) -> None:
+    """Rank 0: check the answer and fill in the FINAL RESULTS."""
+    size = ctx.comm.size
     global_sums = [g for _, g in sums]
     if args.init == "tutorial":
         expected = closed_form_sums(n, size, args.iterations, args.lr)
@@ -207,4 +213,3 @@ def run(args, ctx) -> Report:
         "tutorial_printed": TUTORIAL_PRINTED,
         "per_iteration_s": per_iter,
     }
-    return report
