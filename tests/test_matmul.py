@@ -6,7 +6,7 @@ import pytest
 
 from hpclab import backend
 from hpclab.kernels import matmul as mm
-from helpers import last_json, run_mpi
+from .helpers import last_json, run_mpi
 
 SIM = backend.is_simulator()
 

@@ -251,3 +251,33 @@ def print_table(n: int, rows: list[dict], best: dict | None) -> None:
     if best:
         print(f"best fast configuration: {best['config']} at {best['tflops']:.2f} TFLOP/s"
               + (f" = {100 * best['vs_cublas']:.1f}% of cuBLAS" if "vs_cublas" in best else ""))
+
+
+def measure(n: int, repeats: int = 3, kernels=("naive", "tiled", "fast")) -> dict[str, float]:
+    """TFLOP/s of each kernel, and of cuBLAS when CuPy works, for one n x n float32 product.
+
+    The default configurations only (the notebook's chart); ``main`` runs the full sweep.
+    """
+    backend.select()
+    from ..kernels import matmul as mm
+    from ..timing import median_time
+
+    rng = np.random.default_rng(n)
+    a_h = rng.uniform(-1, 1, (n, n)).astype(np.float32)
+    b_h = rng.uniform(-1, 1, (n, n)).astype(np.float32)
+    a, b = mm.cuda.to_device(a_h), mm.cuda.to_device(b_h)
+    c = mm.cuda.device_array((n, n), dtype=np.float32)
+    flop = mm.flops(n, n, n)
+    out = {}
+    for kernel in kernels:
+        t = median_time(lambda: mm.launch(kernel, a, b, c), repeats=repeats, warmup=1)  # noqa: B023
+        out[kernel] = flop / t / 1e12
+    if not backend.is_simulator():
+        try:
+            import cupy as cp
+
+            a_cp, b_cp = cp.asarray(a), cp.asarray(b)
+            out["cuBLAS"] = flop / median_time(lambda: cp.matmul(a_cp, b_cp), repeats=repeats, warmup=2) / 1e12
+        except Exception:  # noqa: BLE001 - no CuPy: no cuBLAS bar
+            pass
+    return out
