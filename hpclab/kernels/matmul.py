@@ -262,14 +262,18 @@ def fast_kernel(dtype, config: FastConfig):
                     b_next[s] = b[kk, cc] if kk < K and cc < N else nbt(0)
             a_base = cur * A_BUF + a_thread
             b_base = cur * B_BUF + b_thread
-            for k in range(nbk):
+            # A while loop, not range(): Numba's range loop carries extra counters,
+            # and k * SA keeps the 16-byte alignment visible to the compiler.
+            k = ZERO
+            while k < BK:
                 for i in range(ntm):
-                    a_frag[i] = As[a_base + u(k) * SA + A_OFF[i]]
+                    a_frag[i] = As[a_base + k * SA + A_OFF[i]]
                 for j in range(ntn):
-                    b_frag[j] = Bs[b_base + u(k) * SB + B_OFF[j]]
+                    b_frag[j] = Bs[b_base + k * SB + B_OFF[j]]
                 for i in range(ntm):
                     for j in range(ntn):
                         acc[i, j] += a_frag[i] * b_frag[j]
+                k += ONE
             if more:
                 # The other buffer was last read before the previous barrier: safe to fill.
                 nxt = ONE - cur
