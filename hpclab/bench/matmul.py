@@ -63,6 +63,13 @@ def parse(argv):
     return p.parse_args(argv)
 
 
+def _attr(dev, name: str, default=None):
+    try:
+        return getattr(dev, name)
+    except Exception:  # noqa: BLE001 - attributes come and go between CUDA versions
+        return default
+
+
 def device_info(cuda) -> dict:
     """Name, SMs, clock and the FP32 peak they imply (FMA = 2 flops per lane per clock)."""
     if backend.is_simulator():
@@ -70,20 +77,22 @@ def device_info(cuda) -> dict:
     dev = cuda.get_current_device()
     name = dev.name.decode() if isinstance(dev.name, bytes) else dev.name
     cc = tuple(dev.compute_capability)
-    sms = dev.MULTIPROCESSOR_COUNT
-    try:
-        clock_ghz = dev.CLOCK_RATE / 1e6          # kHz; the boost clock
-    except Exception:  # noqa: BLE001 - the attribute is deprecated in newer CUDA
-        clock_ghz = KNOWN_BOOST_GHZ.get(next((k for k in KNOWN_BOOST_GHZ if k in name), ""), 0.0)
+    sms = _attr(dev, "MULTIPROCESSOR_COUNT", 0)
+    clock_khz = _attr(dev, "CLOCK_RATE")          # the boost clock; deprecated in newer CUDA
+    clock_ghz = clock_khz / 1e6 if clock_khz else \
+        KNOWN_BOOST_GHZ.get(next((k for k in KNOWN_BOOST_GHZ if k in name), ""), 0.0)
     lanes = FP32_LANES_PER_SM.get(cc, 64 if cc[0] == 7 else 128)
-    if not clock_ghz:
-        return {"name": name, "compute_capability": f"{cc[0]}.{cc[1]}", "sms": sms, "fp32_peak_tflops": None}
-    return {"name": name, "compute_capability": f"{cc[0]}.{cc[1]}", "sms": sms, "clock_ghz": clock_ghz,
-            "fp32_lanes_per_sm": lanes, "fp32_peak_tflops": 2 * lanes * sms * clock_ghz / 1e3,
-            "regs_per_sm": dev.MAX_REGISTERS_PER_MULTIPROCESSOR,
-            "smem_per_sm": dev.MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
-            "threads_per_sm": dev.MAX_THREADS_PER_MULTIPROCESSOR,
-            "blocks_per_sm": getattr(dev, "MAX_BLOCKS_PER_MULTIPROCESSOR", 32)}
+    info = {"name": name, "compute_capability": f"{cc[0]}.{cc[1]}", "sms": sms, "clock_ghz": clock_ghz,
+            "fp32_lanes_per_sm": lanes,
+            "fp32_peak_tflops": 2 * lanes * sms * clock_ghz / 1e3 if sms and clock_ghz else None}
+    limits = {"regs_per_sm": "MAX_REGISTERS_PER_MULTIPROCESSOR",
+              "smem_per_sm": "MAX_SHARED_MEMORY_PER_MULTIPROCESSOR",
+              "threads_per_sm": "MAX_THREADS_PER_MULTIPROCESSOR",
+              "blocks_per_sm": "MAX_BLOCKS_PER_MULTIPROCESSOR"}
+    values = {k: _attr(dev, v) for k, v in limits.items()}
+    if all(values.values()):
+        info.update(values)
+    return info
 
 
 def resources(kernel, threads: int, dev: dict) -> dict:
@@ -142,7 +151,8 @@ def main(argv=None) -> int:
     peak = dev.get("fp32_peak_tflops")
     print(f"device: {dev['name']}" + (f", FP32 peak {peak:.1f} TFLOP/s ({dev['sms']} SMs x "
                                       f"{dev['fp32_lanes_per_sm']} lanes x 2 x {dev['clock_ghz']:.2f} GHz)"
-                                      if peak else " (timings are not meaningful)"))
+                                      if peak else (" (timings are not meaningful)" if sim else
+                                                    " (FP32 peak unknown: no clock rate)")))
     f32 = np.dtype(np.float32)
     default = mm.fast_config(f32)
     if sim:
