@@ -1,0 +1,183 @@
+"""Matrix multiply: kernels against NumPy, input errors, the tutorial's program and distributed GEMM."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hpclab import backend
+from hpclab.kernels import matmul as mm
+from .helpers import last_json, run_mpi
+
+SIM = backend.is_simulator()
+
+
+def operands(m, k, n, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.uniform(-1, 1, (m, k)).astype(dtype), rng.uniform(-1, 1, (k, n)).astype(dtype)
+
+
+def assert_product(c, a, b):
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    assert c.shape == ref.shape and c.dtype == a.dtype
+    tol = 8 * np.finfo(a.dtype).eps * max(1.0, np.sqrt(a.shape[1])) * np.abs(ref).max()
+    np.testing.assert_allclose(c, ref, rtol=0, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("kernel", mm.KERNELS)
+def test_odd_shapes_match_numpy(kernel, dtype):
+    a, b = operands(37, 29, 53, dtype)
+    assert_product(mm.matmul(a, b, kernel), a, b)
+
+
+# Tile shapes run on the simulator too: the default GPU one (256 threads,
+# 16-byte runs), scalar runs without padding, and a deeper k-tile. The
+# shapes leave partial tiles in every direction and span several blocks.
+@pytest.mark.parametrize("config, shape", [
+    (mm.FAST_CONFIG[np.dtype(np.float32)], (130, 9, 3)),
+    (mm.FastConfig(16, 16, 4, 4, 4, vec=1, pad=0), (37, 29, 53)),
+    (mm.FastConfig(32, 16, 8, 4, 4, vec=4, pad=4), (40, 17, 20)),
+])
+def test_fast_configurations(config, shape):
+    a, b = operands(*shape, np.float32, seed=1)
+    assert_product(mm.matmul(a, b, "fast", config=config), a, b)
+
+
+@pytest.mark.parametrize("kernel", mm.KERNELS)
+def test_degenerate_shapes(kernel):
+    for m, k, n in [(1, 1, 1), (3, 1, 2), (1, 7, 1)]:
+        a, b = operands(m, k, n, np.float64, seed=m + k + n)
+        assert_product(mm.matmul(a, b, kernel), a, b)
+
+
+def test_device_arrays_stay_on_device_and_out_is_used():
+    a, b = operands(9, 10, 11, np.float32)
+    da, db = mm.cuda.to_device(a), mm.cuda.to_device(b)
+    out = mm.cuda.device_array((9, 11), dtype=np.float32)
+    got = mm.matmul(da, db, "fast", out=out)
+    assert got is out and hasattr(got, "copy_to_host")
+    assert_product(got.copy_to_host(), a, b)
+    host_out = np.empty((9, 11), dtype=np.float32)
+    assert mm.matmul(a, b, "naive", out=host_out) is host_out
+    assert_product(host_out, a, b)
+
+
+def test_non_contiguous_numpy_input():
+    a, b = operands(12, 8, 6, np.float64)
+    assert_product(mm.matmul(np.asfortranarray(a), b[:, ::1], "tiled"), a, b)
+
+
+@pytest.mark.parametrize("a, b, words", [
+    (np.ones((3, 4), np.float32), np.ones((5, 2), np.float32), ["a's columns (4)", "b's rows (5)"]),
+    (np.ones(4, np.float32), np.ones((4, 2), np.float32), ["2-D", "1-D"]),
+    (np.ones((0, 4), np.float32), np.ones((4, 2), np.float32), ["empty", "(0, 4)"]),
+    (np.ones((3, 4), np.int32), np.ones((4, 2), np.int32), ["int32", "float32 and float64"]),
+    (np.ones((3, 4), np.complex64), np.ones((4, 2), np.complex64), ["complex64", "float32 and float64"]),
+    (np.ones((3, 4), np.float32), np.ones((4, 2), np.float64), ["float32", "float64", "same dtype"]),
+])
+def test_bad_input_is_explained(a, b, words):
+    with pytest.raises(ValueError) as err:
+        mm.matmul(a, b, "naive")
+    for w in words:
+        assert w in str(err.value)
+
+
+def test_bad_kernel_out_and_config():
+    a, b = operands(3, 4, 2, np.float32)
+    with pytest.raises(ValueError, match="unknown kernel 'blas'"):
+        mm.matmul(a, b, "blas")
+    with pytest.raises(ValueError, match="must be a 3 x 2 float32"):
+        mm.matmul(a, b, "naive", out=np.empty((2, 3), np.float32))
+    with pytest.raises(ValueError, match="cannot be built"):
+        mm.fast_kernel(np.dtype(np.float32), mm.FastConfig(128, 128, 8, 6, 8))
+
+
+def test_add_scaled():
+    x, y = operands(5, 7, 1, np.float32)[0], operands(5, 7, 1, np.float32, seed=3)[0]
+    dy = mm.cuda.to_device(y)
+    mm.add_scaled(dy, -0.5, mm.cuda.to_device(x))
+    np.testing.assert_allclose(dy.copy_to_host(), y - 0.5 * x, rtol=1e-6)
+
+
+def test_tutorial_closed_form():
+    from hpclab.programs.matmul_reduce import closed_form_sum, reference_sums
+
+    # rank r's C has N^2 elements, each (1 + r) * 0.5 * N: 8388608 per unit of (1 + r) at N = 256
+    assert closed_form_sum(256, 1) == 8388608.0
+    assert closed_form_sum(256, 2) == 8388608.0 * (1 + 2) == 25165824.0
+    assert closed_form_sum(256, 4) == 8388608.0 * 10
+    assert reference_sums(8, 3, "tutorial", 0, np.float32, 1, 0.1) == [closed_form_sum(8, 3)]
+
+
+def test_check_explains_wrong_products():
+    from hpclab.check import matmul as check
+
+    a, b = operands(37, 29, 53, np.float32)
+    c = a @ b
+    assert check.product(c, a, b, tile=8, quiet=True)
+    assert "transpose" in check.product(c.T, a, b, tile=8, quiet=True).message
+    edge = c.copy()
+    edge[32:] = 0
+    assert "last partial tile" in check.product(edge, a, b, tile=8, quiet=True).message
+    short = a[:, :24] @ b[:24]
+    assert "last 5 terms" in check.product(short, a, b, tile=8, quiet=True).message
+    assert "rank 0's share" in check.global_sum(8388608, 256, 2, quiet=True).message
+    assert check.global_sum(25165824, 256, 2, quiet=True)
+
+
+# ---- under mpiexec -----------------------------------------------------------
+
+@pytest.mark.mpi
+def test_matmul_reduce_reports_closed_form_sum():
+    proc = run_mpi(2, "run", "matmul-reduce", "--json", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = last_json(proc)
+    n = out["result"]["n"]
+    assert n == (32 if SIM else 256)
+    # sum over ranks r = 0, 1 of N^2 elements each equal to (1 + r) * 0.5 * N
+    assert out["result"]["global_sum"] == sum(n * n * (1 + r) * 0.5 * n for r in range(2))
+    assert out["result"]["expected_sum"] == out["result"]["global_sum"]
+    assert out["passed"] and out["timings"]["wall_s"] > 0
+    assert {"compute_s", "transfer_s", "comm_s"} <= set(out["timings"])
+
+
+@pytest.mark.mpi
+def test_matmul_reduce_training_loop_random():
+    proc = run_mpi(3, "run", "matmul-reduce", "--n", "12", "--init", "random", "--seed", "5",
+                   "--iterations", "3", "--kernel", "fast", "--json", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = last_json(proc)["result"]
+    assert len(out["global_sums"]) == 3
+    np.testing.assert_allclose(out["global_sums"], out["expected_sums"], rtol=1e-5)
+    assert out["global_sums"][0] > out["global_sums"][2]      # the gradient step lowers the loss
+    assert len(out["per_iteration_s"]) == 3
+
+
+@pytest.mark.mpi
+def test_distributed_matmul_independent_of_rank_count():
+    results = []
+    for ranks in (2, 3):        # 20 rows: 10 + 10, then 7 + 7 + 6
+        proc = run_mpi(ranks, "run", "matmul", "--n", "20", "--kernel", "tiled", "--json", timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        out = last_json(proc)
+        assert out["passed"] and out["result"]["max_rel_error"] <= out["result"]["tolerance"]
+        assert sum(out["result"]["rows_per_rank"]) == 20
+        results.append(out)
+    assert results[1]["result"]["rows_per_rank"] == [7, 7, 6]
+    assert results[0]["result"]["c_checksum"] == results[1]["result"]["c_checksum"]
+    assert results[0]["timings"]["wall_s"] > 0
+
+
+@pytest.mark.mpi
+def test_distributed_matmul_too_few_rows_fails_fast():
+    proc = run_mpi(3, "run", "matmul", "--n", "2", timeout=60)
+    assert proc.returncode != 0
+    assert proc.stderr.count("2 rows (--n) cannot be shared among 3 ranks") >= 3   # on every rank
+    assert "mpiexec -n 2" in proc.stderr
+
+
+@pytest.mark.mpi
+def test_matmul_reduce_bad_learning_rate():
+    proc = run_mpi(2, "run", "matmul-reduce", "--lr", "-1", timeout=60)
+    assert proc.returncode != 0
+    assert "--lr -1.0 must be a finite number >= 0" in proc.stderr
