@@ -127,7 +127,36 @@ def _make_gemm(trans_a: bool, trans_b: bool, acc, BM: int, BN: int, BK: int, TM:
     return gemm, (TX, TY)
 
 
-def _gemm(a, b, out, trans_a: bool = False, trans_b: bool = False):
+def _make_simple_gemm(trans_a: bool, trans_b: bool, acc):
+    @cuda.jit
+    def gemm_simple(a, b, out, M, N, K):
+        """One output per loop trip, no shared memory: the simulator's path
+        (its barriers and shared arrays cost far more than the arithmetic)."""
+        for e in range(cuda.grid(1), M * N, cuda.gridsize(1)):
+            i = e // N
+            j = e % N
+            s = acc(0)
+            for k in range(K):
+                if trans_a:
+                    av = acc(a[k, i])
+                else:
+                    av = acc(a[i, k])
+                if trans_b:
+                    bv = acc(b[j, k])
+                else:
+                    bv = acc(b[k, j])
+                s += av * bv
+            out[i, j] = s
+
+    return gemm_simple
+
+
+# The kernel the dense layers use: tiled on a GPU, simple on the simulator.
+# Tests call both explicitly.
+DEFAULT_GEMM = "simple" if SIM else "tiled"
+
+
+def _gemm(a, b, out, trans_a: bool = False, trans_b: bool = False, kernel: str | None = None):
     """out = op(a) @ op(b) on the device; returns out.
 
     The one place where the dense layers multiply matrices. Shapes are
@@ -138,14 +167,23 @@ def _gemm(a, b, out, trans_a: bool = False, trans_b: bool = False):
     if K != Kb or tuple(out.shape) != (M, N):
         raise ValueError(f"matrix shapes do not fit: op(a) is {M}x{K}, op(b) is {Kb}x{N}, "
                          f"out is {'x'.join(map(str, out.shape))} (expected {M}x{N})")
+    kernel = kernel or DEFAULT_GEMM
     acc = _acc_type(a, b)
-    key = (trans_a, trans_b, acc)
+    key = (kernel, trans_a, trans_b, acc)
     if key not in _gemm_kernels:
-        _gemm_kernels[key] = _make_gemm(trans_a, trans_b, acc, **GEMM)
-    kernel, threads = _gemm_kernels[key]
+        if kernel == "tiled":
+            _gemm_kernels[key] = _make_gemm(trans_a, trans_b, acc, **GEMM)
+        elif kernel == "simple":
+            _gemm_kernels[key] = (_make_simple_gemm(trans_a, trans_b, acc), None)
+        else:
+            raise ValueError(f"unknown GEMM kernel {kernel!r}; use 'tiled' or 'simple'")
+    fn, threads = _gemm_kernels[key]
+    if kernel == "simple":
+        fn[_launch(M * N)](a, b, out, M, N, K)
+        return out
     tiles = ((M + GEMM["BM"] - 1) // GEMM["BM"]) * ((N + GEMM["BN"] - 1) // GEMM["BN"])
     blocks = min(tiles, 2) if SIM else min(tiles, 65535)
-    kernel[blocks, threads](a, b, out, M, N, K)
+    fn[blocks, threads](a, b, out, M, N, K)
     return out
 
 
