@@ -20,6 +20,7 @@ computes the same answer.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
@@ -28,6 +29,12 @@ from ..backend import cuda as _cuda
 
 cuda = _cuda()  # before anything of numba loads: the backend is chosen here
 from numba import float32, float64  # noqa: E402
+from numba.core.errors import NumbaPerformanceWarning  # noqa: E402
+
+# A small model launches small grids on purpose (the tiny MLP of Exercise 5
+# is the example of DDP not paying off); Numba's under-utilisation hint would
+# print on every rank for every kernel.
+warnings.filterwarnings("ignore", message=r"Grid size \d+ will likely", category=NumbaPerformanceWarning)
 SIM = backend.is_simulator()
 
 
