@@ -22,6 +22,7 @@ class Placement:
     local_rank: int
     local_size: int
     gpu: int
+    node_gpus: int
     gpu_name: str
     gpu_uuid: str
 
@@ -74,7 +75,8 @@ def select_gpu(comm=None) -> Placement:
         dev = cuda.get_current_device()
         name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
         uuid = str(getattr(dev, "uuid", "?"))
-    _placement = Placement(comm.rank, comm.size, socket.gethostname(), lrank, lsize, gpu, name, uuid)
+    _placement = Placement(comm.rank, comm.size, socket.gethostname(), lrank, lsize, gpu, ngpus,
+                           name, uuid)
     return _placement
 
 

@@ -1,0 +1,119 @@
+"""Build ``exercises/`` from ``solutions/``, and check that it is current.
+
+In a solution notebook, the answer sits between two marker lines inside a
+code cell::
+
+    ### BEGIN SOLUTION
+    ... the answer ...
+    ### END SOLUTION
+
+The exercise keeps everything else and puts, at the answer's indentation, a
+line that raises ``NotImplementedError`` telling the learner what to write.
+Outputs are dropped. ``exercises/`` is never edited by hand.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nbformat
+
+BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+STUB = 'raise NotImplementedError("exercise: write this part (see the instructions above)")'
+
+
+class MarkerError(ValueError):
+    pass
+
+
+def strip_solution(source: str, where: str = "cell") -> str:
+    """Replace each marked answer with a stub at the same indentation."""
+    out, inside, indent = [], False, ""
+    for number, line in enumerate(source.splitlines(), 1):
+        stripped = line.strip()
+        if stripped == BEGIN:
+            if inside:
+                raise MarkerError(f"{where}, line {number}: {BEGIN} inside another solution")
+            inside, indent = True, line[: len(line) - len(line.lstrip())]
+            out.append(f"{indent}{STUB}")
+        elif stripped == END:
+            if not inside:
+                raise MarkerError(f"{where}, line {number}: {END} without {BEGIN}")
+            inside = False
+        elif not inside:
+            out.append(line)
+    if inside:
+        raise MarkerError(f"{where}: {BEGIN} is never closed by {END}")
+    return "\n".join(out)
+
+
+def exercise_notebook(solution: nbformat.NotebookNode, name: str = "") -> nbformat.NotebookNode:
+    nb = nbformat.from_dict(solution)
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "code":
+            cell.source = strip_solution(cell.source, f"{name} cell {index}")
+            cell.outputs, cell.execution_count = [], None
+    return nb
+
+
+def _pairs(root: Path):
+    for solution in sorted((root / "solutions").glob("*.ipynb")):
+        yield solution, root / "exercises" / solution.name
+
+
+def render(solution: Path) -> str:
+    nb = exercise_notebook(nbformat.read(solution, as_version=4), solution.name)
+    return nbformat.writes(nb) + "\n"
+
+
+def build(root: Path) -> list[Path]:
+    (root / "exercises").mkdir(exist_ok=True)
+    written = []
+    for solution, exercise in _pairs(root):
+        text = render(solution)
+        if not exercise.exists() or exercise.read_text() != text:
+            exercise.write_text(text)
+            written.append(exercise)
+    known = {s.name for s, _ in _pairs(root)}
+    for stale in (root / "exercises").glob("*.ipynb"):
+        if stale.name not in known:
+            stale.unlink()
+            written.append(stale)
+    return written
+
+
+def check(root: Path) -> list[str]:
+    """Problems that make exercises/ differ from what build() would write."""
+    problems = []
+    for solution, exercise in _pairs(root):
+        if BEGIN not in solution.read_text():
+            problems.append(f"{solution} has no {BEGIN} marker: nothing for the learner to write")
+        if not exercise.exists():
+            problems.append(f"{exercise} is missing")
+        elif exercise.read_text() != render(solution):
+            problems.append(f"{exercise} is out of date with {solution}")
+    known = {s.name for s, _ in _pairs(root)}
+    problems += [f"{p} has no solution" for p in (root / "exercises").glob("*.ipynb")
+                 if p.name not in known]
+    return problems
+
+
+def main(action: str, root: str = ".") -> int:
+    path = Path(root)
+    try:
+        if action == "build":
+            for p in build(path):
+                print(f"wrote {p}")
+            print("exercises/ is up to date")
+            return 0
+        problems = check(path)
+    except MarkerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    for p in problems:
+        print(f"error: {p}", file=sys.stderr)
+    if problems:
+        print("run `python -m hpclab exercises build` (never edit exercises/ by hand)", file=sys.stderr)
+        return 1
+    print(f"exercises/ matches solutions/ ({len(list(_pairs(path)))} notebooks)")
+    return 0

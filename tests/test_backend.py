@@ -1,0 +1,57 @@
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from hpclab import backend
+
+from .helpers import ROOT, env
+
+
+def test_simulator_selected_without_gpu():
+    assert backend.select() == "sim"
+    assert os.environ["NUMBA_ENABLE_CUDASIM"] == "1"
+    assert backend.auto_size(gpu=10**9, sim=7) == 7
+    assert "simulator" in backend.describe()
+
+
+def test_unknown_backend_name_is_a_clear_error():
+    with pytest.raises(backend.BackendError, match="use one of auto, gpu, sim"):
+        backend._decide("cuda")
+
+
+@pytest.mark.skipif(backend.count_gpus() > 0, reason="needs a machine without a GPU")
+def test_gpu_backend_without_gpu_fails_fast_with_the_fix():
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "hpclab", "run", "collectives"], capture_output=True,
+                          text=True, timeout=60, env=env(HPCLAB_BACKEND="gpu"), cwd=ROOT)
+    assert proc.returncode == 2
+    assert "HPCLAB_BACKEND=gpu but no CUDA GPU" in proc.stderr
+    assert "HPCLAB_BACKEND=sim" in proc.stderr        # names the fix
+    assert time.monotonic() - t0 < 30
+
+
+def test_numba_cuda_imported_first_is_detected():
+    code = ("import os; os.environ['NUMBA_ENABLE_CUDASIM'] = '0'\n"
+            "import numba.cuda\n"
+            "from hpclab import backend\n"
+            "try:\n    backend.select('sim')\nexcept backend.BackendError as e:\n    print('ERR', e)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env=env(), cwd=ROOT)
+    assert "ERR numba.cuda was imported before hpclab chose the backend" in proc.stdout, proc.stderr
+
+
+def test_switching_backend_in_a_process_is_refused():
+    backend.select()
+    with pytest.raises(backend.BackendError, match="restart"):
+        backend.select("gpu")
+
+
+def test_info_reports_everything():
+    proc = subprocess.run([sys.executable, "-m", "hpclab", "info"], capture_output=True, text=True,
+                          timeout=60, env=env(), cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    for key in ("backend", "GPUs (driver)", "MPI ", "CUDA-aware MPI", "NCCL", "ipyparallel"):
+        assert key in proc.stdout

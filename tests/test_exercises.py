@@ -1,0 +1,85 @@
+import ast
+import re
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from hpclab import exercises
+
+from .helpers import ROOT, env
+
+
+def _python(source: str) -> str:
+    """Cell source without IPython magics, for ast.parse."""
+    return "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in source.splitlines())
+
+
+def test_exercises_are_current():
+    proc = subprocess.run([sys.executable, "-m", "hpclab", "exercises", "check"], capture_output=True,
+                          text=True, timeout=60, env=env(), cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_strip_keeps_indentation_and_surroundings():
+    src = "def f(x):\n    y = 1\n    ### BEGIN SOLUTION\n    return x + y\n    ### END SOLUTION\n"
+    out = exercises.strip_solution(src)
+    assert out == f"def f(x):\n    y = 1\n    {exercises.STUB}"
+    ns = {}
+    exec(out, ns)
+    with pytest.raises(NotImplementedError):
+        ns["f"](1)
+
+
+@pytest.mark.parametrize("src, problem", [
+    ("### BEGIN SOLUTION\nx = 1\n", "never closed"),
+    ("x = 1\n### END SOLUTION\n", "without"),
+    ("### BEGIN SOLUTION\n### BEGIN SOLUTION\n", "inside another"),
+])
+def test_broken_markers_are_reported(src, problem):
+    with pytest.raises(exercises.MarkerError, match=problem):
+        exercises.strip_solution(src)
+
+
+def test_check_notices_a_hand_edited_exercise(tmp_path):
+    (tmp_path / "solutions").mkdir()
+    (tmp_path / "exercises").mkdir()
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "### BEGIN SOLUTION\nanswer = 42\n### END SOLUTION\nprint(answer)")])
+    nbformat.write(nb, tmp_path / "solutions" / "99_demo.ipynb")
+    assert exercises.check(tmp_path) == [f"{tmp_path / 'exercises' / '99_demo.ipynb'} is missing"]
+    exercises.build(tmp_path)
+    assert exercises.check(tmp_path) == []
+    path = tmp_path / "exercises" / "99_demo.ipynb"
+    path.write_text(path.read_text().replace("print(answer)", "print(answer + 1)"))
+    assert "out of date" in exercises.check(tmp_path)[0]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "solutions").glob("*.ipynb")), ids=lambda p: p.name)
+def test_every_solution_has_an_exercise_and_all_cells_parse(path):
+    exercise = nbformat.read(ROOT / "exercises" / path.name, as_version=4)
+    stubs = 0
+    for cell in exercise.cells:
+        if cell.cell_type == "code":
+            ast.parse(_python(cell.source))
+            stubs += cell.source.count("NotImplementedError")
+    assert stubs >= 1
+    for cell in nbformat.read(path, as_version=4).cells:
+        if cell.cell_type == "code":
+            ast.parse(_python(cell.source))
+
+
+def test_committed_notebooks_carry_no_outputs():
+    paths = [p for d in ("notebooks", "solutions", "exercises") for p in sorted((ROOT / d).glob("*.ipynb"))]
+    assert paths
+    for path in paths:
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type == "code":
+                assert not cell.outputs and cell.execution_count is None, f"{path.name} has outputs"
+
+
+def test_notebooks_are_numbered_in_order():
+    names = [p.name for p in sorted((ROOT / "notebooks").glob("*.ipynb"))]
+    assert all(re.match(r"\d\d_[a-z0-9_]+\.ipynb$", n) for n in names)
+    assert names[:2] == ["00_setup.ipynb", "01_collectives.ipynb"]
