@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from hpclab.ddp import DistributedSampler, LossScaler, check_batch
-from helpers import ROOT, env, last_json, mpiexec, run_mpi
+from .helpers import ROOT, env, last_json, mpiexec, run_mpi
 
 
 # -- sampler (no MPI needed: every rank's view is computed here) -----------------------
