@@ -1,0 +1,163 @@
+"""An MLP whose parameters live in one flat device vector, and its gradients in another.
+
+Flat storage is what makes data parallelism cheap to write: broadcasting the
+initial weights, all-reducing the gradients, checking that replicas agree and
+applying the optimiser are each one operation on one array. Each layer's W
+and b are views into the flat vectors. The gradient vector (the "bucket")
+has two extra slots at its end for the batch's loss and number of correct
+predictions, so a single all-reduce per step carries all of them.
+
+Precision: ``dtype`` is that of the master weights, gradients and optimiser
+state; ``compute_dtype`` is what the forward and backward passes use. With
+float16 compute (mixed precision) the model keeps a float16 copy of the
+weights, refreshed after every update.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..kernels import mlp as K
+
+cuda = K.cuda
+EXTRA_SLOTS = 2  # loss, correct predictions
+
+
+def layout(sizes) -> list[tuple[str, tuple[int, ...]]]:
+    """Parameter names and shapes of an MLP with these layer widths."""
+    out = []
+    for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        out += [(f"W{i}", (n_in, n_out)), (f"b{i}", (n_out,))]
+    return out
+
+
+def count_parameters(sizes) -> int:
+    return sum(int(np.prod(shape)) for _, shape in layout(sizes))
+
+
+def init_parameters(sizes, seed: int, dtype=np.float32) -> np.ndarray:
+    """PyTorch's default for nn.Linear: W and b uniform in +-1/sqrt(fan_in), flattened."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    for name, shape in layout(sizes):
+        fan_in = shape[0] if name.startswith("W") else sizes[int(name[1:])]
+        bound = 1.0 / np.sqrt(fan_in)
+        parts.append(rng.uniform(-bound, bound, size=shape).ravel())
+    return np.concatenate(parts).astype(dtype)
+
+
+def _views(flat, sizes):
+    views, offset = [], 0
+    for name, shape in layout(sizes):
+        n = int(np.prod(shape))
+        views.append(flat[offset:offset + n].reshape(shape))
+        offset += n
+    return [(views[i], views[i + 1]) for i in range(0, len(views), 2)]
+
+
+class MLP:
+    """Dense layers with ReLU between them (none after the last), on this rank's GPU."""
+
+    def __init__(self, sizes, dtype=np.float32, compute_dtype=None):
+        if len(sizes) < 2 or any(int(s) <= 0 for s in sizes):
+            raise ValueError(f"layer widths must be at least two positive numbers, got {list(sizes)}")
+        self.sizes = [int(s) for s in sizes]
+        self.dtype = np.dtype(dtype)
+        self.compute_dtype = np.dtype(compute_dtype or dtype)
+        self.n_params = count_parameters(self.sizes)
+        self.params = cuda.device_array(self.n_params, self.dtype)
+        self.compute_params = (self.params if self.compute_dtype == self.dtype
+                               else cuda.device_array(self.n_params, self.compute_dtype))
+        self.layers = _views(self.compute_params, self.sizes)
+        self.bucket = cuda.device_array(self.n_params + EXTRA_SLOTS, self.dtype)
+        self.grads = _views(self.bucket[:self.n_params], self.sizes)
+        self.grad_vector = self.bucket[:self.n_params]
+        self.stat_slots = self.bucket[self.n_params:]
+        self._work: dict[int, dict] = {}
+        self._aranges: dict[int, object] = {}
+
+    # -- parameters -------------------------------------------------------------------
+    def describe(self) -> tuple:
+        return (tuple(self.sizes), self.dtype.name, self.compute_dtype.name)
+
+    def load(self, flat_host: np.ndarray) -> None:
+        if flat_host.shape != (self.n_params,):
+            raise ValueError(f"{flat_host.shape[0]} values for a model of {self.n_params} parameters")
+        self.params.copy_to_device(np.ascontiguousarray(flat_host, dtype=self.dtype))
+        self.refresh_compute_copy()
+
+    def refresh_compute_copy(self) -> None:
+        if self.compute_params is not self.params:
+            K.cast(self.params, self.compute_params)
+
+    def parameters_host(self) -> np.ndarray:
+        return self.params.copy_to_host()
+
+    def memory_bytes(self, batch: int, optimizer: str) -> dict[str, int]:
+        """What this model allocates, by purpose (for comparison with 14 x parameters)."""
+        p, item, citem = self.n_params, self.dtype.itemsize, self.compute_dtype.itemsize
+        states = {"sgd": 1, "adam": 2}.get(optimizer, 0)
+        acts = sum(self.sizes) * batch * citem + sum(self.sizes[1:]) * batch * citem
+        return {
+            "master_weights": p * item,
+            "compute_copy": p * citem if self.compute_params is not self.params else 0,
+            "gradients": (p + EXTRA_SLOTS) * item,
+            "optimizer_state": states * p * item,
+            "activations": acts + batch * EXTRA_SLOTS * item,
+        }
+
+    # -- one pass ---------------------------------------------------------------------
+    def workspace(self, n: int) -> dict:
+        """Activation and gradient buffers for a batch of n rows (allocated once per n)."""
+        if n not in self._work:
+            c = self.compute_dtype
+            self._work[n] = {
+                "acts": [cuda.device_array((n, w), c) for w in self.sizes],
+                "dz": [None] + [cuda.device_array((n, w), c) for w in self.sizes[1:]],
+                "stats": cuda.device_array((n, EXTRA_SLOTS), self.dtype),
+            }
+        return self._work[n]
+
+    def forward(self, n: int):
+        """Logits of a batch already placed in ``workspace(n)["acts"][0]``; returns them."""
+        acts = self.workspace(n)["acts"]
+        last = len(self.layers) - 1
+        for i, (w, b) in enumerate(self.layers):
+            K.dense_forward(acts[i], w, b, acts[i + 1], relu=i < last)
+        return acts[-1]
+
+    def loss_and_gradients(self, n: int, targets, loss: str, grad_scale: float, loss_scale: float):
+        """Forward, loss and backward for the n rows in the workspace.
+
+        Gradients of ``grad_scale * sum of per-row losses`` land in the
+        bucket; the bucket's last two slots get ``loss_scale * sum of losses``
+        and the number of correct predictions.
+        """
+        work = self.workspace(n)
+        logits = self.forward(n)
+        dz = work["dz"][-1]
+        if loss == "xent":
+            K.softmax_cross_entropy(logits, targets, dz, work["stats"], grad_scale, loss_scale)
+        else:
+            K.mean_squared_error(logits, targets, dz, work["stats"], grad_scale, loss_scale)
+        K.col_sum(work["stats"], self.stat_slots)
+        for i in reversed(range(len(self.layers))):
+            w, _ = self.layers[i]
+            dw, db = self.grads[i]
+            dx = work["dz"][i] if i > 0 else None
+            K.dense_backward(work["acts"][i], w, dz, dw, db, dx)
+            if i > 0:
+                dz = K.relu_backward(dx, work["acts"][i], dx)
+        return self.bucket
+
+    def evaluate_rows(self, x, y, loss: str) -> np.ndarray:
+        """[sum of per-row losses, correct predictions] for the rows x (device), no gradients."""
+        n = x.shape[0]
+        work = self.workspace(n)
+        if n not in self._aranges:
+            self._aranges[n] = cuda.to_device(np.arange(n, dtype=np.int32))
+        K.take_rows(x, self._aranges[n], work["acts"][0])
+        logits = self.forward(n)
+        fn = K.softmax_cross_entropy if loss == "xent" else K.mean_squared_error
+        fn(logits, y, work["dz"][-1], work["stats"], 0.0, 1.0)
+        totals = cuda.device_array(EXTRA_SLOTS, self.dtype)
+        return K.col_sum(work["stats"], totals).copy_to_host().astype(np.float64)

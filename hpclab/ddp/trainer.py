@@ -1,0 +1,204 @@
+"""Data-parallel training: the mechanism PyTorch's DDP hides, in four moves.
+
+1. Rank 0's initial weights are broadcast, so every replica starts the same.
+2. Each rank computes the gradient of its share of the global batch, scaled
+   by 1/global_batch (not 1/per-rank batch): summed over ranks, that is the
+   mean gradient over the global batch, exactly what one GPU would compute.
+3. One all-reduce (sum) of the flat gradient bucket per step, through the
+   chosen ``hpclab.comm`` backend; the batch's loss rides in the same bucket.
+4. Every rank applies the same update to the same weights with the same
+   gradient, so the replicas stay identical; :func:`replica_checksums` checks.
+"""
+from __future__ import annotations
+
+import math
+import zlib
+
+import numpy as np
+
+from .. import comm as hcomm
+from ..comm import RankError
+from ..kernels import mlp as K
+from ..timing import Phases
+from .model import MLP
+
+cuda = K.cuda
+OPTIMIZERS = ("sgd", "adam")
+
+
+def everyone_fails(comm, what: str, message: str) -> RankError:
+    """An error every rank raises identically (they all saw the same numbers)."""
+    return RankError(what, {r: message for r in range(comm.size)}, comm.size)
+
+
+def check_same_model(comm, model: MLP) -> None:
+    """Compare layer widths and dtypes on all ranks before any collective on them.
+
+    Buffers of different lengths in an all-reduce hang or corrupt memory; an
+    allgather of the descriptions finds it first and names the odd ranks.
+    """
+    everyone = comm.allgather(model.describe())
+    bad = {r: f"model {list(d[0])} ({d[1]}, compute {d[2]}) but rank 0 has "
+              f"{list(everyone[0][0])} ({everyone[0][1]}, compute {everyone[0][2]}); "
+              "every rank must build the same model"
+           for r, d in enumerate(everyone) if d != everyone[0]}
+    if bad:
+        raise RankError("model shape check", bad, comm.size)
+
+
+def broadcast_parameters(be, model: MLP) -> None:
+    """Rank 0's weights to every rank (DDP does this when it wraps the model)."""
+    out = be.bcast(model.params, root=0)
+    if out is not model.params:
+        model.params.copy_to_device(out)
+    model.refresh_compute_copy()
+
+
+def replica_checksums(comm, model: MLP) -> dict:
+    """Min and max over ranks of three checksums of the weights: equal iff replicas agree.
+
+    A float64 sum, a position-weighted sum (catches swapped values) and a
+    CRC32 of the raw bytes (catches any bit that differs).
+    """
+    from mpi4py import MPI
+
+    p = model.parameters_host()
+    p64 = p.astype(np.float64)
+    mine = np.array([p64.sum(), (p64 * (1.0 + np.arange(p64.size) % 7)).sum(),
+                     float(zlib.crc32(p.tobytes()))])
+    lo, hi = np.empty_like(mine), np.empty_like(mine)
+    comm.Allreduce(mine, lo, op=MPI.MIN)
+    comm.Allreduce(mine, hi, op=MPI.MAX)
+    return {"identical": bool(np.array_equal(lo, hi)), "sum": float(mine[0]),
+            "min": lo.tolist(), "max": hi.tolist()}
+
+
+class LossScaler:
+    """Dynamic loss scaling for float16 gradients (the scheme of PyTorch's GradScaler).
+
+    The loss is multiplied by ``scale`` before the backward pass so that small
+    gradients survive float16; gradients are divided by it before the update.
+    A step whose gradients overflow is skipped and the scale halved; after
+    ``growth_interval`` good steps in a row the scale doubles.
+    """
+
+    def __init__(self, scale: float = 2.0 ** 16, growth_interval: int = 200):
+        self.scale, self.growth_interval = scale, growth_interval
+        self.good_steps, self.skipped = 0, 0
+
+    def update(self, overflow: bool) -> None:
+        if overflow:
+            self.scale /= 2
+            self.good_steps = 0
+            self.skipped += 1
+            return
+        self.good_steps += 1
+        if self.good_steps == self.growth_interval:
+            self.scale *= 2
+            self.good_steps = 0
+
+
+class DDPTrainer:
+    """Trains one replica of ``model``; call the same methods on every rank."""
+
+    def __init__(self, model: MLP, comm, comm_backend="auto", optimizer: str = "sgd",
+                 lr: float = 0.01, momentum: float = 0.0, scale_lr: bool = False,
+                 loss: str = "xent", loss_scaling: bool = False):
+        if optimizer not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {optimizer!r}; use one of {', '.join(OPTIMIZERS)}")
+        if not lr > 0:
+            raise ValueError(f"the learning rate must be positive (got {lr})")
+        self.model, self.comm, self.loss = model, comm, loss
+        self.be = hcomm.get(comm_backend, comm) if isinstance(comm_backend, str) else comm_backend
+        self.optimizer, self.momentum = optimizer, momentum
+        # Linear scaling rule: n ranks at a fixed per-rank batch see an n times
+        # larger global batch, so take n times larger steps.
+        self.lr = lr * comm.size if scale_lr else lr
+        self.scaler = LossScaler() if loss_scaling else None
+        self.phases = Phases(sync=True)
+        self.steps = 0
+        check_same_model(comm, model)
+        broadcast_parameters(self.be, model)
+        zeros = np.zeros(model.n_params, model.dtype)
+        self.state = [cuda.to_device(zeros) for _ in range(1 if optimizer == "sgd" else 2)]
+        self._targets: dict[int, object] = {}
+
+    def _target_buffer(self, y_dev, n: int):
+        if n not in self._targets:
+            self._targets[n] = cuda.device_array((n, y_dev.shape[1]), y_dev.dtype)
+        return self._targets[n]
+
+    def _scales(self, global_rows: int, outputs: int) -> float:
+        # Cross-entropy: mean over samples. Squared error: mean over every
+        # element, like PyTorch's MSELoss.
+        return 1.0 / (global_rows if self.loss == "xent" else global_rows * outputs)
+
+    def step(self, x_dev, y_dev, idx_dev, global_batch: int) -> tuple[float, float]:
+        """One training step on this rank's rows ``idx_dev`` of the data set.
+
+        Returns the global batch's mean loss and number of correct predictions
+        (identical on every rank).
+        """
+        model, n = self.model, idx_dev.shape[0]
+        work = model.workspace(n)
+        targets = self._target_buffer(y_dev, n)
+        scale = self._scales(global_batch, model.sizes[-1])
+        loss_scale = self.scaler.scale if self.scaler else 1.0
+        with self.phases("compute"):
+            K.take_rows(x_dev, idx_dev, work["acts"][0])
+            K.take_rows(y_dev, idx_dev, targets)
+            model.loss_and_gradients(n, targets, self.loss, scale * loss_scale, scale)
+        with self.phases("comm"):
+            summed = self.be.allreduce(model.bucket, op="sum")
+        with self.phases("update"):
+            loss, correct = (float(v) for v in summed[model.n_params:].copy_to_host())
+            if not math.isfinite(loss):
+                raise everyone_fails(self.comm, "training", (
+                    f"the loss became {loss} at step {self.steps + 1} (learning rate {self.lr:g}); "
+                    "training diverged: lower --lr (or use --optimizer adam)"))
+            grads = summed[:model.n_params]
+            if self.scaler:
+                overflow = K.any_nonfinite(grads)  # same answer on every rank: same sums
+                self.scaler.update(overflow)
+                if overflow:
+                    self.steps += 1
+                    return loss, correct
+            self._apply(grads, 1.0 / loss_scale)
+            model.refresh_compute_copy()
+        self.steps += 1
+        return loss, correct
+
+    def _apply(self, grads, grad_scale: float) -> None:
+        if self.optimizer == "sgd":
+            K.sgd_update(self.model.params, grads, self.state[0], self.lr, self.momentum, grad_scale)
+        else:
+            K.adam_update(self.model.params, grads, self.state[0], self.state[1], self.steps + 1,
+                          self.lr, grad_scale=grad_scale)
+
+    def train_epoch(self, x_dev, y_dev, sampler, epoch: int) -> tuple[list[float], float]:
+        """All steps of one epoch; returns (per-step losses, accuracy over the epoch)."""
+        idx_dev = cuda.to_device(sampler.indices(epoch))
+        losses, correct = [], 0.0
+        for s in range(sampler.steps_per_epoch):
+            loss, c = self.step(x_dev, y_dev, idx_dev[s], sampler.global_batch)
+            losses.append(loss)
+            correct += c
+        return losses, correct / (sampler.steps_per_epoch * sampler.global_batch)
+
+    def evaluate(self, x_dev, y_dev, batch: int = 512) -> tuple[float, float]:
+        """(mean loss, accuracy) over a whole data set, shared among the ranks."""
+        from mpi4py import MPI
+
+        n = x_dev.shape[0]
+        start, stop = hcomm.block_range(n, self.comm.size, self.comm.rank)
+        totals = np.zeros(2)
+        for lo in range(start, stop, batch):
+            rows = min(batch, stop - lo)
+            totals += self.model.evaluate_rows(x_dev[lo:lo + rows], y_dev[lo:lo + rows], self.loss)
+        summed = np.empty_like(totals)
+        self.comm.Allreduce(totals, summed, op=MPI.SUM)
+        per = n if self.loss == "xent" else n * self.model.sizes[-1]
+        return float(summed[0] / per), float(summed[1] / n)
+
+    def replicas(self) -> dict:
+        return replica_checksums(self.comm, self.model)

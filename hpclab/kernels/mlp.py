@@ -1,0 +1,443 @@
+"""GPU kernels for training a multilayer perceptron: everything one step needs.
+
+A dense layer is ``Y = act(X @ W + b)`` with ``X`` (batch, in), ``W`` (in, out),
+``b`` (out,). Its backward pass is three products and a column sum::
+
+    dZ = dY * act'(Z)      grad W = X^T dZ      grad b = sum over rows of dZ
+                           grad X = dZ W^T
+
+All three products go through :func:`_gemm` (A@B, A^T@B, A@B^T), so the
+matrix-multiply kernel can be swapped in one place. Every kernel here
+accumulates in float32 (float64 when an input is float64) and stores in the
+output's dtype, so the same code serves float64 (exact comparisons between
+rank counts), float32 and float16 compute for mixed precision.
+
+Launch shapes come from the backend: full grids on a GPU, a handful of
+threads on the simulator, where every CUDA thread is a Python thread. The
+kernels loop (grid-stride, or tile-stride for the GEMM), so any launch shape
+computes the same answer.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+
+from .. import backend
+from ..backend import cuda as _cuda
+
+cuda = _cuda()  # before anything of numba loads: the backend is chosen here
+from numba import float32, float64  # noqa: E402
+from numba.core.errors import NumbaPerformanceWarning  # noqa: E402
+
+# A small model launches small grids on purpose (the tiny MLP of Exercise 5
+# is the example of DDP not paying off); Numba's under-utilisation hint would
+# print on every rank for every kernel.
+warnings.filterwarnings("ignore", message=r"Grid size \d+ will likely", category=NumbaPerformanceWarning)
+SIM = backend.is_simulator()
+
+
+# -- launch shapes ----------------------------------------------------------------
+def _launch(n: int) -> tuple[int, int]:
+    """(blocks, threads) for a grid-stride kernel over n items."""
+    if SIM:
+        return 1, max(1, min(8, n))
+    threads = 256
+    return max(1, min(8192, (n + threads - 1) // threads)), threads
+
+
+def _acc_type(*arrays):
+    """float64 accumulation if any operand is float64, float32 otherwise (float16 too)."""
+    return float64 if any(np.dtype(a.dtype) == np.float64 for a in arrays) else float32
+
+
+# -- matrix multiply ----------------------------------------------------------------
+# Block tile BM x BN of the output, stepped through K in slices of BK; each
+# thread owns TM x TN outputs spaced TY (TX) apart so that a warp's stores
+# land on consecutive columns. The simulator gets a 4-thread block.
+GEMM_GPU = dict(BM=64, BN=64, BK=16, TM=4, TN=4)
+GEMM_SIM = dict(BM=8, BN=8, BK=4, TM=4, TN=4)
+GEMM = GEMM_SIM if SIM else GEMM_GPU
+_gemm_kernels: dict = {}
+
+
+def _make_gemm(trans_a: bool, trans_b: bool, acc, BM: int, BN: int, BK: int, TM: int, TN: int):
+    TY, TX = BM // TM, BN // TN
+    NT = TX * TY
+
+    @cuda.jit
+    def gemm(a, b, out, M, N, K):
+        """out (M, N) = op(a) @ op(b); op transposes when trans_a / trans_b."""
+        sa = cuda.shared.array((BK, BM), acc)
+        sb = cuda.shared.array((BK, BN), acc)
+        part = cuda.local.array((TM, TN), acc)
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        tid = ty * TX + tx
+        tiles_n = (N + BN - 1) // BN
+        tiles = ((M + BM - 1) // BM) * tiles_n
+        for tile in range(cuda.blockIdx.x, tiles, cuda.gridDim.x):  # same count for the whole block
+            row0 = (tile // tiles_n) * BM
+            col0 = (tile % tiles_n) * BN
+            for r in range(TM):
+                for c in range(TN):
+                    part[r, c] = acc(0)
+            for k0 in range(0, K, BK):
+                for e in range(tid, BM * BK, NT):
+                    if trans_a:      # a is (K, M): walk along M for coalesced reads
+                        kk = e // BM
+                        ii = e % BM
+                    else:            # a is (M, K): walk along K
+                        ii = e // BK
+                        kk = e % BK
+                    gi = row0 + ii
+                    gk = k0 + kk
+                    v = acc(0)
+                    if gi < M and gk < K:
+                        if trans_a:
+                            v = acc(a[gk, gi])
+                        else:
+                            v = acc(a[gi, gk])
+                    sa[kk, ii] = v
+                for e in range(tid, BK * BN, NT):
+                    if trans_b:      # b is (N, K)
+                        jj = e // BK
+                        kk = e % BK
+                    else:            # b is (K, N)
+                        kk = e // BN
+                        jj = e % BN
+                    gj = col0 + jj
+                    gk = k0 + kk
+                    v = acc(0)
+                    if gj < N and gk < K:
+                        if trans_b:
+                            v = acc(b[gj, gk])
+                        else:
+                            v = acc(b[gk, gj])
+                    sb[kk, jj] = v
+                cuda.syncthreads()
+                for kk in range(BK):
+                    for r in range(TM):
+                        av = sa[kk, ty + r * TY]
+                        for c in range(TN):
+                            part[r, c] += av * sb[kk, tx + c * TX]
+                cuda.syncthreads()
+            for r in range(TM):
+                i = row0 + ty + r * TY
+                if i < M:
+                    for c in range(TN):
+                        j = col0 + tx + c * TX
+                        if j < N:
+                            out[i, j] = part[r, c]
+
+    return gemm, (TX, TY)
+
+
+def _make_simple_gemm(trans_a: bool, trans_b: bool, acc):
+    @cuda.jit
+    def gemm_simple(a, b, out, M, N, K):
+        """One output per loop trip, no shared memory: the simulator's path
+        (its barriers and shared arrays cost far more than the arithmetic)."""
+        for e in range(cuda.grid(1), M * N, cuda.gridsize(1)):
+            i = e // N
+            j = e % N
+            s = acc(0)
+            for k in range(K):
+                if trans_a:
+                    av = acc(a[k, i])
+                else:
+                    av = acc(a[i, k])
+                if trans_b:
+                    bv = acc(b[j, k])
+                else:
+                    bv = acc(b[k, j])
+                s += av * bv
+            out[i, j] = s
+
+    return gemm_simple
+
+
+# The kernel the dense layers use: tiled on a GPU, simple on the simulator.
+# Tests call both explicitly.
+DEFAULT_GEMM = "simple" if SIM else "tiled"
+
+
+def _gemm(a, b, out, trans_a: bool = False, trans_b: bool = False, kernel: str | None = None):
+    """out = op(a) @ op(b) on the device; returns out.
+
+    The one place where the dense layers multiply matrices. Shapes are
+    checked here so that a wrong layer size is an error, not garbage.
+    """
+    M, K = (a.shape[1], a.shape[0]) if trans_a else a.shape
+    Kb, N = (b.shape[1], b.shape[0]) if trans_b else b.shape
+    if K != Kb or tuple(out.shape) != (M, N):
+        raise ValueError(f"matrix shapes do not fit: op(a) is {M}x{K}, op(b) is {Kb}x{N}, "
+                         f"out is {'x'.join(map(str, out.shape))} (expected {M}x{N})")
+    kernel = kernel or DEFAULT_GEMM
+    acc = _acc_type(a, b)
+    key = (kernel, trans_a, trans_b, acc)
+    if key not in _gemm_kernels:
+        if kernel == "tiled":
+            _gemm_kernels[key] = _make_gemm(trans_a, trans_b, acc, **GEMM)
+        elif kernel == "simple":
+            _gemm_kernels[key] = (_make_simple_gemm(trans_a, trans_b, acc), None)
+        else:
+            raise ValueError(f"unknown GEMM kernel {kernel!r}; use 'tiled' or 'simple'")
+    fn, threads = _gemm_kernels[key]
+    if kernel == "simple":
+        fn[_launch(M * N)](a, b, out, M, N, K)
+        return out
+    tiles = ((M + GEMM["BM"] - 1) // GEMM["BM"]) * ((N + GEMM["BN"] - 1) // GEMM["BN"])
+    blocks = min(tiles, 2) if SIM else min(tiles, 65535)
+    fn[blocks, threads](a, b, out, M, N, K)
+    return out
+
+
+# -- elementwise and reductions ------------------------------------------------------
+@cuda.jit
+def _bias_act_kernel64(z, bias, out, relu):
+    n_cols = z.shape[1]
+    for e in range(cuda.grid(1), z.shape[0] * n_cols, cuda.gridsize(1)):
+        i = e // n_cols
+        j = e % n_cols
+        v = float64(z[i, j]) + float64(bias[j])
+        if relu and v < 0:
+            v = 0.0
+        out[i, j] = v
+
+
+@cuda.jit
+def _bias_act_kernel32(z, bias, out, relu):
+    n_cols = z.shape[1]
+    for e in range(cuda.grid(1), z.shape[0] * n_cols, cuda.gridsize(1)):
+        i = e // n_cols
+        j = e % n_cols
+        v = float32(z[i, j]) + float32(bias[j])
+        if relu and v < float32(0):
+            v = float32(0)
+        out[i, j] = v
+
+
+def bias_act(z, bias, out=None, relu: bool = False):
+    """out = z + bias (broadcast over rows), then ReLU if asked."""
+    out = z if out is None else out
+    kernel = _bias_act_kernel64 if _acc_type(z, bias) is float64 else _bias_act_kernel32
+    kernel[_launch(z.size)](z, bias, out, relu)
+    return out
+
+
+@cuda.jit
+def _relu_backward_kernel(dy, y, out):
+    """out = dy where the ReLU was active (y > 0), else 0; out may be dy."""
+    n_cols = dy.shape[1]
+    for e in range(cuda.grid(1), dy.shape[0] * n_cols, cuda.gridsize(1)):
+        i = e // n_cols
+        j = e % n_cols
+        if float32(y[i, j]) > float32(0):
+            out[i, j] = dy[i, j]
+        else:
+            out[i, j] = float32(0)
+
+
+def relu_backward(dy, y, out=None):
+    out = dy if out is None else out
+    _relu_backward_kernel[_launch(dy.size)](dy, y, out)
+    return out
+
+
+def _make_col_sum(acc):
+    @cuda.jit
+    def col_sum(x, out):
+        """out[j] = sum over rows of x[:, j], one thread per column, rows in order."""
+        for j in range(cuda.grid(1), x.shape[1], cuda.gridsize(1)):
+            s = acc(0)
+            for i in range(x.shape[0]):
+                s += acc(x[i, j])
+            out[j] = s
+
+    return col_sum
+
+
+_col_sum = {float32: _make_col_sum(float32), float64: _make_col_sum(float64)}
+
+
+def col_sum(x, out):
+    """Column sums of a 2-D array (bias gradient; per-row losses to a total)."""
+    if out.shape[0] != x.shape[1]:
+        raise ValueError(f"col_sum: out has {out.shape[0]} entries for {x.shape[1]} columns")
+    _col_sum[_acc_type(x, out)][_launch(x.shape[1])](x, out)
+    return out
+
+
+@cuda.jit
+def _take_rows_kernel(src, idx, dst):
+    """dst[r, :] = src[idx[r], :] (casting to dst's dtype): a batch from the data set."""
+    n_cols = src.shape[1]
+    for e in range(cuda.grid(1), dst.shape[0] * n_cols, cuda.gridsize(1)):
+        r = e // n_cols
+        c = e % n_cols
+        dst[r, c] = src[idx[r], c]
+
+
+def take_rows(src, idx, dst):
+    if dst.shape[0] != idx.shape[0] or dst.shape[1] != src.shape[1]:
+        raise ValueError(f"take_rows: {idx.shape[0]} indices into {src.shape} do not fill {dst.shape}")
+    _take_rows_kernel[_launch(dst.size)](src, idx, dst)
+    return dst
+
+
+@cuda.jit
+def _cast_kernel(src, dst):
+    for i in range(cuda.grid(1), src.size, cuda.gridsize(1)):
+        dst[i] = src[i]
+
+
+def cast(src, dst):
+    """dst = src converted to dst's dtype (1-D; float32 master weights -> float16 copy)."""
+    _cast_kernel[_launch(src.size)](src, dst)
+    return dst
+
+
+# -- losses ------------------------------------------------------------------------
+def _make_softmax_xent(acc):
+    @cuda.jit
+    def softmax_xent(logits, labels, dlogits, stats, grad_scale, loss_scale):
+        """Per row: loss = logsumexp(z) - z[label] (max subtracted first: no overflow),
+        dlogits = (softmax - onehot) * grad_scale, stats = (loss * loss_scale, correct)."""
+        n_classes = logits.shape[1]
+        for i in range(cuda.grid(1), logits.shape[0], cuda.gridsize(1)):
+            zmax = acc(logits[i, 0])
+            best = 0
+            for j in range(1, n_classes):
+                z = acc(logits[i, j])
+                if z > zmax:
+                    zmax = z
+                    best = j
+            total = acc(0)
+            for j in range(n_classes):
+                total += math.exp(acc(logits[i, j]) - zmax)
+            label = labels[i, 0]
+            for j in range(n_classes):
+                p = math.exp(acc(logits[i, j]) - zmax) / total
+                if j == label:
+                    p -= acc(1)
+                dlogits[i, j] = p * grad_scale
+            stats[i, 0] = (math.log(total) + zmax - acc(logits[i, label])) * loss_scale
+            stats[i, 1] = acc(1) if best == label else acc(0)
+
+    return softmax_xent
+
+
+def _make_mse(acc):
+    @cuda.jit
+    def mse(pred, target, dpred, stats, grad_scale, loss_scale):
+        """Per row: stats = (sum_j (p - t)^2 * loss_scale, 0), dpred = 2 (p - t) * grad_scale."""
+        for i in range(cuda.grid(1), pred.shape[0], cuda.gridsize(1)):
+            s = acc(0)
+            for j in range(pred.shape[1]):
+                d = acc(pred[i, j]) - acc(target[i, j])
+                s += d * d
+                dpred[i, j] = acc(2) * d * grad_scale
+            stats[i, 0] = s * loss_scale
+            stats[i, 1] = acc(0)
+
+    return mse
+
+
+_softmax_xent = {float32: _make_softmax_xent(float32), float64: _make_softmax_xent(float64)}
+_mse = {float32: _make_mse(float32), float64: _make_mse(float64)}
+
+
+def softmax_cross_entropy(logits, labels, dlogits, stats, grad_scale: float, loss_scale: float):
+    """Softmax cross-entropy of each row against integer labels ((n, 1) int32).
+
+    Writes the gradient of ``sum(losses) * grad_scale`` into dlogits and, per
+    row, ``(loss * loss_scale, 1 if the prediction is right)`` into stats (n, 2).
+    With both scales 1/global_batch, summing stats over rows and ranks gives
+    the mean loss and accuracy of the global batch.
+    """
+    acc = _acc_type(logits, stats)
+    _softmax_xent[acc][_launch(logits.shape[0])](logits, labels, dlogits, stats, grad_scale, loss_scale)
+    return dlogits
+
+
+def mean_squared_error(pred, target, dpred, stats, grad_scale: float, loss_scale: float):
+    """Squared error per row (summed over outputs); same conventions as the cross-entropy.
+
+    For PyTorch's ``MSELoss`` (mean over every element) use
+    ``scale = 1 / (global_batch * outputs)``.
+    """
+    acc = _acc_type(pred, stats)
+    _mse[acc][_launch(pred.shape[0])](pred, target, dpred, stats, grad_scale, loss_scale)
+    return dpred
+
+
+# -- optimisers (flat parameter vectors) ---------------------------------------------
+@cuda.jit
+def _sgd_kernel(p, g, v, lr, momentum, grad_scale):
+    """v = momentum v + g * grad_scale;  p -= lr v   (PyTorch's SGD with momentum)."""
+    for i in range(cuda.grid(1), p.size, cuda.gridsize(1)):
+        vi = momentum * v[i] + g[i] * grad_scale
+        v[i] = vi
+        p[i] -= lr * vi
+
+
+def sgd_update(params, grads, velocity, lr: float, momentum: float = 0.0, grad_scale: float = 1.0):
+    _sgd_kernel[_launch(params.size)](params, grads, velocity, lr, momentum, grad_scale)
+    return params
+
+
+@cuda.jit
+def _adam_kernel(p, g, m, v, lr, beta1, beta2, eps, corr1, corr2, grad_scale):
+    """Adam: moments of the gradient, bias-corrected by corr = 1 - beta**t."""
+    for i in range(cuda.grid(1), p.size, cuda.gridsize(1)):
+        gi = g[i] * grad_scale
+        mi = beta1 * m[i] + (1 - beta1) * gi
+        vi = beta2 * v[i] + (1 - beta2) * gi * gi
+        m[i] = mi
+        v[i] = vi
+        p[i] -= lr * (mi / corr1) / (math.sqrt(vi / corr2) + eps)
+
+
+def adam_update(params, grads, m, v, step: int, lr: float, beta1: float = 0.9, beta2: float = 0.999,
+                eps: float = 1e-8, grad_scale: float = 1.0):
+    """One Adam step; ``step`` counts from 1."""
+    corr1, corr2 = 1.0 - beta1 ** step, 1.0 - beta2 ** step
+    _adam_kernel[_launch(params.size)](params, grads, m, v, lr, beta1, beta2, eps, corr1, corr2,
+                                       grad_scale)
+    return params
+
+
+@cuda.jit
+def _nonfinite_kernel(x, flag):
+    for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
+        if not math.isfinite(x[i]):
+            flag[0] = 1
+
+
+def any_nonfinite(x) -> bool:
+    """Whether a 1-D device array holds inf or NaN (the loss-scaling overflow test)."""
+    flag = cuda.to_device(np.zeros(1, np.int32))
+    _nonfinite_kernel[_launch(x.size)](x, flag)
+    return bool(flag.copy_to_host()[0])
+
+
+# -- layers ------------------------------------------------------------------------
+def dense_forward(x, w, b, out, relu: bool):
+    """out = act(x @ w + b)."""
+    _gemm(x, w, out)
+    return bias_act(out, b, out, relu)
+
+
+def dense_backward(x, w, dz, dw, db, dx=None):
+    """Gradients of a dense layer from dZ (the gradient before the activation).
+
+    dw = x^T dz, db = column sums of dz, and dx = dz w^T unless dx is None
+    (the first layer needs no gradient for its input).
+    """
+    _gemm(x, dz, dw, trans_a=True)
+    col_sum(dz, db)
+    if dx is not None:
+        _gemm(dz, w, dx, trans_b=True)
+    return dw, db, dx
