@@ -5,6 +5,10 @@
 - :mod:`.trainer`: broadcast, one all-reduce of the gradient bucket per step, updates,
   replica checks, loss scaling for mixed precision
 - :mod:`.data`: the workshop's synthetic data and scikit-learn's digits
+- :mod:`.synthetic_training`: Exercise 5's run (ddp-mlp) on any communicator
+- :mod:`.digits`: Exercise 6's run (ddp-digits)
+- :mod:`.sweep`: global batch x learning rate on digits, as a table
+- :mod:`.throughput`: samples/s, compute/comm split, scaling over 1..n ranks
 - :mod:`.monitor`: GPU memory and utilisation while training, and the 14 x P estimate
 """
 from .model import MLP, count_parameters, init_parameters, layout
