@@ -62,9 +62,18 @@ GEMM = GEMM_SIM if SIM else GEMM_GPU
 _gemm_kernels: dict = {}
 
 
+def _sim_scalar(acc):
+    """The scalar type a simulated kernel converts with: there a kernel is plain
+    Python, and calling NumPy's float32 (or Python's float, which is IEEE
+    double like float64) costs a fraction of calling Numba's type object.
+    The arithmetic is the same; on a GPU the Numba type is compiled in."""
+    return {float64: float, float32: np.float32}[acc] if SIM else acc
+
+
 def _make_gemm(trans_a: bool, trans_b: bool, acc, BM: int, BN: int, BK: int, TM: int, TN: int):
     TY, TX = BM // TM, BN // TN
     NT = TX * TY
+    conv = _sim_scalar(acc)  # shared arrays keep the Numba type; conversions use this
 
     @cuda.jit
     def gemm(a, b, out, M, N, K):
@@ -82,7 +91,7 @@ def _make_gemm(trans_a: bool, trans_b: bool, acc, BM: int, BN: int, BK: int, TM:
             col0 = (tile % tiles_n) * BN
             for r in range(TM):
                 for c in range(TN):
-                    part[r, c] = acc(0)
+                    part[r, c] = conv(0)
             for k0 in range(0, K, BK):
                 for e in range(tid, BM * BK, NT):
                     if trans_a:      # a is (K, M): walk along M for coalesced reads
@@ -93,12 +102,12 @@ def _make_gemm(trans_a: bool, trans_b: bool, acc, BM: int, BN: int, BK: int, TM:
                         kk = e % BK
                     gi = row0 + ii
                     gk = k0 + kk
-                    v = acc(0)
+                    v = conv(0)
                     if gi < M and gk < K:
                         if trans_a:
-                            v = acc(a[gk, gi])
+                            v = conv(a[gk, gi])
                         else:
-                            v = acc(a[gi, gk])
+                            v = conv(a[gi, gk])
                     sa[kk, ii] = v
                 for e in range(tid, BK * BN, NT):
                     if trans_b:      # b is (N, K)
@@ -109,12 +118,12 @@ def _make_gemm(trans_a: bool, trans_b: bool, acc, BM: int, BN: int, BK: int, TM:
                         jj = e % BN
                     gj = col0 + jj
                     gk = k0 + kk
-                    v = acc(0)
+                    v = conv(0)
                     if gj < N and gk < K:
                         if trans_b:
-                            v = acc(b[gj, gk])
+                            v = conv(b[gj, gk])
                         else:
-                            v = acc(b[gk, gj])
+                            v = conv(b[gk, gj])
                     sb[kk, jj] = v
                 cuda.syncthreads()
                 for kk in range(BK):
@@ -132,14 +141,6 @@ def _make_gemm(trans_a: bool, trans_b: bool, acc, BM: int, BN: int, BK: int, TM:
                             out[i, j] = part[r, c]
 
     return gemm, (TX, TY)
-
-
-def _sim_scalar(acc):
-    """The scalar type a simulated kernel converts with: there a kernel is plain
-    Python, and calling NumPy's float32 (or Python's float, which is IEEE
-    double like float64) costs a fraction of calling Numba's type object.
-    The arithmetic is the same; on a GPU the Numba type is compiled in."""
-    return {float64: float, float32: np.float32}[acc] if SIM else acc
 
 
 def _make_simple_gemm(trans_a: bool, trans_b: bool, acc):
