@@ -4,6 +4,7 @@
 #   2. Exercise 5: ddp-mlp on 1 and 2 GPUs at global batch 32 -> same losses to 1e-4?
 #   3. Exercise 6: digits on one GPU, fp32 and mixed precision: test accuracy (target >= 95 %),
 #      time to 95 % validation accuracy, GPU utilisation/memory, 14 x P estimate
+#   3b. Batch size x learning rate sweep on digits, one GPU (3 x 3 grid, table on stdout)
 #   4. Throughput scaling of a 3 x 4096 MLP (50.3 M parameters) on 1, 2, 4 GPUs,
 #      strong (global batch 2048) and weak (1024 per GPU); efficiency target >= 0.85 at 4
 # Writes $OUT/ddp_mlp_equivalence.json, $OUT/ddp_digits.json, $OUT/ddp_scaling.csv.
@@ -50,6 +51,10 @@ fi
 log "step 3: digits on one GPU, fp32 and mixed precision"
 timeout 240 $PY -m hpclab bench ddp --mode digits --json-out "$OUT/ddp_digits.json" 2>&1 \
   | grep -v '^Epoch' | tail -8 || { log "step 3 FAILED (or accuracy below 95 %)"; status=1; }
+
+log "step 3b: digits, global batch x learning rate sweep on one GPU"
+timeout 180 $PY -m hpclab bench ddp --mode sweep 2>&1 | grep -v '"bench"' | tail -8 \
+  || { log "step 3b FAILED"; status=1; }
 
 log "step 4: throughput scaling, 3 x 4096 MLP"
 rm -f "$OUT/ddp_scaling.csv"

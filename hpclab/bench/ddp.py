@@ -3,6 +3,8 @@
   hpclab bench ddp --mode digits [--json-out F]        one GPU: digits in fp32 and mixed
   mpirun -n N hpclab bench ddp --mode scaling [--csv F] samples/s of a wide MLP on N GPUs
   hpclab bench ddp --summarize F.csv                   speedup and efficiency vs 1 GPU
+  [mpirun -n N] hpclab bench ddp --mode sweep [--batches 32,128,512 --lrs 1e-3,4e-3 --csv F]
+                                                       digits: global batch x learning rate
 
 The scaling model is an MLP of ``--layers`` dense layers ``--width`` wide
 (default 3 x 4096: 50.3 M parameters, a 201 MB float32 gradient bucket),
@@ -20,17 +22,25 @@ import os
 import sys
 import time
 
-import numpy as np
 
 FIELDS = ["sweep", "gpus", "width", "layers", "parameters", "global_batch", "per_gpu_batch",
           "precision", "comm", "step_s", "samples_per_s", "compute_s", "comm_s", "update_s",
           "comm_share", "device"]
 
 
+def _numbers(kind):
+    def parse(text: str) -> list:
+        try:
+            return [kind(float(v)) for v in text.split(",") if v.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    return parse
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hpclab bench ddp", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--mode", choices=("digits", "scaling"), default=None)
+    p.add_argument("--mode", choices=("digits", "scaling", "sweep"), default=None)
     p.add_argument("--summarize", metavar="CSV", help="print speedup and efficiency from a scaling CSV")
     p.add_argument("--width", type=int, default=4096)
     p.add_argument("--layers", type=int, default=3)
@@ -42,6 +52,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--comm", default="auto")
     p.add_argument("--csv", help="append scaling rows to this CSV (rank 0)")
     p.add_argument("--json-out", help="write the digits results to this JSON file")
+    p.add_argument("--batches", type=_numbers(int), default=None,
+                   help="sweep: global batches (default 32,128,512; 20,40 on the simulator)")
+    p.add_argument("--lrs", type=_numbers(float), default=None,
+                   help="sweep: learning rates (default 1e-3,4e-3,1.6e-2; 2e-2,5e-2 on the simulator)")
+    p.add_argument("--epochs", type=int, default=None,
+                   help="sweep: epochs per run (default that of ddp-digits: 20; 1 on the simulator)")
     return p
 
 
@@ -57,58 +73,21 @@ def _setup():
     return comm, placement
 
 
-def _time_steps(trainer, x_dev, y_dev, idx_dev, global_batch, steps, warmup, comm):
-    from mpi4py import MPI
-
-    from ..timing import Phases
-
-    for _ in range(warmup):
-        trainer.step(x_dev, y_dev, idx_dev, global_batch)
-    trainer.phases = Phases(sync=True)
-    comm.Barrier()
-    t0 = MPI.Wtime()
-    for _ in range(steps):
-        trainer.step(x_dev, y_dev, idx_dev, global_batch)
-    local = (MPI.Wtime() - t0) / steps
-    phases = {k: v / steps for k, v in trainer.phases.max_over_ranks(comm).items()}
-    return comm.allreduce(local, op=MPI.MAX), phases
-
-
 def scaling(args) -> int:
-    from ..ddp import MLP, DDPTrainer, init_parameters
-    from ..kernels import mlp as K
+    from ..ddp.throughput import measure
 
     comm, placement = _setup()
     size, rank = comm.size, comm.rank
     sizes = [args.width] * (args.layers + 1)
-    mixed = args.precision == "mixed"
-    model = MLP(sizes, np.float32, np.float16 if mixed else np.float32)
-    model.load(init_parameters(sizes, seed=0))
-    trainer = DDPTrainer(model, comm, args.comm, optimizer="sgd", lr=1e-3, loss="xent",
-                         loss_scaling=mixed)
-    points = [("strong", args.global_batch), ("weak", args.per_gpu_batch * size)]
-    most = max(g // size for _, g in points)
-    rng = np.random.default_rng(rank)
-    x_dev = K.cuda.to_device(rng.standard_normal((most, args.width)).astype(np.float32))
-    y_dev = K.cuda.to_device(rng.integers(0, args.width, (most, 1)).astype(np.int32))
     rows = []
-    for sweep, global_batch in points:
+    for sweep, global_batch in (("strong", args.global_batch), ("weak", args.per_gpu_batch * size)):
         if global_batch % size:
             if rank == 0:
                 print(f"skip {sweep}: global batch {global_batch} does not divide among {size} GPUs")
             continue
-        per = global_batch // size
-        idx_dev = K.cuda.to_device(np.arange(per, dtype=np.int32))
-        step_s, ph = _time_steps(trainer, x_dev, y_dev, idx_dev, global_batch, args.steps,
-                                 args.warmup, comm)
-        total = sum(ph.values())
-        rows.append({"sweep": sweep, "gpus": size, "width": args.width, "layers": args.layers,
-                     "parameters": model.n_params, "global_batch": global_batch,
-                     "per_gpu_batch": per, "precision": args.precision, "comm": trainer.be.name,
-                     "step_s": step_s, "samples_per_s": global_batch / step_s,
-                     "compute_s": ph.get("compute", 0.0), "comm_s": ph.get("comm", 0.0),
-                     "update_s": ph.get("update", 0.0),
-                     "comm_share": ph.get("comm", 0.0) / total if total else 0.0,
+        row = measure(comm, sizes, global_batch, steps=args.steps, warmup=args.warmup,
+                      precision=args.precision, comm_backend=args.comm)
+        rows.append({"sweep": sweep, "width": args.width, "layers": args.layers, **row,
                      "device": placement.gpu_name})
     if rank == 0:
         for row in rows:
@@ -180,6 +159,43 @@ def digits_bench(args) -> int:
     return 0 if all(r["passed"] for r in results.values()) else 1
 
 
+def sweep_bench(args) -> int:
+    from .. import backend
+    from ..ddp.sweep import best, format_table, sweep
+
+    comm, placement = _setup()
+    sim = backend.is_simulator()
+    batches = args.batches or ([20, 40] if sim else [32, 128, 512])
+    lrs = args.lrs or ([2e-2, 5e-2] if sim else [1e-3, 4e-3, 1.6e-2])
+    epochs = args.epochs or (1 if sim else None)
+    bad = [b for b in batches if b % comm.size]
+    if bad:
+        if comm.rank == 0:
+            print(f"hpclab bench ddp: global batches {bad} do not divide among {comm.size} ranks; "
+                  f"use multiples of {comm.size}", file=sys.stderr)
+        return 2
+    # Numba compiles each kernel on its first call: one short run keeps that out of the table.
+    sweep(comm, placement, batches[:1], lrs[:1], epochs=1)
+    rows = sweep(comm, placement, batches, lrs, epochs=epochs)
+    if comm.rank == 0:
+        top = best(rows)
+        print(f"digits, {comm.size} rank(s), {rows[0]['optimizer']}, {rows[0]['epochs']} epochs"
+              + (" (reduced configuration: simulator)" if rows[0]["reduced"] else "") + ":")
+        print(format_table(rows))
+        print(f"best: global batch {top['global_batch']}, lr {top['lr']:g} "
+              f"(validation accuracy {100 * top['val_acc']:.2f}%)")
+        for row in rows:
+            print(json.dumps({"bench": "ddp-sweep", **row, "device": placement.gpu_name}))
+        if args.csv:
+            new = not os.path.exists(args.csv)
+            with open(args.csv, "a", newline="") as fh:
+                writer = csv.DictWriter(fh, fieldnames=list(rows[0]) + ["device"])
+                if new:
+                    writer.writeheader()
+                writer.writerows({**r, "device": placement.gpu_name} for r in rows)
+    return 0 if all(r["replicas_identical"] for r in rows) else 1
+
+
 def main(argv) -> int:
     args = _parser().parse_args(argv)
     if args.summarize:
@@ -188,5 +204,7 @@ def main(argv) -> int:
         return digits_bench(args)
     if args.mode == "scaling":
         return scaling(args)
-    print("hpclab bench ddp: give --mode digits, --mode scaling or --summarize CSV", file=sys.stderr)
+    if args.mode == "sweep":
+        return sweep_bench(args)
+    print("hpclab bench ddp: give --mode digits, scaling or sweep, or --summarize CSV", file=sys.stderr)
     return 2

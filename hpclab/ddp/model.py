@@ -45,13 +45,43 @@ def init_parameters(sizes, seed: int, dtype=np.float32) -> np.ndarray:
     return np.concatenate(parts).astype(dtype)
 
 
-def _views(flat, sizes):
+def unflatten(flat, sizes) -> list:
+    """[(W0, b0), (W1, b1), ...] as views into a flat vector (NumPy or device array)."""
     views, offset = [], 0
     for name, shape in layout(sizes):
         n = int(np.prod(shape))
         views.append(flat[offset:offset + n].reshape(shape))
         offset += n
     return [(views[i], views[i + 1]) for i in range(0, len(views), 2)]
+
+
+def flatten(layers) -> np.ndarray:
+    """The inverse of :func:`unflatten` for host arrays: W0, b0, W1, b1, ... in one vector."""
+    return np.concatenate([np.ravel(a) for pair in layers for a in pair])
+
+
+def memory_breakdown(sizes, batch: int, optimizer: str = "adam", dtype=np.float32,
+                     compute_dtype=None) -> dict[str, int]:
+    """Bytes a model of these layer widths needs for training, by purpose (no allocation).
+
+    Master weights, a float16 compute copy under mixed precision, gradients
+    (the bucket), optimiser state (SGD's velocity or Adam's two moments) and
+    the activations of one batch (inputs and outputs of every layer, and
+    their gradients).
+    """
+    dtype = np.dtype(dtype)
+    compute_dtype = np.dtype(compute_dtype or dtype)
+    sizes = [int(s) for s in sizes]
+    p, item, citem = count_parameters(sizes), dtype.itemsize, compute_dtype.itemsize
+    states = {"sgd": 1, "adam": 2}.get(optimizer, 0)
+    acts = sum(sizes) * batch * citem + sum(sizes[1:]) * batch * citem
+    return {
+        "master_weights": p * item,
+        "compute_copy": p * citem if compute_dtype != dtype else 0,
+        "gradients": (p + EXTRA_SLOTS) * item,
+        "optimizer_state": states * p * item,
+        "activations": acts + batch * EXTRA_SLOTS * item,
+    }
 
 
 class MLP:
@@ -67,9 +97,9 @@ class MLP:
         self.params = cuda.device_array(self.n_params, self.dtype)
         self.compute_params = (self.params if self.compute_dtype == self.dtype
                                else cuda.device_array(self.n_params, self.compute_dtype))
-        self.layers = _views(self.compute_params, self.sizes)
+        self.layers = unflatten(self.compute_params, self.sizes)
         self.bucket = cuda.device_array(self.n_params + EXTRA_SLOTS, self.dtype)
-        self.grads = _views(self.bucket[:self.n_params], self.sizes)
+        self.grads = unflatten(self.bucket[:self.n_params], self.sizes)
         self.grad_vector = self.bucket[:self.n_params]
         self.stat_slots = self.bucket[self.n_params:]
         self._work: dict[int, dict] = {}
@@ -94,16 +124,7 @@ class MLP:
 
     def memory_bytes(self, batch: int, optimizer: str) -> dict[str, int]:
         """What this model allocates, by purpose (for comparison with 14 x parameters)."""
-        p, item, citem = self.n_params, self.dtype.itemsize, self.compute_dtype.itemsize
-        states = {"sgd": 1, "adam": 2}.get(optimizer, 0)
-        acts = sum(self.sizes) * batch * citem + sum(self.sizes[1:]) * batch * citem
-        return {
-            "master_weights": p * item,
-            "compute_copy": p * citem if self.compute_params is not self.params else 0,
-            "gradients": (p + EXTRA_SLOTS) * item,
-            "optimizer_state": states * p * item,
-            "activations": acts + batch * EXTRA_SLOTS * item,
-        }
+        return memory_breakdown(self.sizes, batch, optimizer, self.dtype, self.compute_dtype)
 
     # -- one pass ---------------------------------------------------------------------
     def workspace(self, n: int) -> dict:

@@ -62,9 +62,18 @@ GEMM = GEMM_SIM if SIM else GEMM_GPU
 _gemm_kernels: dict = {}
 
 
+def _sim_scalar(acc):
+    """The scalar type a simulated kernel converts with: there a kernel is plain
+    Python, and calling NumPy's float32 (or Python's float, which is IEEE
+    double like float64) costs a fraction of calling Numba's type object.
+    The arithmetic is the same; on a GPU the Numba type is compiled in."""
+    return {float64: float, float32: np.float32}[acc] if SIM else acc
+
+
 def _make_gemm(trans_a: bool, trans_b: bool, acc, BM: int, BN: int, BK: int, TM: int, TN: int):
     TY, TX = BM // TM, BN // TN
     NT = TX * TY
+    conv = _sim_scalar(acc)  # shared arrays keep the Numba type; conversions use this
 
     @cuda.jit
     def gemm(a, b, out, M, N, K):
@@ -82,7 +91,7 @@ def _make_gemm(trans_a: bool, trans_b: bool, acc, BM: int, BN: int, BK: int, TM:
             col0 = (tile % tiles_n) * BN
             for r in range(TM):
                 for c in range(TN):
-                    part[r, c] = acc(0)
+                    part[r, c] = conv(0)
             for k0 in range(0, K, BK):
                 for e in range(tid, BM * BK, NT):
                     if trans_a:      # a is (K, M): walk along M for coalesced reads
@@ -93,12 +102,12 @@ def _make_gemm(trans_a: bool, trans_b: bool, acc, BM: int, BN: int, BK: int, TM:
                         kk = e % BK
                     gi = row0 + ii
                     gk = k0 + kk
-                    v = acc(0)
+                    v = conv(0)
                     if gi < M and gk < K:
                         if trans_a:
-                            v = acc(a[gk, gi])
+                            v = conv(a[gk, gi])
                         else:
-                            v = acc(a[gi, gk])
+                            v = conv(a[gi, gk])
                     sa[kk, ii] = v
                 for e in range(tid, BK * BN, NT):
                     if trans_b:      # b is (N, K)
@@ -109,12 +118,12 @@ def _make_gemm(trans_a: bool, trans_b: bool, acc, BM: int, BN: int, BK: int, TM:
                         jj = e % BN
                     gj = col0 + jj
                     gk = k0 + kk
-                    v = acc(0)
+                    v = conv(0)
                     if gj < N and gk < K:
                         if trans_b:
-                            v = acc(b[gj, gk])
+                            v = conv(b[gj, gk])
                         else:
-                            v = acc(b[gk, gj])
+                            v = conv(b[gk, gj])
                     sb[kk, jj] = v
                 cuda.syncthreads()
                 for kk in range(BK):
@@ -135,6 +144,8 @@ def _make_gemm(trans_a: bool, trans_b: bool, acc, BM: int, BN: int, BK: int, TM:
 
 
 def _make_simple_gemm(trans_a: bool, trans_b: bool, acc):
+    conv = _sim_scalar(acc)
+
     @cuda.jit
     def gemm_simple(a, b, out, M, N, K):
         """One output per loop trip, no shared memory: the simulator's path
@@ -142,16 +153,16 @@ def _make_simple_gemm(trans_a: bool, trans_b: bool, acc):
         for e in range(cuda.grid(1), M * N, cuda.gridsize(1)):
             i = e // N
             j = e % N
-            s = acc(0)
+            s = conv(0)
             for k in range(K):
                 if trans_a:
-                    av = acc(a[k, i])
+                    av = conv(a[k, i])
                 else:
-                    av = acc(a[i, k])
+                    av = conv(a[i, k])
                 if trans_b:
-                    bv = acc(b[j, k])
+                    bv = conv(b[j, k])
                 else:
-                    bv = acc(b[k, j])
+                    bv = conv(b[k, j])
                 s += av * bv
             out[i, j] = s
 
@@ -247,13 +258,15 @@ def relu_backward(dy, y, out=None):
 
 
 def _make_col_sum(acc):
+    conv = _sim_scalar(acc)
+
     @cuda.jit
     def col_sum(x, out):
         """out[j] = sum over rows of x[:, j], one thread per column, rows in order."""
         for j in range(cuda.grid(1), x.shape[1], cuda.gridsize(1)):
-            s = acc(0)
+            s = conv(0)
             for i in range(x.shape[0]):
-                s += acc(x[i, j])
+                s += conv(x[i, j])
             out[j] = s
 
     return col_sum
@@ -301,46 +314,50 @@ def cast(src, dst):
 
 # -- losses ------------------------------------------------------------------------
 def _make_softmax_xent(acc):
+    conv = _sim_scalar(acc)
+
     @cuda.jit
     def softmax_xent(logits, labels, dlogits, stats, grad_scale, loss_scale):
         """Per row: loss = logsumexp(z) - z[label] (max subtracted first: no overflow),
         dlogits = (softmax - onehot) * grad_scale, stats = (loss * loss_scale, correct)."""
         n_classes = logits.shape[1]
         for i in range(cuda.grid(1), logits.shape[0], cuda.gridsize(1)):
-            zmax = acc(logits[i, 0])
+            zmax = conv(logits[i, 0])
             best = 0
             for j in range(1, n_classes):
-                z = acc(logits[i, j])
+                z = conv(logits[i, j])
                 if z > zmax:
                     zmax = z
                     best = j
-            total = acc(0)
+            total = conv(0)
             for j in range(n_classes):
-                total += math.exp(acc(logits[i, j]) - zmax)
+                total += math.exp(conv(logits[i, j]) - zmax)
             label = labels[i, 0]
             for j in range(n_classes):
-                p = math.exp(acc(logits[i, j]) - zmax) / total
+                p = math.exp(conv(logits[i, j]) - zmax) / total
                 if j == label:
-                    p -= acc(1)
+                    p -= conv(1)
                 dlogits[i, j] = p * grad_scale
-            stats[i, 0] = (math.log(total) + zmax - acc(logits[i, label])) * loss_scale
-            stats[i, 1] = acc(1) if best == label else acc(0)
+            stats[i, 0] = (math.log(total) + zmax - conv(logits[i, label])) * loss_scale
+            stats[i, 1] = conv(1) if best == label else conv(0)
 
     return softmax_xent
 
 
 def _make_mse(acc):
+    conv = _sim_scalar(acc)
+
     @cuda.jit
     def mse(pred, target, dpred, stats, grad_scale, loss_scale):
         """Per row: stats = (sum_j (p - t)^2 * loss_scale, 0), dpred = 2 (p - t) * grad_scale."""
         for i in range(cuda.grid(1), pred.shape[0], cuda.gridsize(1)):
-            s = acc(0)
+            s = conv(0)
             for j in range(pred.shape[1]):
-                d = acc(pred[i, j]) - acc(target[i, j])
+                d = conv(pred[i, j]) - conv(target[i, j])
                 s += d * d
-                dpred[i, j] = acc(2) * d * grad_scale
+                dpred[i, j] = conv(2) * d * grad_scale
             stats[i, 0] = s * loss_scale
-            stats[i, 1] = acc(0)
+            stats[i, 1] = conv(0)
 
     return mse
 

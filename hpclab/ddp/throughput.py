@@ -1,0 +1,112 @@
+"""Samples per second of data-parallel training steps, and how they scale with ranks.
+
+A step is timed as a whole (barrier, then MPI.Wtime around ``steps`` steps,
+maximum over ranks) and split into compute (forward and backward), comm (the
+gradient all-reduce) and update. Throughput does not depend on the values
+trained on, so the data are random.
+
+``scaling`` runs the measurement on sub-communicators of the first k ranks
+for each k asked for: 1..n engines of one notebook session, no relaunch.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..timing import Phases
+
+
+def time_steps(trainer, x_dev, y_dev, idx_dev, global_batch: int, steps: int, warmup: int, comm):
+    """(seconds per step, max over ranks; {phase: seconds per step}) after ``warmup`` steps."""
+    from mpi4py import MPI
+
+    for _ in range(warmup):
+        trainer.step(x_dev, y_dev, idx_dev, global_batch)
+    trainer.phases = Phases(sync=True)
+    comm.Barrier()
+    t0 = MPI.Wtime()
+    for _ in range(steps):
+        trainer.step(x_dev, y_dev, idx_dev, global_batch)
+    local = (MPI.Wtime() - t0) / steps
+    phases = {k: v / steps for k, v in trainer.phases.max_over_ranks(comm).items()}
+    return comm.allreduce(local, op=MPI.MAX), phases
+
+
+def measure(comm, sizes, global_batch: int, steps: int = 5, warmup: int = 2,
+            precision: str = "fp32", comm_backend="auto", loss: str = "xent") -> dict:
+    """Time data-parallel steps of an MLP with layer widths ``sizes`` on ``comm``.
+
+    The global batch is split evenly among the ranks (it must divide).
+    Returns one row (the same on every rank) with samples/s and the split.
+    """
+    from ..kernels import mlp as K
+    from .model import MLP, init_parameters
+    from .trainer import DDPTrainer
+
+    size = comm.size
+    if global_batch % size:
+        raise ValueError(f"global batch {global_batch} does not divide among {size} ranks")
+    per = global_batch // size
+    mixed = precision == "mixed"
+    model = MLP(sizes, np.float32, np.float16 if mixed else np.float32)
+    model.load(init_parameters(sizes, seed=0))
+    trainer = DDPTrainer(model, comm, comm_backend, optimizer="sgd", lr=1e-3, loss=loss,
+                         loss_scaling=mixed)
+    rng = np.random.default_rng(comm.rank)
+    x_dev = K.cuda.to_device(rng.standard_normal((per, sizes[0])).astype(np.float32))
+    if loss == "xent":
+        y_dev = K.cuda.to_device(rng.integers(0, sizes[-1], (per, 1)).astype(np.int32))
+    else:
+        y_dev = K.cuda.to_device(rng.standard_normal((per, sizes[-1])).astype(np.float32))
+    idx_dev = K.cuda.to_device(np.arange(per, dtype=np.int32))
+    step_s, ph = time_steps(trainer, x_dev, y_dev, idx_dev, global_batch, steps, warmup, comm)
+    total = sum(ph.values())
+    return {"gpus": size, "parameters": model.n_params, "global_batch": global_batch,
+            "per_gpu_batch": per, "precision": precision, "comm": trainer.be.name,
+            "step_s": step_s, "samples_per_s": global_batch / step_s,
+            "compute_s": ph.get("compute", 0.0), "comm_s": ph.get("comm", 0.0),
+            "update_s": ph.get("update", 0.0),
+            "comm_share": ph.get("comm", 0.0) / total if total else 0.0}
+
+
+def scaling(comm, sizes, counts, global_batch: int | None = None,
+            per_gpu_batch: int | None = None, **kwargs) -> list[dict]:
+    """``measure`` on the first k ranks for each k in ``counts``; rows on every rank.
+
+    Give ``global_batch`` (strong scaling: the same batch split k ways) or
+    ``per_gpu_batch`` (weak scaling: the global batch grows with k). Ranks
+    outside a sub-communicator wait at the next measurement's split.
+    """
+    from mpi4py import MPI
+
+    if (global_batch is None) == (per_gpu_batch is None):
+        raise ValueError("give global_batch (strong scaling) or per_gpu_batch (weak scaling)")
+    rows = []
+    for k in counts:
+        if not 1 <= k <= comm.size:
+            raise ValueError(f"cannot use {k} ranks of {comm.size}")
+        sub = comm.Split(0 if comm.rank < k else MPI.UNDEFINED, comm.rank)
+        row = None
+        if sub != MPI.COMM_NULL:
+            batch = global_batch if global_batch is not None else per_gpu_batch * k
+            row = measure(sub, sizes, batch, **kwargs)
+            sub.Free()
+        rows.append(comm.bcast(row, root=0))
+    base = rows[0]["samples_per_s"] if rows and rows[0]["gpus"] == 1 else None
+    for row in rows:
+        row["sweep"] = "strong" if global_batch is not None else "weak"
+        row["speedup"] = row["samples_per_s"] / base if base else None
+        row["efficiency"] = row["speedup"] / row["gpus"] if base else None
+    return rows
+
+
+def format_rows(rows: list[dict]) -> str:
+    """A table of a scaling sweep: ranks, batch, step time, samples/s, speedup, efficiency, comm share."""
+    lines = [f"{'ranks':>5} {'batch':>6} {'per rank':>8} {'step ms':>9} {'samples/s':>10} "
+             f"{'speedup':>8} {'efficiency':>10} {'comm share':>10}"]
+    for r in rows:
+        speed = "" if r.get("speedup") is None else f"{r['speedup']:.2f}"
+        eff = "" if r.get("efficiency") is None else f"{r['efficiency']:.2f}"
+        lines.append(f"{r['gpus']:>5} {r['global_batch']:>6} {r['per_gpu_batch']:>8} "
+                     f"{1e3 * r['step_s']:>9.2f} {r['samples_per_s']:>10.0f} {speed:>8} "
+                     f"{eff:>10} {100 * r['comm_share']:>9.1f}%")
+    return "\n".join(lines)
