@@ -88,6 +88,9 @@ def select(requested: str | None = None) -> str:
             "or restart the kernel."
         )
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1" if choice == "sim" else "0"
+    # Numba's message colouring goes through colorama, which writes a terminal
+    # reset to stdout at exit: under mpirun it lands in the middle of other ranks' lines.
+    os.environ.setdefault("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING", "1")
     # Teaching kernels launch tiny grids on purpose (one block per rank in Exercise 0).
     os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
     os.environ["HPCLAB_BACKEND_SELECTED"] = choice
