@@ -1,7 +1,8 @@
 """Choosing a communication backend by name: ``get("auto" | "mpi-host" | "mpi-cuda" | "nccl")``.
 
 ``auto`` takes the fastest that works on every rank: NCCL on GPUs (when CuPy's
-NCCL imports and there is more than one rank), else CUDA-aware MPI (when MPI
+NCCL imports; with one rank too, so that a one-GPU baseline does not pay
+for a trip through host memory that the multi-GPU runs do not make), else CUDA-aware MPI (when MPI
 says it is), else host staging. On the simulator only host staging applies;
 the choice and its reason are said once, by rank 0.
 """
@@ -24,17 +25,15 @@ def choose(comm=None) -> tuple[str, str]:
     if backend.is_simulator():
         return "mpi-host", ("the Numba CUDA simulator is in use (no GPU): NCCL and CUDA-aware MPI "
                             "need real GPUs, so device data is staged through host memory")
-    if comm.size > 1:
-        from .nccl import available as nccl_available
+    from .nccl import available as nccl_available
 
-        ok, why = nccl_available()
-        if comm.allreduce(ok, op=MPI.LAND):
-            return "nccl", f"GPUs and NCCL on every rank ({why})"
+    ok, why = nccl_available()
+    if comm.allreduce(ok, op=MPI.LAND):
+        return "nccl", f"GPUs and NCCL on every rank ({why})"
     aware, how = cuda_aware()
     if comm.allreduce(aware, op=MPI.LAND):
         return "mpi-cuda", f"MPI is CUDA-aware on every rank ({how})"
-    reason = "a single rank" if comm.size == 1 else "NCCL is not importable on every rank"
-    return "mpi-host", f"{reason}, and MPI is not CUDA-aware ({how}): staging through host memory"
+    return "mpi-host", f"NCCL is not importable on every rank, and MPI is not CUDA-aware ({how}): staging through host memory"
 
 
 def get(name: str = "auto", comm=None, quiet: bool = False):
