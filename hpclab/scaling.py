@@ -316,6 +316,7 @@ def _ranks(text: str) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="hpclab scaling",
+        allow_abbrev=False,  # the program's own options (e.g. --n) must not match ours (--no-progress)
         description="Strong or weak scaling sweep of an hpclab program: one mpiexec per rank count and "
                     "trial, medians, speedup, efficiency, serial fraction; CSV and PNG into --out. "
                     "Options not listed here go to the program (e.g. --samples 1e12 --seed 123).")
