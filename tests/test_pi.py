@@ -11,6 +11,8 @@ from hpclab.comm import block_range
 from hpclab.kernels import pi as k
 from .helpers import last_json, run_hpclab, run_mpi
 
+cuda = k.cuda          # kernels below use the module's name, which the simulator replaces
+
 # The simulator runs uint64 arithmetic on NumPy scalars, which warn when it wraps (on purpose).
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning",
                                         "ignore::numba.core.errors.NumbaWarning")
@@ -58,28 +60,86 @@ def test_midpoint_rejects_bad_ranges_and_shapes():
 
 # ---------------------------------------------------------------- counter-based Monte Carlo
 
+# Known-answer vectors of Random123's kat_vectors file: (rounds, counter, key, output).
+PHILOX_KAT = [
+    (7, [0, 0, 0, 0], [0, 0], [0x5F6FB709, 0x0D893F64, 0x4F121F81, 0x4F730A48]),
+    (7, [0xFFFFFFFF] * 4, [0xFFFFFFFF] * 2, [0x5207DDC2, 0x45165E59, 0x4D8EE751, 0x8C52F662]),
+    (7, [0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344], [0xA4093822, 0x299F31D0],
+     [0x4DFCCABA, 0x190A87F0, 0xC47362BA, 0xB6B5242A]),
+    (10, [0, 0, 0, 0], [0, 0], [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8]),
+    (10, [0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344], [0xA4093822, 0x299F31D0],
+     [0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1]),
+]
+
+
+@pytest.mark.parametrize("rounds, counter, key, expected", PHILOX_KAT)
+def test_philox_reference_is_the_published_generator(rounds, counter, key, expected):
+    got = k.philox_reference([[c] for c in counter], key, rounds)
+    assert [int(w[0]) for w in got] == expected
+
+
+def test_philox_device_function_matches_the_reference():
+    @cuda.jit
+    def run(counter, key, out):
+        out[0], out[1], out[2], out[3] = k.philox4x32(counter[0], counter[1], counter[2], counter[3],
+                                                      key[0], key[1])
+
+    rounds, counter, key, expected = PHILOX_KAT[2]
+    out = np.zeros(4, dtype=np.uint32)
+    run[1, 1](np.array(counter, dtype=np.uint32), np.array(key, dtype=np.uint32), out)
+    assert [int(v) for v in out] == expected
+
+
 def test_splitmix_reference_is_the_published_generator():
     # First outputs of SplitMix64 seeded with 0 (Vigna's splitmix64.c).
     assert [int(v) for v in k.splitmix_reference(0, 2, 0)] == [0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4]
 
 
-@pytest.mark.parametrize("start, count, seed", [(0, 3000, 7), (12345, 1000, 2**64 - 1), (2**40, 700, 123)])
+@pytest.mark.parametrize("start, count, seed", [
+    (0, 3000, 7),
+    (12345, 1001, 2**64 - 1),      # odd start and odd stop: lone samples at both ends
+    (2**40 + 1, 700, 123),
+    (2**33 - 9, 40, 5),            # the calls cross a multiple of 2^32: two launches, two high words
+    (6, 1, 3), (7, 2, 3),          # no whole call inside
+])
 def test_count_hits_matches_exact_reference(start, count, seed):
     assert k.count_hits(start, count, seed) == k.count_hits_reference(start, count, seed)
+
+
+def test_count_hits_reference_is_the_exact_integer_test():
+    x, y = (w >> 6 for w in k.sample_words(100, 50, 11))
+    exact = sum(int(a) * (int(a) + 1) + int(b) * (int(b) + 1) < 2**52 for a, b in zip(x, y))
+    assert k.count_hits_reference(100, 50, 11) == exact
 
 
 def test_count_hits_identical_for_any_launch_shape_and_split():
     whole = k.count_hits(0, 2000, 99)
     for blocks, threads in [(1, 1), (3, 16), (4, 64), (1, 32)]:
         assert k.count_hits(0, 2000, 99, blocks, threads) == whole
-    pieces = [(0, 333), (333, 1000), (1000, 2000)]
+    pieces = [(0, 333), (333, 1000), (1000, 1001), (1001, 2000)]
     assert sum(k.count_hits(a, b - a, 99) for a, b in pieces) == whole
 
 
 def test_count_hits_loops_over_launches(monkeypatch):
-    expected = k.count_hits_reference(0, 1500, 5)
-    monkeypatch.setattr(k, "LAUNCH_SAMPLES", 640)        # three launches, the last one partial
-    assert k.count_hits(0, 1500, 5) == expected
+    expected = k.count_hits_reference(0, 1501, 5)
+    monkeypatch.setattr(k, "LAUNCH_PAIRS", 320)          # three launches, the last one partial
+    assert k.count_hits(0, 1501, 5) == expected
+
+
+def test_splitmix_kernel_matches_its_reference():
+    assert k.count_hits_splitmix(3, 700, 9, 2, 32) == k.count_hits_splitmix_reference(3, 700, 9)
+
+
+def test_sample_inside_agrees_with_count_hits():
+    @cuda.jit
+    def run(start, count, seed, out):
+        i = cuda.grid(1)
+        if i < count:
+            out[i] = k.sample_inside(seed, start + i)
+
+    out = np.zeros(64, dtype=np.uint8)
+    run[2, 32](np.int64(2**35 + 3), np.int64(64), np.uint64(77), out)
+    assert int(out.sum()) == k.count_hits_reference(2**35 + 3, 64, 77)
 
 
 def test_count_hits_rejects_bad_seeds():

@@ -62,7 +62,9 @@ out = os.environ["OUT"]
 try:
     b = json.load(open(f"{out}/bench_pi.json"))
     print(f"device {b['device']}: MC counter {b['mc_counter_samples_per_s']:.3e} samples/s (target 8e11: "
-          f"{'MET' if b['mc_counter_samples_per_s'] >= 8e11 else 'NOT MET'}), xoroshiro {b['mc_xoroshiro_samples_per_s']:.3e}, "
+          f"{'MET' if b['mc_counter_samples_per_s'] >= 8e11 else 'NOT MET'}, {b.get('mc_counter_generator', '?')}), "
+          f"Philox4x32-10 {b.get('mc_philox10_samples_per_s', float('nan')):.3e}, SplitMix64 {b.get('mc_splitmix_samples_per_s', float('nan')):.3e}, "
+          f"xoroshiro {b['mc_xoroshiro_samples_per_s']:.3e}, "
           f"state init {b['xoroshiro_init_s']:.3f} s for {b['xoroshiro_states']} states")
     print(f"midpoint {b['midpoint_bins_per_s']:.3e} bins/s (target 1e12: {'MET' if b['midpoint_bins_per_s'] >= 1e12 else 'NOT MET'}), "
           f"one division per bin {b['midpoint_plain_bins_per_s']:.3e}")

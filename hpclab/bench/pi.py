@@ -1,7 +1,9 @@
 """``hpclab bench pi``: how fast the pi kernels run on this rank's GPU.
 
 Measures, on one GPU: Monte Carlo samples/s with the counter-based generator
-and with xoroshiro128+ (its host-side state initialisation timed apart),
+(Philox4x32-7; also Philox4x32-10, its authors' default round count, and
+the SplitMix64 kernel it replaced, for comparison) and with xoroshiro128+
+(its host-side state initialisation timed apart),
 midpoint bins/s with four bins per division and with the textbook one
 division per bin, and a few launch shapes for each fast kernel. Each figure
 is the median of several timed runs after a warm-up, at a size calibrated to
@@ -62,6 +64,11 @@ def measure(seconds: float = 1.0, repeats: int = 3, shapes: bool = True) -> dict
 
     rate, n = _rate(lambda m: k.count_hits(0, m, 123), first, limit_mc, seconds, repeats)
     out["mc_counter_samples_per_s"], out["mc_counter_samples"] = rate, n
+    out["mc_counter_generator"] = f"Philox4x32-{k.ROUNDS}"
+    rate, n = _rate(lambda m: k.count_hits(0, m, 123, rounds=10), first, limit_mc, seconds / 2, repeats)
+    out["mc_philox10_samples_per_s"], out["mc_philox10_samples"] = rate, n
+    rate, n = _rate(lambda m: k.count_hits_splitmix(0, m, 123), first, limit_mc, seconds / 2, repeats)
+    out["mc_splitmix_samples_per_s"], out["mc_splitmix_samples"] = rate, n
 
     states = k.xoroshiro_states(blocks * threads, 123)
     out["xoroshiro_states"] = blocks * threads
@@ -92,8 +99,12 @@ def measure(seconds: float = 1.0, repeats: int = 3, shapes: bool = True) -> dict
 def format_table(r: dict) -> str:
     lines = [f"pi kernels on {r['device']} ({r['backend']}, {r['sms']} SMs), {r['date']}",
              f"  launch: {r['launch']['blocks']} blocks x {r['launch']['threads']} threads",
-             f"  Monte Carlo, counter (SplitMix64)   {r['mc_counter_samples_per_s']:.3e} samples/s "
+             f"  Monte Carlo, counter (Philox4x32-7) {r['mc_counter_samples_per_s']:.3e} samples/s "
              f"(target 8e11; workshop A100 {A100_WORKSHOP_MC:.2e})",
+             f"  Monte Carlo, Philox4x32-10          {r['mc_philox10_samples_per_s']:.3e} samples/s "
+             f"(the authors' default rounds, for comparison)",
+             f"  Monte Carlo, SplitMix64 (previous)  {r['mc_splitmix_samples_per_s']:.3e} samples/s "
+             f"(Philox4x32-7 is {r['mc_counter_samples_per_s'] / r['mc_splitmix_samples_per_s']:.2f}x)",
              f"  Monte Carlo, xoroshiro128+          {r['mc_xoroshiro_samples_per_s']:.3e} samples/s "
              f"(counter is {r['mc_counter_samples_per_s'] / r['mc_xoroshiro_samples_per_s']:.2f}x)",
              f"  xoroshiro128+ state init            {r['xoroshiro_init_s']:.3f} s for "

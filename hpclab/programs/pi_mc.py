@@ -35,7 +35,7 @@ def add_arguments(parser) -> None:
                         help="number of samples (e.g. 1e12; default 1e11 on a GPU, 20000 on the simulator)")
     parser.add_argument("--seed", type=parse_seed, default=123, help="generator seed, 0 to 2^64-1 (default 123)")
     parser.add_argument("--generator", choices=GENERATORS, default="counter",
-                        help="counter: SplitMix64 of the global sample index, identical on any number "
+                        help="counter: Philox4x32-7 of the global sample index, identical on any number "
                              "of ranks (default); xoroshiro: numba.cuda.random per-thread streams, "
                              "which depend on the ranks and the launch shape")
     parser.add_argument("--blocks", type=parse_count, default=None,
@@ -64,7 +64,7 @@ def run(args, ctx) -> Report:
     timings = {}
     if args.generator == "counter":
         with step(comm, "kernel compilation (warm-up)"):
-            kernels.count_hits(0, 1, seed, 1, threads)
+            kernels.count_hits(0, 2, seed, 1, threads)                      # one Philox call: compiles
         work = lambda: kernels.count_hits(start, stop - start, seed, blocks, threads)  # noqa: E731
     else:
         with step(comm, "xoroshiro128+ states"):
@@ -117,7 +117,7 @@ def run(args, ctx) -> Report:
 
 def _describe(generator: str, seed: int) -> str:
     if generator == "counter":
-        return f"counter-based SplitMix64, seed {seed} (same estimate on any number of ranks)"
+        return f"counter-based Philox4x32-7, seed {seed} (same estimate on any number of ranks)"
     return f"xoroshiro128+ (numba.cuda.random), seed {seed}, one subsequence per thread and rank"
 
 
