@@ -6,7 +6,10 @@
               baseline) and allowed (TF32), and unfold + cuBLAS SGEMM
   scaling     under mpirun/mpiexec: one large layer split by height across
               ranks, strong (fixed height) and weak (fixed rows per rank),
-              host-staged (V4) and GPU-to-GPU (V5) halos; one JSON line
+              host-staged (V4) and GPU-to-GPU (V5) halos; one JSON line.
+              Timed: exchange + compute on device-resident bands (median,
+              slowest rank); the compute/halo split from a separate
+              synchronised pass
   summarize   JSON lines of several scaling runs -> speedup / efficiency CSV
 
 Targets: throughput >= 25 % of cuDNN FP32; strong-scaling efficiency >= 0.90
@@ -184,7 +187,14 @@ def _device_name() -> str:
 
 
 def scaling(args) -> int:
-    """One rank count: strong and weak runs of one large convolution layer."""
+    """One rank count: strong and weak runs of one large convolution layer.
+
+    Timed region per run: halo exchange + compute of each rank's band, input
+    already on the device, buffers allocated before (reused), barrier before,
+    the slowest rank's time; median of ``repeats`` after ``warmup`` runs.
+    Then one synchronised pass without overlap gives the split into compute
+    and halo exchange (which add up to that pass's time).
+    """
     from .. import backend, comm as hcomm
     from ..mpi import world
 
@@ -193,46 +203,49 @@ def scaling(args) -> int:
     from ..device import select_gpu
 
     select_gpu(comm)
-    from ..conv_exec import Conv, Timer, run_device
+    from ..conv_exec import Buffers, Conv, Timer, run_device
     from ..conv_versions import gpu_aware_backend
     from ..kernels.bands import hash_fill
+    from ..kernels.conv import check_method
     from ..kernels.conv_reference import conv_flops, output_size
     from mpi4py import MPI
 
     size, rank = comm.size, comm.rank
     c, k, r, pad, w, n = args.channels, args.out_channels, args.kernel, args.kernel // 2, args.width, args.batch
+    method = check_method(None if args.method == "auto" else args.method)
     rng = np.random.default_rng(1)
     layer = Conv("big", rng.uniform(-0.1, 0.1, (k, c, r, r)).astype(np.float32),
-                 np.zeros(k, np.float32), 1, pad, relu=True)
+                 np.zeros(k, np.float32), 1, pad, relu=True, method=method)
     backends = {"v4": hcomm.get("mpi-host", comm)}
+    note5 = ""
     if size > 1:
-        be5, note5 = gpu_aware_backend(comm, args.comm)
-        backends["v5"] = be5
-    else:
-        note5 = ""
+        backends["v5"], note5 = gpu_aware_backend(comm, args.comm)
+    cu = backend.cuda()
     rows = []
     for mode, height in (("strong", args.height), ("weak", args.rows_per_rank * size)):
         r0, r1 = hcomm.block_range(height, size, rank)
         x = hash_fill((n, c, r1 - r0, w), 5, r0, height)
-        backend.cuda().synchronize()
+        buffers = Buffers()
+        cu.synchronize()
         flops = conv_flops(n, k, c, r, r, output_size(height, r, 1, pad), output_size(w, r, 1, pad))
         for version, be in backends.items():
-            for overlap in ((True, False) if args.both_overlaps else (True,)):
-                run_device([layer], x, comm, be, overlap)           # compile, allocate
-                walls, timer = [], None
-                for _ in range(args.repeats):
-                    timer = Timer()
-                    comm.Barrier()
-                    t0 = MPI.Wtime()
-                    run_device([layer], x, comm, be, overlap, timer)
-                    walls.append(comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX))
-                phases = {p: comm.allreduce(s, op=MPI.MAX) for p, s in sorted(timer.seconds.items())}
-                wall = statistics.median(walls)
-                rows.append({"mode": mode, "version": version, "comm": be.name, "overlap": overlap,
-                             "ranks": size, "height": height, "width": w, "batch": n, "channels": c,
-                             "out_channels": k, "kernel": r, "wall_s": wall, "tflops": flops / wall / 1e12,
-                             **{f"{p}_s": s for p, s in phases.items()}})
-        del x
+            def once(timer=None):
+                comm.Barrier()
+                t0 = MPI.Wtime()
+                run_device([layer], x, comm, be, True, timer, buffers, height)   # ends with a stream sync
+                return comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
+
+            for _ in range(args.warmup):
+                once()                                        # compile, fill the buffers
+            wall = statistics.median([once() for _ in range(args.repeats)])
+            timer = Timer(sync=True)
+            split_wall = once(timer)
+            phases = {p: comm.allreduce(timer.seconds.get(p, 0.0), op=MPI.MAX) for p in ("compute", "halo")}
+            rows.append({"mode": mode, "version": version, "comm": be.name, "method": method, "overlap": True,
+                         "ranks": size, "height": height, "width": w, "batch": n, "channels": c,
+                         "out_channels": k, "kernel": r, "wall_s": wall, "tflops": flops / wall / 1e12,
+                         "compute_s": phases["compute"], "halo_s": phases["halo"], "split_wall_s": split_wall})
+        del x, buffers
     if rank == 0:
         print(json.dumps({"ranks": size, "device": _device_name(), "note": note5, "runs": rows}))
         sys.stdout.flush()
@@ -261,7 +274,8 @@ def summarize(args) -> int:
         speedup = t1 / r["wall_s"] if r["mode"] == "strong" else r["ranks"] * t1 / r["wall_s"]
         eff = speedup / r["ranks"]
         out.append({**{k: r[k] for k in ("mode", "version", "comm", "overlap", "ranks", "height", "wall_s")},
-                    "compute_s": r.get("compute_s", 0.0), "halo_s": r.get("halo_s", 0.0),
+                    "tflops": r.get("tflops", 0.0), "compute_s": r.get("compute_s", 0.0),
+                    "halo_s": r.get("halo_s", 0.0), "split_wall_s": r.get("split_wall_s", 0.0),
                     "speedup": speedup, "efficiency": eff})
     with open(args.csv, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(out[0]))
@@ -270,9 +284,10 @@ def summarize(args) -> int:
     for row in out:
         target = STRONG_TARGET if row["mode"] == "strong" else WEAK_TARGET
         flag = "" if row["ranks"] == 1 else (" ok" if row["efficiency"] >= target else f" BELOW {target}")
-        print(f"{row['mode']:<6} {row['version']} ({row['comm']}, overlap {row['overlap']}) "
-              f"{row['ranks']} GPU(s): {row['wall_s']:.4f} s (compute {row['compute_s']:.4f}, "
-              f"halo {row['halo_s']:.4f}) speedup {row['speedup']:.2f} efficiency {row['efficiency']:.3f}{flag}")
+        print(f"{row['mode']:<6} {row['version']} ({row['comm']}) {row['ranks']} GPU(s): {row['wall_s']:.4f} s "
+              f"{row['tflops']:.1f} TFLOP/s | split pass {row['split_wall_s']:.4f} s = compute "
+              f"{row['compute_s']:.4f} + halo {row['halo_s']:.4f} | speedup {row['speedup']:.2f} "
+              f"efficiency {row['efficiency']:.3f}{flag}")
     return 0
 
 
@@ -286,14 +301,16 @@ def main(argv: list[str]) -> int:
     s = sub.add_parser("scaling", help="strong and weak scaling of one large layer (run under mpirun)")
     s.add_argument("--height", type=int, default=32768, help="strong scaling: input rows")
     s.add_argument("--rows-per-rank", type=int, default=8192, help="weak scaling: rows per rank")
-    s.add_argument("--width", type=int, default=128)
+    s.add_argument("--width", type=int, default=256)
     s.add_argument("--channels", type=int, default=96)
     s.add_argument("--out-channels", type=int, default=256)
     s.add_argument("--kernel", type=int, default=5)
     s.add_argument("--batch", type=int, default=1)
-    s.add_argument("--repeats", type=int, default=3)
+    s.add_argument("--repeats", type=int, default=5)
+    s.add_argument("--warmup", type=int, default=2)
+    s.add_argument("--method", default="auto", choices=("auto", "direct", "gemm"),
+                   help="convolution on the GPU (auto: gemm on a GPU)")
     s.add_argument("--comm", default="auto", help="V5's backend: auto, nccl, mpi-cuda")
-    s.add_argument("--both-overlaps", action="store_true", help="also time without overlap")
     m = sub.add_parser("summarize", help="scaling JSON lines -> CSV with speedup and efficiency")
     m.add_argument("files", nargs="+")
     m.add_argument("--csv", default="conv_scaling.csv")
