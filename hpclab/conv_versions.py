@@ -245,10 +245,19 @@ def run_version(version: str, ops, dense, shape, seed, comm, comm_name="auto", o
         timer = run_once(version, ops, dense, shape, seed, comm, be, overlap, sync=True)[2]
     from mpi4py import MPI
 
-    phases = {k: comm.allreduce(v, op=MPI.MAX) for k, v in sorted(timer.seconds.items())} \
-        if version not in ("v1", "v3") else comm.bcast(dict(timer.seconds), root=0)
+    phases = max_phases(timer, comm) if version not in ("v1", "v3") else comm.bcast(dict(timer.seconds), root=0)
     wall = comm.bcast(statistics.median(walls), root=0)
     return Outcome(version, out, wall, phases, used, note)
+
+
+def max_phases(timer, comm) -> dict:
+    """Seconds per phase, max over ranks. Ranks may have different phases (the dense
+    layers run on rank 0 only), so agree on the names first: one allreduce per name on
+    every rank, never a different number of them (that would hang)."""
+    from mpi4py import MPI
+
+    names = sorted(set().union(*comm.allgather(sorted(timer.seconds))))
+    return {k: comm.allreduce(timer.seconds.get(k, 0.0), op=MPI.MAX) for k in names}
 
 
 def needs_split_pass(version: str) -> bool:
@@ -297,7 +306,7 @@ def scaling_point(mode: str, ranks: int, ops, shape, comm, version: str = "v4", 
             timer = run_once(version, ops, [], shape, seed, sub, be, overlap, sync=True)[2]
         from mpi4py import MPI
 
-        phases = {k: sub.allreduce(v, op=MPI.MAX) for k, v in timer.seconds.items()}
+        phases = max_phases(timer, sub)
         return {"mode": mode, "ranks": ranks, "height": shape[2], "wall_s": statistics.median(walls),
                 **{k: phases.get(k, 0.0) for k in ("compute", "halo", "transfer")}}
     finally:

@@ -304,6 +304,17 @@ def test_mpi_gemm_method_matches_serial_on_three_ranks():
 
 
 @pytest.mark.mpi
+def test_mpi_trunk_with_dense_layers_on_rank_0_finishes():
+    """The dense layers run on rank 0 only; the phase times must still be combined without a hang."""
+    proc = run_mpi(2, "run", "conv-halo", "--layer", "trunk", "--height", "99", "--width", "67",
+                   "--version", "v2", "--json", timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = last_json(proc)
+    assert out["passed"] is True and out["result"]["output"] == [1, 31]
+    assert "dense_s" in out["timings"]
+
+
+@pytest.mark.mpi
 def test_mpi_more_ranks_than_output_rows_fails_fast():
     proc = run_mpi(4, "run", "conv-halo", "--layer", "c1", "--height", "19", timeout=60)
     assert proc.returncode != 0
