@@ -39,54 +39,56 @@ def max_bytes() -> int:
 
 @cuda.jit
 def _im2col_kernel(x, col, n0, t0, rows, stride, pad_t, pad_w, R, S, Wo):
-    # One element of col per loop step; consecutive threads take consecutive
-    # output pixels (coalesced stores along a row of col).
+    # Rows of col (one (c, r, s) each) along the grid's y; along a row, consecutive
+    # threads take consecutive output pixels (coalesced stores). Two integer
+    # divisions per element: divisions are what this kernel spends its time on.
     C = x.shape[1]
     H = x.shape[2]
     W = x.shape[3]
     ncol = col.shape[1]
-    total = col.shape[0] * ncol
     per_image = rows * Wo
-    for e in range(cuda.grid(1), total, cuda.gridsize(1)):
-        j = e % ncol
-        crs = e // ncol
-        s = crs % S
+    for crs in range(cuda.blockIdx.y, col.shape[0], cuda.gridDim.y):
         t = crs // S
-        r = t % R
+        s = crs - t * S
         c = t // R
-        n = n0 + j // per_image
-        p = j % per_image
-        oh = t0 + p // Wo
-        ow = p % Wo
-        ih = oh * stride - pad_t + r
-        iw = ow * stride - pad_w + s
-        v = float32(0.0)
-        if c < C and ih >= 0 and ih < H and iw >= 0 and iw < W:
-            v = x[n, c, ih, iw]
-        col[crs, j] = v
+        r = t - c * R
+        for j in range(cuda.grid(1), ncol, cuda.gridsize(1)):
+            n = j // per_image
+            p = j - n * per_image
+            q = p // Wo
+            ih = (t0 + q) * stride - pad_t + r
+            iw = (p - q * Wo) * stride - pad_w + s
+            v = float32(0.0)
+            if c < C and ih >= 0 and ih < H and iw >= 0 and iw < W:
+                v = x[n0 + n, c, ih, iw]
+            col[crs, j] = v
 
 
 @cuda.jit
 def _scatter_kernel(mat, bias, out, n0, t0, rows, relu):
-    # out[n0 + n, k, t0 + t, q] = mat[k, (n * rows + t) * Wo + q] + bias[k] (then ReLU)
-    K = mat.shape[0]
+    # out[n0 + n, k, t0 + t, q] = mat[k, (n * rows + t) * Wo + q] + bias[k] (then ReLU);
+    # output channels along the grid's y.
     ncol = mat.shape[1]
     Wo = out.shape[3]
     per_image = rows * Wo
-    for e in range(cuda.grid(1), K * ncol, cuda.gridsize(1)):
-        j = e % ncol
-        k = e // ncol
-        p = j % per_image
-        v = mat[k, j] + bias[k]
-        if relu and v < float32(0.0):
-            v = float32(0.0)
-        out[n0 + j // per_image, k, t0 + p // Wo, p % Wo] = v
+    for k in range(cuda.blockIdx.y, mat.shape[0], cuda.gridDim.y):
+        b = bias[k]
+        for j in range(cuda.grid(1), ncol, cuda.gridsize(1)):
+            n = j // per_image
+            p = j - n * per_image
+            q = p // Wo
+            v = mat[k, j] + b
+            if relu and v < float32(0.0):
+                v = float32(0.0)
+            out[n0 + n, k, t0 + q, p - q * Wo] = v
 
 
-def _launch_1d(total: int):
-    threads = 64 if backend.is_simulator() else 256
-    cap = 4 if backend.is_simulator() else 8 * 1024
-    return max(1, min(cap, -(-total // threads))), threads
+def _launch_2d(rows: int, cols: int):
+    """(grid, threads): rows of the matrix along y, columns along x."""
+    if backend.is_simulator():
+        return (min(2, -(-cols // 32)), min(2, rows)), 32
+    threads = 256
+    return (min(-(-cols // threads), 1024), min(rows, 65535)), threads
 
 
 class Workspace:
@@ -142,9 +144,9 @@ def conv_rows_gemm(x, wmat, bias, out, r: int, s: int, stride: int, pad_top: int
         cols = nb * rows * wo
         col = ws.matrix("col", crs, cols)
         mat = ws.matrix("mat", k, cols)
-        blocks, threads = _launch_1d(crs * cols)
+        blocks, threads = _launch_2d(crs, cols)
         _im2col_kernel[blocks, threads, stream](x, col, n0, t0, rows, stride, pad_top, pad_w, r, s, wo)
         grid = (-(-cols // cfg.bn), -(-k // cfg.bm))
         gemm[grid, cfg.threads, stream](wmat, col, mat)
-        blocks, threads = _launch_1d(k * cols)
+        blocks, threads = _launch_2d(k, cols)
         _scatter_kernel[blocks, threads, stream](mat, bias, out, n0, t0, rows, bool(relu))
