@@ -56,7 +56,7 @@ tail -3 "$LOGS/pytest.log"
 
 NP=$(( NG >= 2 ? 2 : 1 ))
 log "4/6 conv-halo program, AlexNet C2 full size, batch 8, V1..V5 on $NP rank(s)"
-step c2 100 $MPIRUN -n "$NP" python3 -m hpclab run conv-halo --layer c2 --batch 8 --repeats 3 --progress --json
+step c2 100 $MPIRUN -n "$NP" python3 -m hpclab run conv-halo --layer c2 --batch 8 --repeats 1 --progress --json
 grep -v '^{' "$LOGS/c2.log" | grep -v '^\[conv-halo' | tail -16; grep '^{' "$LOGS/c2.log" | tail -1 >> "$RUNS"
 
 NT=$(( NG >= 4 ? 4 : NP ))
