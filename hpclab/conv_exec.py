@@ -7,7 +7,8 @@ One executor per place the data lives:
 - ``run_device``: device bands; halos packed by a kernel and exchanged with
   a communication backend's ``sendrecv`` (host-staged MPI, CUDA-aware MPI or
   NCCL), the interior computed on a non-blocking CUDA stream meanwhile
-  (V3 with one rank, V4, V5).
+  (V3 with one rank, V4, V5). ``Timer(sync=True)`` measures the split into
+  compute and halo exchange (no overlap, a device sync at each boundary).
 
 Both read the same band geometry (:mod:`hpclab.conv_halo`), and with one
 rank they are the serial code: every version runs the same path.
@@ -32,6 +33,7 @@ class Conv:
     stride: int = 1
     pad: int = 0
     relu: bool = True
+    method: str | None = None     # "direct" or "gemm" on the GPU; None: the backend's default
     _dev: object = field(default=None, repr=False)
 
     @property
@@ -57,13 +59,16 @@ class Conv:
             self._dev = prepare_weights(self.w, self.bias)
         return self._dev
 
-    def device_rows(self, x, out, pad_top, t0, t1, stream):
-        from .kernels.conv import conv_rows_device, default_config, plan_tiles
+    def device_rows(self, x, out, pad_top, t0, t1, stream, workspace=None):
+        from .kernels.conv import check_method, conv_rows_device, default_config, plan_tiles
 
         wts = self.device_weights()
+        method = check_method(self.method)
         # The tile plan depends on the layer only, so every band runs the same kernel.
-        plan = plan_tiles(x.shape[1], out.shape[3], wts.s, self.stride, default_config(wts.k))
-        conv_rows_device(x, wts, out, self.stride, pad_top, self.pad, t0, t1, self.relu, plan, stream)
+        plan = plan_tiles(x.shape[1], out.shape[3], wts.s, self.stride, default_config(wts.k)) \
+            if method == "direct" else None
+        conv_rows_device(x, wts, out, self.stride, pad_top, self.pad, t0, t1, self.relu, plan, stream,
+                         method, workspace)
 
 
 @dataclass
@@ -86,7 +91,7 @@ class Pool:
     def host_rows(self, x, pad_top, rows):
         return ref.maxpool_rows(x, self.size, self.stride, pad_top, rows)
 
-    def device_rows(self, x, out, pad_top, t0, t1, stream):
+    def device_rows(self, x, out, pad_top, t0, t1, stream, workspace=None):
         from .kernels.conv import maxpool_rows_device
 
         maxpool_rows_device(x, out, self.size, self.stride, pad_top, t0, t1, 0, stream)
@@ -159,10 +164,18 @@ def _rows_from(plan: BandPlan, kernel: int, stride: int, t0: int):
 
 
 class Timer:
-    """Seconds per phase; each phase is timed where the host waits for it."""
+    """Seconds per phase.
 
-    def __init__(self):
+    With ``sync=True`` the device executor waits for the GPU at every phase
+    boundary and does not overlap (halo exchange, then compute), so the phases
+    add up to the wall time of that pass: this is how the time split is
+    measured. Without it, kernels run asynchronously and a phase's seconds
+    are only the host's time in it (the overlapped runs report wall time).
+    """
+
+    def __init__(self, sync: bool = False):
         self.seconds: dict[str, float] = {}
+        self.sync = sync
 
     def add(self, name: str, dt: float) -> None:
         self.seconds[name] = self.seconds.get(name, 0.0) + dt
@@ -231,28 +244,36 @@ def run_host(ops, x: np.ndarray, comm, overlap: bool = True, timer: Timer | None
     return x
 
 
-def nonblocking_stream():
-    """A CUDA stream that does not wait for the legacy default stream.
+_STREAM = None
 
-    The host-staged halo copies run on the legacy default stream; a kernel
-    on an ordinary stream would block them until it finished, so the interior
-    kernel goes on a non-blocking stream to overlap with the exchange.
-    Returns (stream, how).
+
+def nonblocking_stream():
+    """The compute stream: a CUDA stream that does not wait for the legacy default stream.
+
+    Host-staged copies and NCCL kernels run on the legacy default stream; a
+    kernel on an ordinary stream would serialise with them, so the interior
+    goes on a non-blocking stream to overlap with the exchange. Created once
+    per process (stream creation is not free). Returns (stream, how).
     """
+    global _STREAM
+    if _STREAM is not None:
+        return _STREAM
     from .backend import cuda
 
     cu = cuda()
     if backend.is_simulator():
-        return cu.stream(), "simulator (streams run synchronously)"
+        _STREAM = cu.stream(), "simulator (streams run synchronously)"
+        return _STREAM
     try:
         from numba.cuda.cudadrv import driver as drv
 
         ctx = cu.current_context()
         flags = drv.binding.CUstream_flags.CU_STREAM_NON_BLOCKING.value
         handle = drv.driver.cuStreamCreate(flags)
-        return drv.Stream(handle, finalizer=drv._stream_finalizer(ctx.deallocations, handle)), "non-blocking"
+        _STREAM = drv.Stream(handle, finalizer=drv._stream_finalizer(ctx.deallocations, handle)), "non-blocking"
     except Exception as exc:  # noqa: BLE001 - fall back, and say so
-        return cu.stream(), f"ordinary stream (non-blocking stream unavailable: {type(exc).__name__})"
+        _STREAM = cu.stream(), f"ordinary stream (non-blocking stream unavailable: {type(exc).__name__})"
+    return _STREAM
 
 
 def _legacy(cu):
@@ -262,52 +283,114 @@ def _legacy(cu):
         return cu.stream()
 
 
-def exchange_device(be, plans, x, work, stream0=0) -> int:
-    """Send/receive this rank's halo rows through ``be.sendrecv``; returns bytes received."""
-    from mpi4py import MPI
+class Buffers:
+    """Device buffers kept between calls, by name and shape (allocation synchronises the GPU).
 
+    Pass one to ``run_device`` when the same chain runs many times (timing
+    loops); the output it returns is overwritten by the next call.
+    """
+
+    def __init__(self):
+        self._bufs: dict = {}
+        from .kernels.conv_gemm import Workspace
+
+        self.gemm = Workspace()
+
+    def get(self, name: str, shape):
+        from .backend import cuda
+
+        key = (name, tuple(shape))
+        if key not in self._bufs:
+            self._bufs[key] = cuda().device_array(tuple(shape), dtype=np.float32)
+        return self._bufs[key]
+
+
+def _fresh(name, shape):
     from .backend import cuda
-    from .kernels.bands import copy_rows, take_rows
 
-    cu = cuda()
-    rank = be.rank
+    return cuda().device_array(tuple(shape), dtype=np.float32)
+
+
+def pack_halos(plans, x, rank, stream, get=_fresh):
+    """Copy the rows this rank sends into contiguous buffers, one per exchange round.
+
+    Returns [(offset, send Transfer | None, recv Transfer | None, send buffer, recv buffer)]
+    for the rounds this rank takes part in (see :func:`schedule`).
+    """
+    from .kernels.bands import copy_rows
+
     p = plans[rank]
     n, c, _, w = x.shape
-    dummy = cu.device_array(1, dtype=np.float32)
-    got = 0
+    rounds = []
     for offset, pairs in schedule(transfers(plans), len(plans)):
         send, recv = pairs[rank]
         if send is None and recv is None:
             continue
-        sendbuf = take_rows(x, send.start - p.own[0], send.stop - p.own[0], stream0) if send else dummy
-        recvbuf = cu.device_array((n, c, recv.stop - recv.start, w), dtype=np.float32) if recv else dummy
-        _legacy(cu).synchronize()          # the packed rows are complete before they are sent
-        be.sendrecv(sendbuf, dest=rank + offset if send else MPI.PROC_NULL,
-                    source=rank - offset if recv else MPI.PROC_NULL, recvbuf=recvbuf)
-        if recv:
-            copy_rows(recvbuf, 0, work, recv.start - p.have[0], recv.stop - recv.start, stream0)
-            got += recvbuf.size * 4
-    _legacy(cu).synchronize()
-    return got
+        sbuf = get(f"send{offset}", (n, c, send.stop - send.start, w)) if send else get("dummy", (1,))
+        if send:
+            copy_rows(x, send.start - p.own[0], sbuf, 0, send.stop - send.start, stream)
+        rbuf = get(f"recv{offset}", (n, c, recv.stop - recv.start, w)) if recv else get("dummy", (1,))
+        rounds.append((offset, send, recv, sbuf, rbuf))
+    return rounds
 
 
-def run_device(ops, x, comm, be=None, overlap: bool = True, timer: Timer | None = None):
-    """Forward the device band ``x`` through ``ops`` on this rank's GPU; returns a device array."""
+def exchange_packed(be, rounds) -> int:
+    """Send/receive the packed halo rows through ``be.sendrecv``; returns bytes received.
+
+    The caller has synchronised the packing; every round pairs rank r's send
+    to r + offset with its receive from r - offset, so no round can deadlock.
+    """
     from mpi4py import MPI
 
     from .backend import cuda
+
+    rank, got = be.rank, 0
+    for offset, send, recv, sbuf, rbuf in rounds:
+        be.sendrecv(sbuf, dest=rank + offset if send else MPI.PROC_NULL,
+                    source=rank - offset if recv else MPI.PROC_NULL, recvbuf=rbuf)
+        got += rbuf.size * 4 if recv else 0
+    # Host-to-device copies from pageable memory may return before they land.
+    _legacy(cuda()).synchronize()
+    return got
+
+
+def unpack_halos(rounds, work, p, stream) -> None:
+    from .kernels.bands import copy_rows
+
+    for _, _, recv, _, rbuf in rounds:
+        if recv:
+            copy_rows(rbuf, 0, work, recv.start - p.have[0], recv.stop - recv.start, stream)
+
+
+def run_device(ops, x, comm, be=None, overlap: bool = True, timer: Timer | None = None,
+               buffers: Buffers | None = None, height: int | None = None):
+    """Forward the device band ``x`` through ``ops`` on this rank's GPU; returns a device array.
+
+    Per windowed layer: copy own rows into the working buffer and pack the
+    rows to send (then wait for those two small copies); queue the interior
+    rows on the compute stream; exchange halos meanwhile; queue the unpacking
+    and the boundary rows behind the interior; wait. Convolutions use their
+    op's ``method`` (im2col + GEMM on a GPU by default), which runs in chunks,
+    so a NCCL kernel never waits behind one long kernel for free SMs.
+    """
+    from mpi4py import MPI
+
     from .kernels.bands import copy_rows
     from .kernels.conv import lrn_device
 
-    cu = cuda()
     timer = timer or Timer()
+    sync = timer.sync
+    overlap = overlap and not sync
     size, rank = comm.size, comm.rank
-    height = comm.allreduce(x.shape[2], op=MPI.SUM) if size > 1 else x.shape[2]
+    if height is None:
+        height = comm.allreduce(x.shape[2], op=MPI.SUM) if size > 1 else x.shape[2]
     stream, _ = nonblocking_stream()
-    for op in ops:
+    get = buffers.get if buffers is not None else _fresh
+    ws = buffers.gemm if buffers is not None else None
+    for i, op in enumerate(ops):
         t = _now()
         if op.window is None:
-            x = lrn_device(x, op.size, op.alpha, op.beta, op.k, stream=stream)
+            x = lrn_device(x, op.size, op.alpha, op.beta, op.k, out=get(f"{i}-out", x.shape), stream=stream)
             stream.synchronize()
             timer.add("compute", _now() - t)
             continue
@@ -317,22 +400,33 @@ def run_device(ops, x, comm, be=None, overlap: bool = True, timer: Timer | None 
         n, c, _, w = x.shape
         cout, _, wo = op.out_shape(c, height, w)
         o0, o1 = p.out_rows
-        work = cu.device_array((n, c, p.have[1] - p.have[0], w), dtype=np.float32)
-        out = cu.device_array((n, cout, o1 - o0, wo), dtype=np.float32)
+        work = get(f"{i}-work", (n, c, p.have[1] - p.have[0], w))
+        out = get(f"{i}-out", (n, cout, o1 - o0, wo))
         l0, l1 = p.local
         copy_rows(x, l0 - p.own[0], work, l0 - p.have[0], l1 - l0, stream)
-        if overlap and p.interior[1] > p.interior[0]:
-            op.device_rows(work, out, p.pad_top, p.interior[0] - o0, p.interior[1] - o0, stream)
-        if not overlap:
+        if sync:
             stream.synchronize()
-        timer.add("compute", _now() - t)
-        t = _now()
-        if size > 1:
-            exchange_device(be, plans, x, work)
+            timer.add("compute", _now() - t)   # own rows into the working buffer
+            t = _now()
+        rounds = pack_halos(plans, x, rank, stream, lambda nm, sh: get(f"{i}-{nm}", sh)) if size > 1 else []
+        stream.synchronize()                   # packed rows complete before they are sent
+        if sync:
+            timer.add("halo", _now() - t)      # packing
+            t = _now()
+        if overlap and p.interior[1] > p.interior[0]:
+            op.device_rows(work, out, p.pad_top, p.interior[0] - o0, p.interior[1] - o0, stream, ws)
+        if not sync:
+            timer.add("compute", _now() - t)   # launch time only: the kernels run on
+            t = _now()
+        if rounds:
+            exchange_packed(be, rounds)
+            unpack_halos(rounds, work, p, stream)
+        if sync:
+            stream.synchronize()
         timer.add("halo", _now() - t)
         t = _now()
         for j0, j1 in (p.boundary if overlap else [p.out_rows]):
-            op.device_rows(work, out, p.pad_top, j0 - o0, j1 - o0, stream)
+            op.device_rows(work, out, p.pad_top, j0 - o0, j1 - o0, stream, ws)
         stream.synchronize()
         timer.add("compute", _now() - t)
         x, height = out, p.out_height

@@ -140,18 +140,54 @@ def _dense_device(dense, x):
     return y.copy_to_host()
 
 
-def run_once(version: str, ops, dense, shape, seed, comm, be=None, overlap=True):
-    """One forward pass of ``version``; returns (output on rank 0, wall seconds, Timer)."""
+def run_once(version: str, ops, dense, shape, seed, comm, be=None, overlap=True, sync=False):
+    """One forward pass of ``version``; returns (output on rank 0, wall seconds, Timer).
+
+    The wall time runs from the input on the host (made outside the timed
+    region) to the output band on the host; gathering to rank 0 and the
+    dense layers come after it. ``sync``: measure the phase split (GPU
+    versions run without overlap, synchronised at every phase boundary).
+    """
     from mpi4py import MPI
 
-    timer = Timer()
+    timer = Timer(sync)
     serial = version in ("v1", "v3")
-    if serial:
-        world = comm
-        comm = MPI.COMM_SELF
-        if world.rank != 0:
-            world.Barrier()
-            return None, 0.0, timer
+    if serial:   # rank 0 alone; the others wait for its outcome (an error there is raised everywhere)
+        return _on_root(comm, lambda: (*_forward(version, ops, dense, shape, seed, MPI.COMM_SELF,
+                                                 be, overlap, timer), timer), (None, 0.0, timer))
+    out, wall = _forward(version, ops, [], shape, seed, comm, be, overlap, timer)
+    if dense:
+        out = _on_root(comm, lambda: _dense(version, dense, out, timer), None)
+    return out, wall, timer
+
+
+def _on_root(world, fn, elsewhere):
+    """Run ``fn`` on rank 0 only; the other ranks wait, get ``elsewhere``, and raise if rank 0 failed.
+
+    Without this, an error on rank 0 would leave the others waiting forever in
+    the next collective call.
+    """
+    if world.size == 1:
+        return fn()
+    if world.rank == 0:
+        try:
+            result = fn()
+        except Exception as exc:
+            world.bcast(f"{type(exc).__name__}: {exc}", root=0)
+            raise
+        world.bcast(None, root=0)
+        return result
+    error = world.bcast(None, root=0)
+    if error:
+        raise RuntimeError(f"rank 0 failed ({error})")
+    return elsewhere
+
+
+def _forward(version, ops, dense, shape, seed, comm, be, overlap, timer):
+    """Input band -> output band (gathered on rank 0); dense layers on rank 0 for serial versions."""
+    from mpi4py import MPI
+
+    serial = comm.size == 1 and version in ("v1", "v3")
     comm.Barrier()
     t0 = MPI.Wtime()
     x = hash_values(shape, seed) if serial else _band(shape, seed, comm)
@@ -175,12 +211,17 @@ def run_once(version: str, ops, dense, shape, seed, comm, be=None, overlap=True)
     timer.add("input_generation", gen)
     out = y if serial else _gather(y, comm, timer)
     if dense and out is not None:
-        t = MPI.Wtime()
-        out = _dense_host(dense, out) if version in ("v1", "v2") else _dense_device(dense, out)
-        timer.add("dense", MPI.Wtime() - t)
-    if serial:
-        world.Barrier()
-    return out, wall, timer
+        out = _dense(version, dense, out, timer)
+    return out, wall
+
+
+def _dense(version, dense, out, timer):
+    from mpi4py import MPI
+
+    t = MPI.Wtime()
+    out = _dense_host(dense, out) if version in ("v1", "v2") else _dense_device(dense, out)
+    timer.add("dense", MPI.Wtime() - t)
+    return out
 
 
 def run_version(version: str, ops, dense, shape, seed, comm, comm_name="auto", overlap=True,
@@ -200,12 +241,30 @@ def run_version(version: str, ops, dense, shape, seed, comm, comm_name="auto", o
     for _ in range(max(1, repeats)):
         out, wall, timer = run_once(version, ops, dense, shape, seed, comm, be, overlap)
         walls.append(wall)
+    if needs_split_pass(version):
+        timer = run_once(version, ops, dense, shape, seed, comm, be, overlap, sync=True)[2]
     from mpi4py import MPI
 
-    phases = {k: comm.allreduce(v, op=MPI.MAX) for k, v in sorted(timer.seconds.items())} \
-        if version not in ("v1", "v3") else comm.bcast(dict(timer.seconds), root=0)
+    phases = max_phases(timer, comm) if version not in ("v1", "v3") else comm.bcast(dict(timer.seconds), root=0)
     wall = comm.bcast(statistics.median(walls), root=0)
     return Outcome(version, out, wall, phases, used, note)
+
+
+def max_phases(timer, comm) -> dict:
+    """Seconds per phase, max over ranks. Ranks may have different phases (the dense
+    layers run on rank 0 only), so agree on the names first: one allreduce per name on
+    every rank, never a different number of them (that would hang)."""
+    from mpi4py import MPI
+
+    names = sorted(set().union(*comm.allgather(sorted(timer.seconds))))
+    return {k: comm.allreduce(timer.seconds.get(k, 0.0), op=MPI.MAX) for k in names}
+
+
+def needs_split_pass(version: str) -> bool:
+    """GPU kernels run asynchronously: their time split needs a separate synchronised pass.
+
+    (CPU versions are synchronous, and so is the simulator.)"""
+    return version in ("v3", "v4", "v5") and not backend.is_simulator()
 
 
 def parse_versions(text: str) -> list[str]:
@@ -228,7 +287,8 @@ def scaling_point(mode: str, ranks: int, ops, shape, comm, version: str = "v4", 
     """Time ``version`` on the first ``ranks`` ranks of ``comm`` (the others wait).
 
     Returns, on the ranks that ran, {mode, ranks, height, wall_s, compute, halo, transfer}
-    (seconds, max over the ranks that ran); None elsewhere.
+    (seconds, max over the ranks that ran; the split from a synchronised pass
+    on a GPU); None elsewhere.
     """
     color = 0 if comm.rank < ranks else 1
     sub = comm.Split(color, comm.rank)
@@ -242,9 +302,11 @@ def scaling_point(mode: str, ranks: int, ops, shape, comm, version: str = "v4", 
         for _ in range(max(1, repeats)):
             _, wall, timer = run_once(version, ops, [], shape, seed, sub, be, overlap)
             walls.append(wall)
+        if needs_split_pass(version):
+            timer = run_once(version, ops, [], shape, seed, sub, be, overlap, sync=True)[2]
         from mpi4py import MPI
 
-        phases = {k: sub.allreduce(v, op=MPI.MAX) for k, v in timer.seconds.items()}
+        phases = max_phases(timer, sub)
         return {"mode": mode, "ranks": ranks, "height": shape[2], "wall_s": statistics.median(walls),
                 **{k: phases.get(k, 0.0) for k in ("compute", "halo", "transfer")}}
     finally:

@@ -65,6 +65,45 @@ def test_conv2d_matches_scipy(geom):
     np.testing.assert_allclose(ref.conv2d(x, wt, stride, pad), want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("geom", GEOMETRIES[:2], ids=lambda g: "N{}C{}H{}W{}K{}R{}S{}s{}p{}".format(*g))
+def test_conv2d_gemm_matches_scipy(geom):
+    n, c, h, w, k, r, s, stride, pad = geom
+    x = RNG.uniform(-1, 1, (n, c, h, w)).astype(np.float32)
+    wt = RNG.uniform(-1, 1, (k, c, r, s)).astype(np.float32)
+    b = RNG.uniform(-1, 1, k).astype(np.float32)
+    want = scipy_conv(x, wt, stride, pad) + b[None, :, None, None]
+    got = gpu.conv2d(x, wt, stride, pad, bias=b, relu=True, method="gemm")
+    np.testing.assert_allclose(got, np.maximum(want, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_gemm_chunks_cover_every_output_once():
+    from hpclab.kernels.conv_gemm import chunks
+
+    for n, rows, wo, limit in ((3, 5, 4, 10 ** 6), (3, 5, 4, 4 * 25), (2, 7, 3, 4 * 6), (1, 9, 5, 1)):
+        seen = [(n0 + i, r0 + t) for n0, nb, r0, rr in chunks(n, rows, wo, 4, limit)
+                for i in range(nb) for t in range(rr)]
+        assert sorted(seen) == [(i, t) for i in range(n) for t in range(rows)]
+
+
+def test_gemm_in_chunks_equals_one_product_bitwise(monkeypatch):
+    """Chunks over images and over rows (forced by a tiny buffer limit) change no bit."""
+    from hpclab.kernels import conv_gemm
+
+    x = RNG.uniform(-1, 1, (2, 3, 7, 6)).astype(np.float32)
+    w = RNG.uniform(-1, 1, (5, 3, 3, 3)).astype(np.float32)
+    whole = gpu.conv2d(x, w, 1, 1, method="gemm")
+    np.testing.assert_allclose(whole, scipy_conv(x, w, 1, 1), rtol=1e-4, atol=1e-4)
+    for limit in (4 * 32 * 7 * 6, 4 * 32 * 12):      # one image per chunk; two rows of one image
+        monkeypatch.setattr(conv_gemm, "SIM_MAX_BYTES", limit)
+        monkeypatch.setattr(conv_gemm, "DEFAULT_MAX_BYTES", limit)
+        np.testing.assert_array_equal(gpu.conv2d(x, w, 1, 1, method="gemm"), whole)
+
+
+def test_unknown_method_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown convolution method 'fft'; choose one of direct, gemm"):
+        gpu.conv2d(np.zeros((1, 4, 4), np.float32), np.zeros((1, 1, 3, 3), np.float32), method="fft")
+
+
 def test_conv2d_three_dimensional_input_bias_and_relu():
     x = RNG.uniform(-1, 1, (2, 6, 5)).astype(np.float32)
     w = RNG.uniform(-1, 1, (3, 2, 3, 3)).astype(np.float32)
@@ -153,8 +192,31 @@ def test_device_band_kernel_equals_full_kernel_bitwise():
     band = gpu.cuda.to_device(np.ascontiguousarray(x[:, :, p.have[0]:p.have[1]]))
     out = gpu.cuda.device_array((1, 3, p.out_rows[1] - p.out_rows[0], whole.shape[3]), np.float32)
     plan = gpu.plan_tiles(2, whole.shape[3], 3, 2, gpu.default_config(3))
-    gpu.conv_rows_device(band, wts, out, 2, p.pad_top, 1, 0, out.shape[2], plan=plan)
+    gpu.conv_rows_device(band, wts, out, 2, p.pad_top, 1, 0, out.shape[2], plan=plan, method="direct")
     np.testing.assert_array_equal(out.copy_to_host(), whole[:, :, p.out_rows[0]:p.out_rows[1]])
+    # The GEMM path too: a band is bit-for-bit those rows of the whole image.
+    whole = gpu.conv2d_device(gpu.cuda.to_device(x), wts, 2, 1, method="gemm").copy_to_host()
+    gpu.conv_rows_device(band, wts, out, 2, p.pad_top, 1, 0, out.shape[2], method="gemm")
+    np.testing.assert_array_equal(out.copy_to_host(), whole[:, :, p.out_rows[0]:p.out_rows[1]])
+
+
+def test_device_chain_split_pass_gives_the_same_output_and_adds_up():
+    """Timer(sync=True) (the measured time split) computes the same output as the overlapped run."""
+    from mpi4py import MPI
+
+    from hpclab.conv_exec import Buffers, Conv, Pool, Timer, run_device
+
+    x = gpu.cuda.to_device(RNG.uniform(-1, 1, (1, 2, 9, 6)).astype(np.float32))
+    ops = [Conv("c", RNG.uniform(-1, 1, (3, 2, 3, 3)).astype(np.float32), np.zeros(3, np.float32), 1, 1,
+                method="gemm"), Pool("p", 3, 2)]
+    plain = run_device(ops, x, MPI.COMM_SELF).copy_to_host()
+    timer = Timer(sync=True)
+    t = MPI.Wtime()
+    split = run_device(ops, x, MPI.COMM_SELF, timer=timer, buffers=Buffers()).copy_to_host()
+    wall = MPI.Wtime() - t
+    np.testing.assert_array_equal(split, plain)
+    assert set(timer.seconds) == {"compute", "halo"}
+    assert sum(timer.seconds.values()) <= wall
 
 
 @pytest.mark.parametrize("kernel, stride, pad", [(11, 4, 0), (5, 1, 2), (3, 1, 1), (3, 2, 0), (7, 3, 3),
@@ -217,7 +279,7 @@ def test_digest_and_error():
 @pytest.mark.mpi
 def test_mpi_two_and_three_ranks_match_serial():
     runs = {}
-    for n, extra in ((2, []), (3, ["--version", "v2,v4"])):
+    for n, extra in ((2, []), (3, ["--version", "v2,v4", "--method", "direct"])):
         proc = run_mpi(n, "run", "conv-halo", "--layer", "c2", "--height", "8", "--width", "5", *extra,
                        "--json", timeout=90)
         assert proc.returncode == 0, proc.stderr[-2000:]
@@ -229,6 +291,27 @@ def test_mpi_two_and_three_ranks_match_serial():
     # The answer does not depend on the number of ranks: same digests with 2 and 3 ranks.
     for v in ("v1", "v2", "v3", "v4"):
         assert runs[2][v]["digest"] == runs[3][v]["digest"]
+
+
+@pytest.mark.mpi
+def test_mpi_gemm_method_matches_serial_on_three_ranks():
+    proc = run_mpi(3, "run", "conv-halo", "--layer", "c2", "--height", "8", "--width", "5", "--version", "v4",
+                   "--method", "gemm", "--json", timeout=90)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = last_json(proc)
+    assert out["passed"] is True and out["result"]["method"] == "gemm"
+    assert out["result"]["versions"]["v4"]["digest_matches_twin"] is True
+
+
+@pytest.mark.mpi
+def test_mpi_trunk_with_dense_layers_on_rank_0_finishes():
+    """The dense layers run on rank 0 only; the phase times must still be combined without a hang."""
+    proc = run_mpi(2, "run", "conv-halo", "--layer", "trunk", "--height", "99", "--width", "67",
+                   "--version", "v2", "--json", timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = last_json(proc)
+    assert out["passed"] is True and out["result"]["output"] == [1, 31]
+    assert "dense_s" in out["timings"]
 
 
 @pytest.mark.mpi

@@ -13,6 +13,12 @@ The convolution is direct (no im2col buffer) and tiled through shared memory:
   (coalesced loads and stores, conflict-free shared reads); all lanes of a
   warp share the same output channels (weight reads are broadcasts).
 
+A second path, ``method="gemm"`` (:mod:`hpclab.kernels.conv_gemm`), unrolls
+the input patches (im2col) and multiplies by the weight matrix with the
+register-blocked GEMM of :mod:`hpclab.kernels.matmul`: several times faster
+on a GPU, and the default there. The direct kernel is the one to read (and
+the simulator's default); ``default_method()`` says which is used.
+
 The sum over (c, r, s) runs in the same order whatever the tile or the band
 of rows, so a band computed on one rank is bit-for-bit the same as those rows
 computed on one GPU: the distributed versions can be checked exactly.
@@ -70,6 +76,21 @@ GPU_CONFIGS = {
 }
 # The simulator runs one Python thread per CUDA thread: few, small blocks.
 SIM_CONFIG = ConvConfig(lanes=8, nty=2, px=2, kx=2, cc=4)
+
+
+METHODS = ("direct", "gemm")
+
+
+def default_method() -> str:
+    """im2col + GEMM on a GPU (fastest); the direct teaching kernel on the simulator."""
+    return "direct" if backend.is_simulator() else "gemm"
+
+
+def check_method(method: str | None) -> str:
+    method = method or default_method()
+    if method not in METHODS:
+        raise ValueError(f"unknown convolution method {method!r}; choose one of {', '.join(METHODS)}")
+    return method
 
 
 def default_config(k: int) -> ConvConfig:
@@ -230,13 +251,15 @@ def kernel_for(plan: TilePlan, relu: bool):
 @dataclass
 class ConvWeights:
     """Weights on the device in (C, R, S, K) order (output channel fastest:
-    coalesced loads into shared memory), with the bias."""
+    coalesced loads into shared memory) for the direct kernel, as a
+    (K, C*R*S) matrix for the GEMM path, with the bias."""
     wt: object
     bias: object
     k: int
     c: int
     r: int
     s: int
+    wmat: object = None
 
 
 def prepare_weights(w, bias=None) -> ConvWeights:
@@ -248,15 +271,22 @@ def prepare_weights(w, bias=None) -> ConvWeights:
     if b.shape != (k,):
         raise ValueError(f"bias must have shape ({k},) to match {k} output channels, got {b.shape}")
     wt = cuda.to_device(np.ascontiguousarray(w.transpose(1, 2, 3, 0)))
-    return ConvWeights(wt, cuda.to_device(b), k, c, r, s)
+    wmat = cuda.to_device(np.ascontiguousarray(w.reshape(k, c * r * s)))
+    return ConvWeights(wt, cuda.to_device(b), k, c, r, s, wmat)
 
 
 # -- convolution on device arrays ---------------------------------------------
 def conv_rows_device(x, weights: ConvWeights, out, stride: int, pad_top: int, pad_w: int,
                      oh_begin: int, oh_end: int, relu: bool = False, plan: TilePlan | None = None,
-                     stream=0) -> None:
+                     stream=0, method: str | None = None, workspace=None) -> None:
     """Compute output rows [oh_begin, oh_end) of ``out`` (N, K, Ho, Wo) from the band ``x``."""
     if oh_end <= oh_begin:
+        return
+    if check_method(method) == "gemm":
+        from .conv_gemm import conv_rows_gemm
+
+        conv_rows_gemm(x, weights.wmat, weights.bias, out, weights.r, weights.s, stride, pad_top, pad_w,
+                       oh_begin, oh_end, relu, stream, workspace=workspace)
         return
     n, c, _, _ = x.shape
     wo = out.shape[3]
@@ -270,27 +300,36 @@ def conv_rows_device(x, weights: ConvWeights, out, stride: int, pad_top: int, pa
 
 
 def conv2d_device(x, weights: ConvWeights, stride: int = 1, pad: int = 0, relu: bool = False,
-                  config: ConvConfig | None = None, out=None, stream=0):
-    """Convolution of a device array (N, C, H, W); returns a device array (N, K, Ho, Wo)."""
+                  config: ConvConfig | None = None, out=None, stream=0, method: str | None = None):
+    """Convolution of a device array (N, C, H, W); returns a device array (N, K, Ho, Wo).
+
+    ``method``: "direct" (tiled kernel, ``config`` its launch shape) or "gemm"
+    (im2col + register-blocked GEMM); default ``default_method()``.
+    """
     n, c, h, w = x.shape
     ho, wo = ref.check_conv(x.shape, (weights.k, weights.c, weights.r, weights.s), stride, pad)
     if out is None:
         out = cuda.device_array((n, weights.k, ho, wo), dtype=np.float32)
-    plan = plan_tiles(c, wo, weights.s, stride, config or default_config(weights.k))
-    conv_rows_device(x, weights, out, stride, pad, pad, 0, ho, relu, plan, stream)
+    method = check_method(method)
+    plan = plan_tiles(c, wo, weights.s, stride, config or default_config(weights.k)) \
+        if method == "direct" else None
+    conv_rows_device(x, weights, out, stride, pad, pad, 0, ho, relu, plan, stream, method)
     return out
 
 
-def conv2d(x, w, stride: int = 1, pad: int = 0, bias=None, relu: bool = False) -> np.ndarray:
+def conv2d(x, w, stride: int = 1, pad: int = 0, bias=None, relu: bool = False,
+           method: str | None = None) -> np.ndarray:
     """2-D convolution (cross-correlation) on the GPU of (C,H,W) or (N,C,H,W) input.
 
     ``w`` has shape (K, C, R, S). Returns a NumPy array (K,Ho,Wo) or (N,K,Ho,Wo).
+    ``method``: "direct" or "gemm" (im2col + GEMM); default ``default_method()``.
     """
     x = np.asarray(x, dtype=np.float32)
     ref.check_conv(x.shape, np.shape(w), stride, pad)
+    method = check_method(method)
     x4, single = ref.as_batch(x)
     out = conv2d_device(cuda.to_device(np.ascontiguousarray(x4)), prepare_weights(w, bias),
-                        stride, pad, relu).copy_to_host()
+                        stride, pad, relu, method=method).copy_to_host()
     return out[0] if single else out
 
 

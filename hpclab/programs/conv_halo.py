@@ -1,10 +1,13 @@
 """AlexNet layers split by height across ranks, halos exchanged, in five versions."""
 from __future__ import annotations
 
+import sys
+import time
+
 import numpy as np
 
 from .. import alexnet, backend, comm as hcomm
-from ..conv_exec import check_chain, shapes
+from ..conv_exec import Conv, check_chain, shapes
 from ..conv_halo import min_input_height, plan_bands
 from ..conv_versions import (TWIN, VERSIONS, digest, max_rel_error, parse_versions, run_version)
 from ..runner import Report, parse_count
@@ -38,6 +41,11 @@ def add_arguments(parser) -> None:
                         help="exchange halos first, then compute every row (no overlap)")
     parser.add_argument("--repeats", type=parse_count, default=None,
                         help="timed runs per version, median reported (default 3 on a GPU, 1 on the simulator)")
+    parser.add_argument("--method", default="auto", choices=("auto", "direct", "gemm"),
+                        help="GPU convolution: direct tiled kernel or im2col + GEMM "
+                             "(auto: gemm on a GPU, direct on the simulator)")
+    parser.add_argument("--progress", action="store_true",
+                        help="rank 0 prints a line to stderr as each version starts and ends")
     parser.add_argument("--seed", type=int, default=2012)
 
 
@@ -57,6 +65,10 @@ def _setup(args, size):
         kernel, stride, pad = ops[0].window
         h = min_input_height(args.rows_per_rank * size, kernel, stride, pad)
     h, w = args.height or h, args.width or w
+    method = None if args.method == "auto" else args.method
+    for op in ops:
+        if isinstance(op, Conv):
+            op.method = method
     return ops, (args.batch, c, h, w), scale
 
 
@@ -84,12 +96,23 @@ def run(args, ctx) -> Report:
             if args.layer == "trunk" else []
     repeats = args.repeats or (1 if sim else 3)
     outcomes = {}
+    start = time.perf_counter()
+
+    def progress(text):
+        if args.progress and rank == 0:
+            print(f"[conv-halo {time.perf_counter() - start:7.1f} s] {text}", file=sys.stderr, flush=True)
+
     for v in versions:
+        progress(f"{v.upper()} {VERSIONS[v]}: start")
         with hcomm.step(comm, f"version {v.upper()}"):
             outcomes[v] = run_version(v, ops, dense, shape, args.seed, comm, args.comm,
                                       not args.no_overlap, repeats,
                                       warmup=0 if sim or v in ("v1", "v2") else 1)  # compile first
+        progress(f"{v.upper()} done, {outcomes[v].wall_s:.4f} s per run")
 
+    from ..kernels.conv import default_method
+
+    method = next((op.method for op in ops if isinstance(op, Conv)), None) or default_method()
     report = Report(rank_line=_rank_line(ctx.placement, ops, shape, size, rank))
     checks = {}
     if rank == 0:
@@ -127,7 +150,10 @@ def run(args, ctx) -> Report:
                                  f"({'=' if ch['digest_matches_twin'] else '!='} {ch['twin'].upper()}) | "
                                  f"max rel. error vs V1 {ch['max_rel_error']:.1e}"))
         split = ", ".join(f"{k} {x:.4f} s" for k, x in p.phases.items())
-        report.final.append((f"Time split {primary.upper()}", split))
+        how = "" if sim or primary in ("v1", "v2") else " (separate pass: no overlap, GPU synchronised per phase)"
+        report.final.append((f"Time split {primary.upper()}{how}", split))
+        report.final.append(("GPU convolution", f"{method} (" + ("im2col + register-blocked GEMM" if method == "gemm"
+                                                               else "direct tiled kernel") + ")"))
         report.notes = [ch["note"] for ch in checks.values() if ch["note"]]
         if sim:
             report.notes.append(f"simulator: reduced sizes (channels / {scale}, input {h}x{w}); "
@@ -138,6 +164,7 @@ def run(args, ctx) -> Report:
                     f"{v.upper()} differs: digest {'matches' if ch['digest_matches_twin'] else 'differs from'} "
                     f"{ch['twin'].upper()}, max rel. error {ch['max_rel_error']:.2e} (tolerance {TOLERANCE:g})")
         report.result = {"layer": args.layer, "input": list(shape), "output": out_shape, "scale": scale,
+                         "method": method,
                          "simulator_reduced": sim, "overlap": not args.no_overlap,
                          "versions": checks, "table": table, "tolerance": TOLERANCE}
     return report
