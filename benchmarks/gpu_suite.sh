@@ -14,5 +14,6 @@ for topic in "$@"; do
     echo "##### $topic $(date +%T)" | tee -a "$OUT/suite.log"
     OUT="$WORK/$topic" bash "benchmarks/$topic/gpu_run.sh" 2>&1 | tee -a "$OUT/suite.log"
     echo "##### $topic done $(date +%T) rc=${PIPESTATUS[0]}" | tee -a "$OUT/suite.log"
+    # pack after every topic, so a job stopped at its time limit keeps what finished
+    tar czf "$OUT/results.tgz" -C "$WORK" .
 done
-tar czf "$OUT/results.tgz" -C "$WORK" "$@"
