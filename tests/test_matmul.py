@@ -181,3 +181,13 @@ def test_matmul_reduce_bad_learning_rate():
     proc = run_mpi(2, "run", "matmul-reduce", "--lr", "-1", timeout=60)
     assert proc.returncode != 0
     assert "--lr -1.0 must be a finite number >= 0" in proc.stderr
+
+
+def test_large_products_are_checked_on_every_ranks_edge_rows():
+    from hpclab.programs.matmul import FULL_CHECK_N, SAMPLED_ROWS, check_rows
+
+    assert list(check_rows(100, 3, 0)) == list(range(100))
+    rows = check_rows(4099, 3, 0)
+    edges = {0, 1366, 1367, 2732, 2733, 4098}          # first and last row of each rank's band
+    assert edges <= set(rows.tolist()) and rows.max() < 4099
+    assert FULL_CHECK_N < 4099 and SAMPLED_ROWS <= rows.size <= SAMPLED_ROWS + len(edges)

@@ -11,7 +11,7 @@ RANKS=1; [ "$NGPU" -ge 2 ] && RANKS=1,2; [ "$NGPU" -ge 4 ] && RANKS=1,2,4
 N=${GEMM_N:-16384}
 echo "distributed GEMM, N=$N float32, fast kernel, ranks $RANKS (wall time includes scatter, broadcast, gather)"
 timeout 300 python3 -m hpclab scaling matmul --ranks "$RANKS" --work-arg=--n --n "$N" --kernel fast \
-    --trials 3 --mpiexec "$MPIRUN" --timeout 120 --out "$OUT" --no-progress
+    --trials 3 --mpiexec "$MPIRUN" --timeout 240 --out "$OUT" --no-progress
 echo "summary:"
 python3 - "$OUT/matmul_strong.csv" <<'PY' || true
 import csv, sys

@@ -97,15 +97,17 @@ def _sm_count() -> int:
 def launch_shape(work: int, blocks: int | None = None, threads: int | None = None) -> tuple[int, int]:
     """(blocks, threads) for ``work`` items: a full GPU, or a tiny grid on the simulator.
 
-    On a GPU: 256 threads per block and 8 blocks per SM (a whole number of
+    On a GPU: 1024 threads per block and 2 blocks per SM (a whole number of
     waves, 2048 resident threads per SM), fewer blocks when there is little work.
+    Of the shapes `hpclab bench pi` scans, this one was fastest on an H200 for
+    both kernels (Monte Carlo 8.18e11 samples/s against 7.89e11 with 256 x 8).
     """
     if threads is None:
-        threads = 32 if backend.is_simulator() else 256
+        threads = 32 if backend.is_simulator() else 1024
     if threads < 1 or threads > MAX_THREADS or threads & (threads - 1):
         raise ValueError(f"threads per block must be a power of two from 1 to {MAX_THREADS}, not {threads}")
     if blocks is None:
-        full = 2 if backend.is_simulator() else 8 * _sm_count()
+        full = 2 if backend.is_simulator() else 2 * _sm_count()
         blocks = max(1, min(full, -(-work // threads)))
     if blocks < 1:
         raise ValueError(f"blocks must be at least 1, not {blocks}")
