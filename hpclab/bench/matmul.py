@@ -97,11 +97,15 @@ def device_info(cuda) -> dict:
 
 def resources(kernel, threads: int, dev: dict) -> dict:
     """Registers, shared and local memory of a compiled kernel, and the occupancy they allow."""
+    def one(value):
+        # A dispatcher answers with a dict keyed by signature; each kernel here has one.
+        return int(next(iter(value.values())) if isinstance(value, dict) else value)
+
     out = {}
     try:
-        out["regs_per_thread"] = int(kernel.get_regs_per_thread())
-        out["shared_bytes_per_block"] = int(kernel.get_shared_mem_per_block())
-        out["local_bytes_per_thread"] = int(kernel.get_local_mem_per_thread())
+        out["regs_per_thread"] = one(kernel.get_regs_per_thread())
+        out["shared_bytes_per_block"] = one(kernel.get_shared_mem_per_block())
+        out["local_bytes_per_thread"] = one(kernel.get_local_mem_per_thread())
     except Exception as exc:  # noqa: BLE001 - the simulator has none of these
         return {"note": f"no resource figures ({type(exc).__name__})"}
     if "regs_per_sm" not in dev:
