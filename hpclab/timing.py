@@ -35,6 +35,15 @@ def wall(fn, comm=None, sync: bool = True):
     return result, local, comm.allreduce(local, op=MPI.MAX)
 
 
+def timed(fn):
+    """(fn(), seconds by MPI.Wtime) on this rank alone: no barrier, no device sync."""
+    from mpi4py import MPI
+
+    t0 = MPI.Wtime()
+    value = fn()
+    return value, MPI.Wtime() - t0
+
+
 class Phases:
     """Named time accumulators: ``with phases("compute"): ...``."""
 

@@ -7,7 +7,7 @@ import math
 from .. import backend
 from ..comm import block_range, require_at_least, step
 from ..runner import Report, parse_count
-from ..timing import wall
+from ..timing import timed, wall
 
 HELP = ("Workshop Exercise 2: pi by Monte Carlo; each rank counts hits for its share of the "
         "samples on its GPU. The default counter-based generator makes the estimate depend only "
@@ -51,6 +51,8 @@ def check_samples(samples: int, size: int) -> None:
 
 
 def run(args, ctx) -> Report:
+    from mpi4py import MPI
+
     from ..kernels import pi as kernels   # loads numba.cuda: not needed to reject bad arguments
 
     comm, size, rank = ctx.comm, ctx.comm.size, ctx.comm.rank
@@ -74,7 +76,7 @@ def run(args, ctx) -> Report:
         work = lambda: kernels.count_hits_xoroshiro(stop - start, seed, rank, blocks, threads, states)  # noqa: E731
 
     def estimate():
-        hits, compute = _timed(work)
+        hits, compute = timed(work)
         return hits, compute, comm.allreduce(hits)
 
     with step(comm, "Monte Carlo kernel"):
@@ -82,7 +84,7 @@ def run(args, ctx) -> Report:
     pi_hat = 4.0 * total_hits / samples
     err = abs(pi_hat - math.pi)
     sigma = kernels.mc_standard_error(samples)
-    timings.update({"wall_s": wall_s, "compute_s": comm.allreduce(compute, op=_max()),
+    timings.update({"wall_s": wall_s, "compute_s": comm.allreduce(compute, op=MPI.MAX),
                     "samples_per_s": samples / wall_s})
     p = ctx.placement
     report = Report(
@@ -120,16 +122,3 @@ def _describe(generator: str, seed: int) -> str:
         return f"counter-based Philox4x32-7, seed {seed} (same estimate on any number of ranks)"
     return f"xoroshiro128+ (numba.cuda.random), seed {seed}, one subsequence per thread and rank"
 
-
-def _timed(fn):
-    from mpi4py import MPI
-
-    t0 = MPI.Wtime()
-    value = fn()
-    return value, MPI.Wtime() - t0
-
-
-def _max():
-    from mpi4py import MPI
-
-    return MPI.MAX

@@ -6,7 +6,7 @@ import math
 from .. import backend
 from ..comm import block_range, require_at_least, step
 from ..runner import Report, parse_count
-from ..timing import wall
+from ..timing import timed, wall
 
 HELP = ("Workshop Exercise 1: pi by the midpoint rule in float64; each rank integrates a "
         "contiguous slice of the bins on its GPU, then an MPI reduction adds the slices.")
@@ -42,6 +42,8 @@ def error_bound(bins: int, blocks: int, threads: int, ranks: int) -> float:
 
 
 def run(args, ctx) -> Report:
+    from mpi4py import MPI
+
     from ..kernels import pi as kernels   # loads numba.cuda: not needed to reject bad arguments
 
     comm, size, rank = ctx.comm, ctx.comm.size, ctx.comm.rank
@@ -54,7 +56,7 @@ def run(args, ctx) -> Report:
         kernels.midpoint_partial(0, 1, 1, 1, threads)
 
     def integrate():
-        partial, compute = _timed(lambda: kernels.midpoint_partial(start, stop, bins, blocks, threads))
+        partial, compute = timed(lambda: kernels.midpoint_partial(start, stop, bins, blocks, threads))
         return partial, compute, comm.allreduce(partial)
 
     with step(comm, "midpoint kernel"):
@@ -64,7 +66,7 @@ def run(args, ctx) -> Report:
     big_blocks = max(b for b, _ in shapes)
     bound = error_bound(bins, big_blocks, threads, size)
     err = abs(total - math.pi)
-    compute_max = comm.allreduce(compute, op=_max())
+    compute_max = comm.allreduce(compute, op=MPI.MAX)
     p = ctx.placement
     report = Report(
         rank_line=(f"{p.label()} | bins = {stop - start} | blocks = {blocks} | threads/block = {threads} "
@@ -94,16 +96,3 @@ def run(args, ctx) -> Report:
                          "error_bound": bound, "h": h, "truncation_bound": kernels.midpoint_error_bound(bins)}
     return report
 
-
-def _timed(fn):
-    from mpi4py import MPI
-
-    t0 = MPI.Wtime()
-    value = fn()
-    return value, MPI.Wtime() - t0
-
-
-def _max():
-    from mpi4py import MPI
-
-    return MPI.MAX
