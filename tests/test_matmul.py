@@ -43,6 +43,36 @@ def test_fast_configurations(config, shape):
     assert_product(mm.matmul(a, b, "fast", config=config), a, b)
 
 
+# Transposed operands are read in place (a stored K x M, b stored N x K), as a
+# dense layer's backward pass needs; float16 inputs are multiplied in float32.
+@pytest.mark.parametrize("trans", [(True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("kernel", mm.KERNELS)
+def test_transposed_and_half_operands_match_numpy(kernel, dtype, trans):
+    a, b = operands(19, 13, 21, dtype, seed=4)
+    a_in = np.ascontiguousarray(a.T) if trans[0] else a
+    b_in = np.ascontiguousarray(b.T) if trans[1] else b
+    c = mm.matmul(a_in, b_in, kernel, trans_a=trans[0], trans_b=trans[1])
+    if dtype == np.float16:
+        assert c.dtype == np.float32            # accumulated and returned in float32
+        a, b = a.astype(np.float32), b.astype(np.float32)
+    assert_product(c, a, b)
+
+
+def test_half_inputs_into_a_half_out_and_a_transposed_fast_configuration():
+    a, b = operands(40, 17, 20, np.float16, seed=5)
+    out = mm.cuda.device_array((40, 20), np.float16)
+    got = mm.matmul(mm.cuda.to_device(np.ascontiguousarray(a.T)), mm.cuda.to_device(b), "fast",
+                    out=out, trans_a=True).copy_to_host()
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(got, ref, rtol=2e-3, atol=2e-3 * np.abs(ref).max())
+    # The GPU's default tile shape (256 threads, 16-byte runs), both operands transposed.
+    a, b = operands(130, 9, 3, np.float32, seed=6)
+    c = mm.matmul(np.ascontiguousarray(a.T), np.ascontiguousarray(b.T), "fast",
+                  config=mm.FAST_CONFIG[np.dtype(np.float32)], trans_a=True, trans_b=True)
+    assert_product(c, a, b)
+
+
 @pytest.mark.parametrize("kernel", mm.KERNELS)
 def test_degenerate_shapes(kernel):
     for m, k, n in [(1, 1, 1), (3, 1, 2), (1, 7, 1)]:
@@ -90,6 +120,12 @@ def test_bad_kernel_out_and_config():
         mm.matmul(a, b, "naive", out=np.empty((2, 3), np.float32))
     with pytest.raises(ValueError, match="cannot be built"):
         mm.fast_kernel(np.dtype(np.float32), mm.FastConfig(128, 128, 8, 6, 8))
+    with pytest.raises(ValueError, match="a.T's columns \\(3\\) must equal b's rows \\(4\\)"):
+        mm.matmul(a, np.ones((4, 2), np.float32), "fast", trans_a=True)
+    with pytest.raises(ValueError, match="must be a 4 x 4 float32 \\(or float16\\)"):
+        mm.matmul(a.astype(np.float16).T, a.astype(np.float16), out=np.empty((4, 4), np.float64))
+    with pytest.raises(ValueError, match="transposed A the threads must be a multiple of bm"):
+        mm.fast_kernel(np.dtype(np.float32), mm.FastConfig(32, 16, 4, 8, 4, vec=4, pad=4), True)
 
 
 def test_add_scaled():

@@ -17,6 +17,13 @@ stores are bounds-checked, so the inner loops carry no bounds checks.
 ``matmul(a, b, kernel=...)`` takes NumPy arrays (returns NumPy) or Numba
 device arrays (returns a device array). The fast kernel's tile shape is
 ``FAST_CONFIG``; ``fast_kernel(dtype, config)`` builds any other one.
+
+Every kernel also multiplies transposed operands without copying them
+(``trans_a``: ``a`` is stored K x M and ``a.T`` is used; ``trans_b``: ``b``
+is N x K), which is what a dense layer's backward pass needs (X^T dZ and
+dZ W^T); only the index arithmetic of the loads changes. float16 inputs
+are multiplied in float32 (mixed precision): the product is accumulated
+and, unless ``out`` is float16, returned in float32.
 """
 from __future__ import annotations
 
@@ -34,6 +41,7 @@ import numba  # noqa: E402 - after the backend choice (numba reads NUMBA_ENABLE_
 
 KERNELS = ("naive", "tiled", "fast")
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+HALF = np.dtype(np.float16)       # accepted as input: accumulated in float32
 
 
 @dataclass(frozen=True)
@@ -63,7 +71,7 @@ class FastConfig:
     def label(self) -> str:
         return f"{self.bm}x{self.bn}x{self.bk} / {self.tm}x{self.tn} vec{self.vec} pad{self.pad}"
 
-    def problems(self) -> list[str]:
+    def problems(self, trans_a: bool = False, trans_b: bool = False) -> list[str]:
         """Why this configuration cannot be built (empty when it can)."""
         out = []
         if self.bm % self.tm or self.bn % self.tn:
@@ -78,6 +86,9 @@ class FastConfig:
                 out.append("the A tile (bm x bk) must split evenly over the threads, whole rows per step")
             if nt % self.bn or (self.bk * self.bn) % nt:
                 out.append("the B tile (bk x bn) must split evenly over the threads, whole rows per step")
+            # A transposed operand is copied along its stored rows: whole tile columns per step.
+            if trans_a and nt % self.bm:
+                out.append("with a transposed A the threads must be a multiple of bm")
         return out
 
 
@@ -95,14 +106,28 @@ SIM_TILE = 16             # tiled kernel on the simulator (fewer blocks: barrier
 
 
 def _nbtype(dtype):
-    return numba.from_dtype(np.dtype(dtype))
+    """The Numba type products of ``dtype`` inputs accumulate in (float16: float32)."""
+    return numba.from_dtype(acc_dtype(dtype))
+
+
+def acc_dtype(dtype) -> np.dtype:
+    """The dtype the kernels accumulate (and by default return) ``dtype`` products in."""
+    return np.dtype(np.float32) if np.dtype(dtype) == HALF else np.dtype(dtype)
+
+
+def _converter(nbt):
+    """Widens a loaded element to the accumulator type: Numba's type on a GPU
+    (a no-op for float32/float64 inputs); on the simulator, where a kernel is
+    plain Python, NumPy's scalar type does the same far more cheaply."""
+    return np.dtype(str(nbt)).type if backend.is_simulator() else nbt
 
 
 # ---- naive ------------------------------------------------------------------
 
 @lru_cache(maxsize=None)
-def naive_kernel(dtype):
+def naive_kernel(dtype, trans_a: bool = False, trans_b: bool = False):
     nbt = _nbtype(dtype)
+    conv = _converter(nbt)
 
     @cuda.jit(fastmath=True)
     def naive(a, b, c):
@@ -110,8 +135,10 @@ def naive_kernel(dtype):
         col, row = cuda.grid(2)
         if row < c.shape[0] and col < c.shape[1]:
             s = nbt(0)
-            for k in range(a.shape[1]):
-                s += a[row, k] * b[k, col]
+            for k in range(a.shape[0] if trans_a else a.shape[1]):
+                av = a[k, row] if trans_a else a[row, k]
+                bv = b[col, k] if trans_b else b[k, col]
+                s += conv(av) * conv(bv)
             c[row, col] = s
 
     return naive
@@ -120,8 +147,9 @@ def naive_kernel(dtype):
 # ---- shared-memory tiled ------------------------------------------------------
 
 @lru_cache(maxsize=None)
-def tiled_kernel(dtype, tile: int):
+def tiled_kernel(dtype, tile: int, trans_a: bool = False, trans_b: bool = False):
     nbt = _nbtype(dtype)
+    conv = _converter(nbt)
     T = tile
 
     @cuda.jit(fastmath=True)
@@ -135,13 +163,21 @@ def tiled_kernel(dtype, tile: int):
         ty = cuda.threadIdx.y
         row = cuda.blockIdx.y * T + ty
         col = cuda.blockIdx.x * T + tx
-        M, K = a.shape
-        N = b.shape[1]
+        M, N = c.shape
+        K = a.shape[0] if trans_a else a.shape[1]
         s = nbt(0)
         for k0 in range(0, K, T):
             # Out-of-range elements are loaded as zero: they add nothing.
-            As[ty, tx] = a[row, k0 + tx] if row < M and k0 + tx < K else nbt(0)
-            Bs[ty, tx] = b[k0 + ty, col] if k0 + ty < K and col < N else nbt(0)
+            # (A transposed operand is read across its rows here: correct, but
+            # not coalesced; the fast kernel reorganises those loads.)
+            if row < M and k0 + tx < K:
+                As[ty, tx] = conv(a[k0 + tx, row] if trans_a else a[row, k0 + tx])
+            else:
+                As[ty, tx] = nbt(0)
+            if k0 + ty < K and col < N:
+                Bs[ty, tx] = conv(b[col, k0 + ty] if trans_b else b[k0 + ty, col])
+            else:
+                Bs[ty, tx] = nbt(0)
             cuda.syncthreads()        # the tiles are complete before anyone reads them
             for k in range(T):
                 s += As[ty, k] * Bs[k, tx]
@@ -155,12 +191,14 @@ def tiled_kernel(dtype, tile: int):
 # ---- register-blocked --------------------------------------------------------
 
 @lru_cache(maxsize=None)
-def fast_kernel(dtype, config: FastConfig):
-    """The register-blocked kernel for one dtype and tile shape (compiled on first launch)."""
-    bad = config.problems()
+def fast_kernel(dtype, config: FastConfig, trans_a: bool = False, trans_b: bool = False):
+    """The register-blocked kernel for one input dtype, tile shape and pair of
+    transposes (compiled on first launch)."""
+    bad = config.problems(trans_a, trans_b)
     if bad:
         raise ValueError(f"fast kernel configuration {config.label()} cannot be built: {'; '.join(bad)}")
     nbt = _nbtype(dtype)
+    conv = _converter(nbt)
     u = numba.uint64
     # Index arithmetic is unsigned 64-bit throughout. Numba guards every
     # signed index against negative values (Python's a[-1]); unsigned ones
@@ -169,6 +207,7 @@ def fast_kernel(dtype, config: FastConfig):
     # int32 arithmetic to 64 bits anyway.) Constants are therefore uint64 too:
     # mixing signed and unsigned integers would give float64 in Numba.
     C = np.uint64
+    ZERO, ONE, TWO = C(0), C(1), C(2)
     BM, BN, BK, TM, TN, V = (C(x) for x in (config.bm, config.bn, config.bk, config.tm, config.tn,
                                                config.vec))
     TX = BN // TN                  # threads along a row of the C tile
@@ -179,10 +218,13 @@ def fast_kernel(dtype, config: FastConfig):
     A_BUF = BK * SA                # one buffer of the transposed A tile
     B_BUF = BK * SB
     A_STEPS = BM * BK // NT        # A elements each thread copies per tile
-    A_ROWS = NT // BK              # A rows covered by one copying step of all threads
     B_STEPS = BK * BN // NT
-    B_ROWS = NT // BN
-    ZERO, ONE, TWO = C(0), C(1), C(2)
+    # Consecutive threads copy consecutive elements of the array as stored
+    # (coalesced): along k for A, along n for B, and the other way round for a
+    # transposed operand. One copying step of all threads covers A_DM rows and
+    # A_DK depths of the A tile (one of them is zero), B_DK x B_DN of B's.
+    A_DM, A_DK = (ZERO, NT // BM) if trans_a else (NT // BK, ZERO)
+    B_DK, B_DN = (ZERO, NT // BK) if trans_b else (NT // BN, ZERO)
     # Offsets of a thread's i-th row and j-th column inside the tile: runs of V
     # adjacent elements, V * (threads along that side) apart.
     A_OFF = tuple(C((i // config.vec) * (config.bm // config.tm) * config.vec + i % config.vec)
@@ -199,20 +241,28 @@ def fast_kernel(dtype, config: FastConfig):
 
     @cuda.jit(fastmath=True)
     def fast(a, b, c):
-        M = u(a.shape[0])
-        K = u(a.shape[1])
-        N = u(b.shape[1])
+        M = u(c.shape[0])
+        N = u(c.shape[1])
+        K = u(a.shape[0]) if trans_a else u(a.shape[1])
         tid = u(cuda.threadIdx.x)
         tx = tid % TX
         ty = tid // TX
         row0 = u(cuda.blockIdx.y) * BM
         col0 = u(cuda.blockIdx.x) * BN
-        # Which elements this thread copies from global memory: consecutive
-        # threads take consecutive k of A and consecutive columns of B (coalesced).
-        a_k = tid % BK
-        a_r = tid // BK
-        b_c = tid % BN
-        b_k = tid // BN
+        # Which elements this thread copies first (tile row a_r, depth a_k of A;
+        # depth b_k, column b_c of B); step s adds s * (A_DM, A_DK), s * (B_DK, B_DN).
+        if trans_a:
+            a_r = tid % BM
+            a_k = tid // BM
+        else:
+            a_k = tid % BK
+            a_r = tid // BK
+        if trans_b:
+            b_k = tid % BK
+            b_c = tid // BK
+        else:
+            b_c = tid % BN
+            b_k = tid // BN
 
         # Flat shared buffers, two of each (double buffering):
         # As[buf * A_BUF + k * SA + m] holds A[row0 + m, k0 + k] (transposed),
@@ -232,16 +282,17 @@ def fast_kernel(dtype, config: FastConfig):
 
         # Tile 0: global -> registers -> shared buffer 0. Outside the matrix: zeros.
         for s in range(a_steps):
-            r = row0 + a_r + u(s) * A_ROWS
-            a_next[s] = a[r, a_k] if r < M and a_k < K else nbt(0)
+            r = row0 + a_r + u(s) * A_DM
+            kk = a_k + u(s) * A_DK
+            a_next[s] = conv(a[kk, r] if trans_a else a[r, kk]) if r < M and kk < K else nbt(0)
         for s in range(b_steps):
-            kk = b_k + u(s) * B_ROWS
-            cc = col0 + b_c
-            b_next[s] = b[kk, cc] if kk < K and cc < N else nbt(0)
+            kk = b_k + u(s) * B_DK
+            cc = col0 + b_c + u(s) * B_DN
+            b_next[s] = conv(b[cc, kk] if trans_b else b[kk, cc]) if kk < K and cc < N else nbt(0)
         for s in range(a_steps):
-            As[a_k * SA + a_r + u(s) * A_ROWS] = a_next[s]
+            As[(a_k + u(s) * A_DK) * SA + a_r + u(s) * A_DM] = a_next[s]
         for s in range(b_steps):
-            Bs[(b_k + u(s) * B_ROWS) * SB + b_c] = b_next[s]
+            Bs[(b_k + u(s) * B_DK) * SB + b_c + u(s) * B_DN] = b_next[s]
         cuda.syncthreads()
 
         a_thread = ty * V           # this thread's first row/column inside the tile
@@ -254,12 +305,13 @@ def fast_kernel(dtype, config: FastConfig):
                 # Fetch the next tile now: the loads are in flight while we compute.
                 k0 = (t + ONE) * BK
                 for s in range(a_steps):
-                    r = row0 + a_r + u(s) * A_ROWS
-                    a_next[s] = a[r, k0 + a_k] if r < M and k0 + a_k < K else nbt(0)
+                    r = row0 + a_r + u(s) * A_DM
+                    kk = k0 + a_k + u(s) * A_DK
+                    a_next[s] = conv(a[kk, r] if trans_a else a[r, kk]) if r < M and kk < K else nbt(0)
                 for s in range(b_steps):
-                    kk = k0 + b_k + u(s) * B_ROWS
-                    cc = col0 + b_c
-                    b_next[s] = b[kk, cc] if kk < K and cc < N else nbt(0)
+                    kk = k0 + b_k + u(s) * B_DK
+                    cc = col0 + b_c + u(s) * B_DN
+                    b_next[s] = conv(b[cc, kk] if trans_b else b[kk, cc]) if kk < K and cc < N else nbt(0)
             a_base = cur * A_BUF + a_thread
             b_base = cur * B_BUF + b_thread
             # A while loop, not range(): Numba's range loop carries extra counters,
@@ -278,9 +330,9 @@ def fast_kernel(dtype, config: FastConfig):
                 # The other buffer was last read before the previous barrier: safe to fill.
                 nxt = ONE - cur
                 for s in range(a_steps):
-                    As[nxt * A_BUF + a_k * SA + a_r + u(s) * A_ROWS] = a_next[s]
+                    As[nxt * A_BUF + (a_k + u(s) * A_DK) * SA + a_r + u(s) * A_DM] = a_next[s]
                 for s in range(b_steps):
-                    Bs[nxt * B_BUF + (b_k + u(s) * B_ROWS) * SB + b_c] = b_next[s]
+                    Bs[nxt * B_BUF + (b_k + u(s) * B_DK) * SB + b_c + u(s) * B_DN] = b_next[s]
             cuda.syncthreads()
 
         for i in range(ntm):
@@ -297,30 +349,34 @@ def fast_kernel(dtype, config: FastConfig):
 # ---- launching ---------------------------------------------------------------
 
 def fast_config(dtype) -> FastConfig:
-    """The fast kernel's tile shape in use for ``dtype`` on this backend."""
-    return SIM_FAST_CONFIG if backend.is_simulator() else FAST_CONFIG[np.dtype(dtype)]
+    """The fast kernel's tile shape in use for ``dtype`` inputs on this backend
+    (float16 inputs take float32's: their tiles are held in float32)."""
+    return SIM_FAST_CONFIG if backend.is_simulator() else FAST_CONFIG[acc_dtype(dtype)]
 
 
 def tile_size() -> int:
     return SIM_TILE if backend.is_simulator() else TILE
 
 
-def launch(kernel: str, a, b, c, config: FastConfig | None = None, tile: int | None = None) -> None:
-    """Launch one kernel on device arrays a (M x K), b (K x N) into c (M x N); no checks."""
+def launch(kernel: str, a, b, c, config: FastConfig | None = None, tile: int | None = None,
+           trans_a: bool = False, trans_b: bool = False) -> None:
+    """Launch one kernel on device arrays: c (M x N) = op(a) @ op(b), where op(a)
+    is a (M x K) or, with trans_a, a.T (a stored K x M); likewise b. No checks."""
     M, N = c.shape
-    dtype = np.dtype(c.dtype)
+    dtype = np.dtype(a.dtype)
+    ta, tb = bool(trans_a), bool(trans_b)
     if kernel == "naive":
         t = SIM_BLOCK if backend.is_simulator() else NAIVE_BLOCK
         grid = ((N + t - 1) // t, (M + t - 1) // t)
-        naive_kernel(dtype)[grid, (t, t)](a, b, c)
+        naive_kernel(dtype, ta, tb)[grid, (t, t)](a, b, c)
     elif kernel == "tiled":
         t = tile or tile_size()
         grid = ((N + t - 1) // t, (M + t - 1) // t)
-        tiled_kernel(dtype, t)[grid, (t, t)](a, b, c)
+        tiled_kernel(dtype, t, ta, tb)[grid, (t, t)](a, b, c)
     elif kernel == "fast":
         cfg = config or fast_config(dtype)
         grid = ((N + cfg.bn - 1) // cfg.bn, (M + cfg.bm - 1) // cfg.bm)
-        fast_kernel(dtype, cfg)[grid, cfg.threads](a, b, c)
+        fast_kernel(dtype, cfg, ta, tb)[grid, cfg.threads](a, b, c)
     else:
         raise ValueError(f"unknown kernel {kernel!r}; choose one of {', '.join(KERNELS)}")
 
@@ -333,8 +389,9 @@ def _describe(x) -> str:
     return f"{'device array' if _is_device(x) else type(x).__name__} of shape {tuple(np.shape(x))}"
 
 
-def check_operands(a, b, kernel: str = "naive"):
-    """Validate shapes, dtypes and kernel name; return (M, K, N, dtype). Raises ValueError."""
+def check_operands(a, b, kernel: str = "naive", trans_a: bool = False, trans_b: bool = False):
+    """Validate shapes, dtypes and kernel name; return (M, K, N, dtype) of
+    op(a) @ op(b), dtype being the inputs'. Raises ValueError."""
     if kernel not in KERNELS:
         raise ValueError(f"unknown kernel {kernel!r}; choose one of {', '.join(KERNELS)}")
     for name, x in (("a", a), ("b", b)):
@@ -346,37 +403,46 @@ def check_operands(a, b, kernel: str = "naive"):
         if 0 in x.shape:
             raise ValueError(f"{name} is empty (shape {tuple(x.shape)}): matrices need at least one row "
                              f"and one column")
-        if np.dtype(x.dtype) not in DTYPES:
+        if np.dtype(x.dtype) not in DTYPES + (HALF,):
             raise ValueError(f"{name} has dtype {np.dtype(x.dtype)}; the kernels support float32 and "
-                             f"float64 only (convert with .astype(np.float32))")
-    if a.shape[1] != b.shape[0]:
-        raise ValueError(f"shapes do not match for a @ b: a is {_describe(a)}, b is {_describe(b)}; "
-                         f"a's columns ({a.shape[1]}) must equal b's rows ({b.shape[0]})")
+                             f"float64 only, and float16 inputs multiplied in float32 "
+                             f"(convert with .astype(np.float32))")
+    M, K = (a.shape[1], a.shape[0]) if trans_a else a.shape
+    Kb, N = (b.shape[1], b.shape[0]) if trans_b else b.shape
+    if K != Kb:
+        op_a, op_b = ("a.T" if trans_a else "a"), ("b.T" if trans_b else "b")
+        raise ValueError(f"shapes do not match for {op_a} @ {op_b}: a is {_describe(a)}, b is "
+                         f"{_describe(b)}; {op_a}'s columns ({K}) must equal {op_b}'s rows ({Kb})")
     if np.dtype(a.dtype) != np.dtype(b.dtype):
         raise ValueError(f"a is {np.dtype(a.dtype)} but b is {np.dtype(b.dtype)}: give both the same "
                          f"dtype (e.g. b.astype(a.dtype))")
-    return a.shape[0], a.shape[1], b.shape[1], np.dtype(a.dtype)
+    return M, K, N, np.dtype(a.dtype)
 
 
-def matmul(a, b, kernel: str = "naive", out=None, config: FastConfig | None = None):
-    """C = a @ b with one of the kernels ``naive``, ``tiled`` or ``fast``.
+def matmul(a, b, kernel: str = "naive", out=None, config: FastConfig | None = None,
+           trans_a: bool = False, trans_b: bool = False):
+    """C = op(a) @ op(b) with one of the kernels ``naive``, ``tiled`` or ``fast``.
 
-    NumPy inputs give a NumPy result; if either input is a device array the
-    result stays on the device. ``out`` (M x N, same dtype; a device array or,
-    for NumPy inputs, a NumPy array) receives the result and is returned.
+    op(a) is a, or a.T with ``trans_a`` (read in place: no transposed copy);
+    likewise b. NumPy inputs give a NumPy result; if either input is a device
+    array the result stays on the device. ``out`` (M x N, the inputs' dtype;
+    float32 or float16 for float16 inputs; a device array or, for NumPy
+    inputs, a NumPy array) receives the result and is returned.
     """
-    M, K, N, dtype = check_operands(a, b, kernel)
+    M, K, N, dtype = check_operands(a, b, kernel, trans_a, trans_b)
+    result = acc_dtype(dtype)
     on_device = _is_device(a) or _is_device(b)
     da = a if _is_device(a) else cuda.to_device(np.ascontiguousarray(a))
     db = b if _is_device(b) else cuda.to_device(np.ascontiguousarray(b))
     if out is not None:
-        if tuple(out.shape) != (M, N) or np.dtype(out.dtype) != dtype:
-            raise ValueError(f"out must be a {M} x {N} {dtype} array; got {_describe(out)} of "
+        if tuple(out.shape) != (M, N) or np.dtype(out.dtype) not in {result, dtype}:
+            also = " (or float16)" if dtype == HALF else ""
+            raise ValueError(f"out must be a {M} x {N} {result}{also} array; got {_describe(out)} of "
                              f"{np.dtype(out.dtype)}")
         if on_device and not _is_device(out):
             raise ValueError("out must be a device array when an input is a device array")
-    dc = out if out is not None and _is_device(out) else cuda.device_array((M, N), dtype=dtype)
-    launch(kernel, da, db, dc, config=config)
+    dc = out if out is not None and _is_device(out) else cuda.device_array((M, N), dtype=result)
+    launch(kernel, da, db, dc, config=config, trans_a=trans_a, trans_b=trans_b)
     if on_device or _is_device(out):
         return dc
     if out is not None:
