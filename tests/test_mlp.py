@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from hpclab.kernels import matmul as mm
 from hpclab.kernels import mlp as K
 from hpclab.kernels import mlp_reference as R
 
@@ -15,13 +16,12 @@ def dev(a):
     return cuda.to_device(np.ascontiguousarray(a))
 
 
-# -- GEMM --------------------------------------------------------------------------
-@pytest.mark.parametrize("kernel", ["tiled", "simple"])
+# -- GEMM (the matmul kernels, as the layers call them) ---------------------------------
+@pytest.mark.parametrize("kernel", mm.KERNELS)
 @pytest.mark.parametrize("dtype,tol", [(np.float64, 1e-12), (np.float32, 1e-5), (np.float16, 2e-2)])
 @pytest.mark.parametrize("trans", [(False, False), (True, False), (False, True)])
 def test_gemm_matches_numpy(kernel, dtype, tol, trans):
-    # 13 x 6 x 11: two tiles per dimension (8 x 8 x 4 on the simulator), the last partial,
-    # more tiles than blocks
+    # 13 x 6 x 11: partial tiles on the simulator; tests/test_matmul.py covers several blocks
     m, k, n = 13, 6, 11
     a = rng.standard_normal((m, k)).astype(dtype)
     b = rng.standard_normal((k, n)).astype(dtype)
@@ -34,9 +34,14 @@ def test_gemm_matches_numpy(kernel, dtype, tol, trans):
     np.testing.assert_allclose(out, expected, rtol=tol, atol=tol * 10)
 
 
-def test_gemm_rejects_mismatched_shapes():
+def test_gemm_rejects_mismatched_shapes_and_dtypes():
     with pytest.raises(ValueError, match="do not fit"):
         K._gemm(dev(np.ones((3, 4))), dev(np.ones((5, 2))), cuda.device_array((3, 2)))
+    with pytest.raises(ValueError, match="same dtype"):
+        K._gemm(dev(np.ones((3, 4))), dev(np.ones((4, 2), np.float32)), cuda.device_array((3, 2)))
+    with pytest.raises(ValueError, match="out is float64 for float16 operands; use float32 or float16"):
+        K._gemm(dev(np.ones((3, 4), np.float16)), dev(np.ones((4, 2), np.float16)),
+                cuda.device_array((3, 2)))
 
 
 # -- layers and elementwise -----------------------------------------------------------

@@ -101,7 +101,8 @@ FAST_CONFIG = {
 SIM_FAST_CONFIG = FastConfig(16, 16, 4, 4, 4, vec=2, pad=1)
 NAIVE_BLOCK = 16          # naive kernel: NAIVE_BLOCK x NAIVE_BLOCK threads
 TILE = 32                 # tiled kernel on a GPU: TILE x TILE threads
-SIM_BLOCK = 8             # naive kernel's block side on the simulator
+SIM_BLOCK = 8             # elementwise kernels' block side on the simulator
+SIM_NAIVE_THREADS = (4, 2)  # the naive kernel's one block on the simulator (it steps over C)
 SIM_TILE = 16             # tiled kernel on the simulator (fewer blocks: barriers are slow there)
 
 
@@ -132,14 +133,19 @@ def naive_kernel(dtype, trans_a: bool = False, trans_b: bool = False):
     @cuda.jit(fastmath=True)
     def naive(a, b, c):
         # x runs along columns so that a warp's reads of B and writes of C are adjacent.
-        col, row = cuda.grid(2)
-        if row < c.shape[0] and col < c.shape[1]:
-            s = nbt(0)
-            for k in range(a.shape[0] if trans_a else a.shape[1]):
-                av = a[k, row] if trans_a else a[row, k]
-                bv = b[col, k] if trans_b else b[k, col]
-                s += conv(av) * conv(bv)
-            c[row, col] = s
+        # A grid covering C gives one element per thread; a smaller grid steps
+        # over C (the simulator launches one small block: there every thread
+        # is a Python thread).
+        col0, row0 = cuda.grid(2)
+        step_x, step_y = cuda.gridsize(2)
+        for row in range(row0, c.shape[0], step_y):
+            for col in range(col0, c.shape[1], step_x):
+                s = nbt(0)
+                for k in range(a.shape[0] if trans_a else a.shape[1]):
+                    av = a[k, row] if trans_a else a[row, k]
+                    bv = b[col, k] if trans_b else b[k, col]
+                    s += conv(av) * conv(bv)
+                c[row, col] = s
 
     return naive
 
@@ -366,9 +372,12 @@ def launch(kernel: str, a, b, c, config: FastConfig | None = None, tile: int | N
     dtype = np.dtype(a.dtype)
     ta, tb = bool(trans_a), bool(trans_b)
     if kernel == "naive":
-        t = SIM_BLOCK if backend.is_simulator() else NAIVE_BLOCK
-        grid = ((N + t - 1) // t, (M + t - 1) // t)
-        naive_kernel(dtype, ta, tb)[grid, (t, t)](a, b, c)
+        if backend.is_simulator():
+            grid, threads = (1, 1), SIM_NAIVE_THREADS
+        else:
+            t = NAIVE_BLOCK
+            grid, threads = ((N + t - 1) // t, (M + t - 1) // t), (t, t)
+        naive_kernel(dtype, ta, tb)[grid, threads](a, b, c)
     elif kernel == "tiled":
         t = tile or tile_size()
         grid = ((N + t - 1) // t, (M + t - 1) // t)

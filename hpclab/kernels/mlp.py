@@ -6,16 +6,17 @@ A dense layer is ``Y = act(X @ W + b)`` with ``X`` (batch, in), ``W`` (in, out),
     dZ = dY * act'(Z)      grad W = X^T dZ      grad b = sum over rows of dZ
                            grad X = dZ W^T
 
-All three products go through :func:`_gemm` (A@B, A^T@B, A@B^T), so the
-matrix-multiply kernel can be swapped in one place. Every kernel here
+All three products go through :func:`_gemm` (A@B, A^T@B, A@B^T), which
+calls the workbook's matrix-multiply kernels (:mod:`hpclab.kernels.matmul`,
+transposed operands read in place). Every kernel here
 accumulates in float32 (float64 when an input is float64) and stores in the
 output's dtype, so the same code serves float64 (exact comparisons between
 rank counts), float32 and float16 compute for mixed precision.
 
 Launch shapes come from the backend: full grids on a GPU, a handful of
 threads on the simulator, where every CUDA thread is a Python thread. The
-kernels loop (grid-stride, or tile-stride for the GEMM), so any launch shape
-computes the same answer.
+elementwise kernels loop (grid-stride), so any launch shape computes the
+same answer.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from .. import backend
 from ..backend import cuda as _cuda
 
 cuda = _cuda()  # before anything of numba loads: the backend is chosen here
+from . import matmul as mm  # noqa: E402
 from numba import float32, float64  # noqa: E402
 from numba.core.errors import NumbaPerformanceWarning  # noqa: E402
 
@@ -53,13 +55,11 @@ def _acc_type(*arrays):
 
 
 # -- matrix multiply ----------------------------------------------------------------
-# Block tile BM x BN of the output, stepped through K in slices of BK; each
-# thread owns TM x TN outputs spaced TY (TX) apart so that a warp's stores
-# land on consecutive columns. The simulator gets a 4-thread block.
-GEMM_GPU = dict(BM=64, BN=64, BK=16, TM=4, TN=4)
-GEMM_SIM = dict(BM=8, BN=8, BK=4, TM=4, TN=4)
-GEMM = GEMM_SIM if SIM else GEMM_GPU
-_gemm_kernels: dict = {}
+# The dense layers multiply with hpclab.kernels.matmul, transposes read in
+# place: the register-blocked kernel on a GPU; on the simulator the naive one,
+# which there runs as one block of a few threads stepping over the output
+# (every simulated thread is a Python thread). Tests run every kernel.
+DEFAULT_GEMM = "naive" if SIM else "fast"
 
 
 def _sim_scalar(acc):
@@ -70,115 +70,13 @@ def _sim_scalar(acc):
     return {float64: float, float32: np.float32}[acc] if SIM else acc
 
 
-def _make_gemm(trans_a: bool, trans_b: bool, acc, BM: int, BN: int, BK: int, TM: int, TN: int):
-    TY, TX = BM // TM, BN // TN
-    NT = TX * TY
-    conv = _sim_scalar(acc)  # shared arrays keep the Numba type; conversions use this
-
-    @cuda.jit
-    def gemm(a, b, out, M, N, K):
-        """out (M, N) = op(a) @ op(b); op transposes when trans_a / trans_b."""
-        sa = cuda.shared.array((BK, BM), acc)
-        sb = cuda.shared.array((BK, BN), acc)
-        part = cuda.local.array((TM, TN), acc)
-        tx = cuda.threadIdx.x
-        ty = cuda.threadIdx.y
-        tid = ty * TX + tx
-        tiles_n = (N + BN - 1) // BN
-        tiles = ((M + BM - 1) // BM) * tiles_n
-        for tile in range(cuda.blockIdx.x, tiles, cuda.gridDim.x):  # same count for the whole block
-            row0 = (tile // tiles_n) * BM
-            col0 = (tile % tiles_n) * BN
-            for r in range(TM):
-                for c in range(TN):
-                    part[r, c] = conv(0)
-            for k0 in range(0, K, BK):
-                for e in range(tid, BM * BK, NT):
-                    if trans_a:      # a is (K, M): walk along M for coalesced reads
-                        kk = e // BM
-                        ii = e % BM
-                    else:            # a is (M, K): walk along K
-                        ii = e // BK
-                        kk = e % BK
-                    gi = row0 + ii
-                    gk = k0 + kk
-                    v = conv(0)
-                    if gi < M and gk < K:
-                        if trans_a:
-                            v = conv(a[gk, gi])
-                        else:
-                            v = conv(a[gi, gk])
-                    sa[kk, ii] = v
-                for e in range(tid, BK * BN, NT):
-                    if trans_b:      # b is (N, K)
-                        jj = e // BK
-                        kk = e % BK
-                    else:            # b is (K, N)
-                        kk = e // BN
-                        jj = e % BN
-                    gj = col0 + jj
-                    gk = k0 + kk
-                    v = conv(0)
-                    if gj < N and gk < K:
-                        if trans_b:
-                            v = conv(b[gj, gk])
-                        else:
-                            v = conv(b[gk, gj])
-                    sb[kk, jj] = v
-                cuda.syncthreads()
-                for kk in range(BK):
-                    for r in range(TM):
-                        av = sa[kk, ty + r * TY]
-                        for c in range(TN):
-                            part[r, c] += av * sb[kk, tx + c * TX]
-                cuda.syncthreads()
-            for r in range(TM):
-                i = row0 + ty + r * TY
-                if i < M:
-                    for c in range(TN):
-                        j = col0 + tx + c * TX
-                        if j < N:
-                            out[i, j] = part[r, c]
-
-    return gemm, (TX, TY)
-
-
-def _make_simple_gemm(trans_a: bool, trans_b: bool, acc):
-    conv = _sim_scalar(acc)
-
-    @cuda.jit
-    def gemm_simple(a, b, out, M, N, K):
-        """One output per loop trip, no shared memory: the simulator's path
-        (its barriers and shared arrays cost far more than the arithmetic)."""
-        for e in range(cuda.grid(1), M * N, cuda.gridsize(1)):
-            i = e // N
-            j = e % N
-            s = conv(0)
-            for k in range(K):
-                if trans_a:
-                    av = conv(a[k, i])
-                else:
-                    av = conv(a[i, k])
-                if trans_b:
-                    bv = conv(b[j, k])
-                else:
-                    bv = conv(b[k, j])
-                s += av * bv
-            out[i, j] = s
-
-    return gemm_simple
-
-
-# The kernel the dense layers use: tiled on a GPU, simple on the simulator.
-# Tests call both explicitly.
-DEFAULT_GEMM = "simple" if SIM else "tiled"
-
-
 def _gemm(a, b, out, trans_a: bool = False, trans_b: bool = False, kernel: str | None = None):
     """out = op(a) @ op(b) on the device; returns out.
 
-    The one place where the dense layers multiply matrices. Shapes are
-    checked here so that a wrong layer size is an error, not garbage.
+    The one place where the dense layers multiply matrices. a and b share a
+    dtype; float16 ones are multiplied in float32 and stored in out's dtype
+    (float16 or float32). Shapes are checked here so that a wrong layer size
+    is an error, not garbage.
     """
     M, K = (a.shape[1], a.shape[0]) if trans_a else a.shape
     Kb, N = (b.shape[1], b.shape[0]) if trans_b else b.shape
@@ -186,22 +84,12 @@ def _gemm(a, b, out, trans_a: bool = False, trans_b: bool = False, kernel: str |
         raise ValueError(f"matrix shapes do not fit: op(a) is {M}x{K}, op(b) is {Kb}x{N}, "
                          f"out is {'x'.join(map(str, out.shape))} (expected {M}x{N})")
     kernel = kernel or DEFAULT_GEMM
-    acc = _acc_type(a, b)
-    key = (kernel, trans_a, trans_b, acc)
-    if key not in _gemm_kernels:
-        if kernel == "tiled":
-            _gemm_kernels[key] = _make_gemm(trans_a, trans_b, acc, **GEMM)
-        elif kernel == "simple":
-            _gemm_kernels[key] = (_make_simple_gemm(trans_a, trans_b, acc), None)
-        else:
-            raise ValueError(f"unknown GEMM kernel {kernel!r}; use 'tiled' or 'simple'")
-    fn, threads = _gemm_kernels[key]
-    if kernel == "simple":
-        fn[_launch(M * N)](a, b, out, M, N, K)
-        return out
-    tiles = ((M + GEMM["BM"] - 1) // GEMM["BM"]) * ((N + GEMM["BN"] - 1) // GEMM["BN"])
-    blocks = min(tiles, 2) if SIM else min(tiles, 65535)
-    fn[blocks, threads](a, b, out, M, N, K)
+    dtype = np.dtype(a.dtype)
+    mm.check_operands(a, b, kernel, trans_a, trans_b)      # dtypes and the kernel's name
+    if np.dtype(out.dtype) not in (dtype, mm.acc_dtype(dtype)):
+        raise ValueError(f"out is {np.dtype(out.dtype)} for {dtype} operands; use "
+                         f"{mm.acc_dtype(dtype)}{' or float16' if dtype == mm.HALF else ''}")
+    mm.launch(kernel, a, b, out, trans_a=trans_a, trans_b=trans_b)
     return out
 
 
