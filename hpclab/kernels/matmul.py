@@ -133,19 +133,30 @@ def naive_kernel(dtype, trans_a: bool = False, trans_b: bool = False):
     @cuda.jit(fastmath=True)
     def naive(a, b, c):
         # x runs along columns so that a warp's reads of B and writes of C are adjacent.
-        # A grid covering C gives one element per thread; a smaller grid steps
-        # over C (the simulator launches one small block: there every thread
-        # is a Python thread).
-        col0, row0 = cuda.grid(2)
-        step_x, step_y = cuda.gridsize(2)
-        for row in range(row0, c.shape[0], step_y):
-            for col in range(col0, c.shape[1], step_x):
-                s = nbt(0)
-                for k in range(a.shape[0] if trans_a else a.shape[1]):
-                    av = a[k, row] if trans_a else a[row, k]
-                    bv = b[col, k] if trans_b else b[k, col]
-                    s += conv(av) * conv(bv)
-                c[row, col] = s
+        col, row = cuda.grid(2)
+        if row < c.shape[0] and col < c.shape[1]:
+            s = nbt(0)
+            for k in range(a.shape[0] if trans_a else a.shape[1]):
+                av = a[k, row] if trans_a else a[row, k]
+                bv = b[col, k] if trans_b else b[k, col]
+                s += conv(av) * conv(bv)
+            c[row, col] = s
+
+    if backend.is_simulator():
+        # The same products, but stepping over C: the simulator launches one
+        # small block, since each of its threads is a Python thread.
+        @cuda.jit
+        def naive(a, b, c):  # noqa: F811
+            col0, row0 = cuda.grid(2)
+            step_x, step_y = cuda.gridsize(2)
+            for row in range(row0, c.shape[0], step_y):
+                for col in range(col0, c.shape[1], step_x):
+                    s = nbt(0)
+                    for k in range(a.shape[0] if trans_a else a.shape[1]):
+                        av = a[k, row] if trans_a else a[row, k]
+                        bv = b[col, k] if trans_b else b[k, col]
+                        s += conv(av) * conv(bv)
+                    c[row, col] = s
 
     return naive
 
