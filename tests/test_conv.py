@@ -21,8 +21,8 @@ from hpclab import backend
 
 backend.select()
 
-from hpclab.conv_halo import brute_force_band, check_ranks, plan_band, plan_bands, schedule, transfers  # noqa: E402
-from hpclab.conv_versions import digest, max_rel_error  # noqa: E402
+from hpclab.halo.geometry import brute_force_band, check_ranks, plan_band, plan_bands, schedule, transfers  # noqa: E402
+from hpclab.halo.versions import digest, max_rel_error  # noqa: E402
 from hpclab.kernels import conv as gpu  # noqa: E402
 from hpclab.kernels import conv_reference as ref  # noqa: E402
 from hpclab.kernels.bands import hash_fill, hash_values  # noqa: E402
@@ -205,7 +205,7 @@ def test_device_chain_split_pass_gives_the_same_output_and_adds_up():
     """Timer(sync=True) (the measured time split) computes the same output as the overlapped run."""
     from mpi4py import MPI
 
-    from hpclab.conv_exec import Buffers, Conv, Pool, Timer, run_device
+    from hpclab.halo.executors import Buffers, Conv, Pool, Timer, run_device
 
     x = gpu.cuda.to_device(RNG.uniform(-1, 1, (1, 2, 9, 6)).astype(np.float32))
     ops = [Conv("c", RNG.uniform(-1, 1, (3, 2, 3, 3)).astype(np.float32), np.zeros(3, np.float32), 1, 1,

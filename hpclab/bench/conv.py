@@ -203,8 +203,8 @@ def scaling(args) -> int:
     from ..device import select_gpu
 
     select_gpu(comm)
-    from ..conv_exec import Buffers, Conv, Timer, run_device
-    from ..conv_versions import gpu_aware_backend
+    from ..halo.executors import Buffers, Conv, Timer, run_device
+    from ..halo.versions import gpu_aware_backend
     from ..kernels.bands import hash_fill
     from ..kernels.conv import check_method
     from ..kernels.conv_reference import conv_flops, output_size

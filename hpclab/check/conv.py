@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..conv_halo import plan_band
+from ..halo.geometry import plan_band
 from . import Verdict, say as _say
 
 # (height, kernel, stride, pad): AlexNet's C1, C2, C3 and pooling, and odd ones.

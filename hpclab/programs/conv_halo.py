@@ -6,10 +6,11 @@ import time
 
 import numpy as np
 
-from .. import alexnet, backend, comm as hcomm
-from ..conv_exec import Conv, check_chain, shapes
-from ..conv_halo import min_input_height, plan_bands
-from ..conv_versions import (TWIN, VERSIONS, digest, max_rel_error, parse_versions, run_version)
+from .. import backend, comm as hcomm
+from ..halo import alexnet
+from ..halo.executors import Conv, check_chain, shapes
+from ..halo.geometry import min_input_height, plan_bands
+from ..halo.versions import (TWIN, VERSIONS, digest, max_rel_error, parse_versions, run_version)
 from ..runner import Report, parse_count
 
 HELP = ("Convolution with halo exchange: an AlexNet block (or the whole trunk) split by output rows "

@@ -1,7 +1,7 @@
 """Pictures for the halo-exchange notebook: bands per rank, and scaling with its time split."""
 from __future__ import annotations
 
-from .conv_halo import plan_bands
+from .geometry import plan_bands
 
 
 def bands_figure(height: int, kernel: int, stride: int, pad: int, size: int, title: str = ""):

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import backend, comm as hcomm
-from .conv_exec import Timer, run_device, run_host
-from .kernels import conv_reference as ref
-from .kernels.bands import hash_values
+from .. import backend, comm as hcomm
+from .executors import Timer, run_device, run_host
+from ..kernels import conv_reference as ref
+from ..kernels.bands import hash_values
 
 VERSIONS = {
     "v1": "serial NumPy (one CPU)",
@@ -132,7 +132,7 @@ def _dense_host(dense, x):
 
 
 def _dense_device(dense, x):
-    from .kernels.conv import cuda, linear_device
+    from ..kernels.conv import cuda, linear_device
 
     y = cuda.to_device(np.ascontiguousarray(x.reshape(x.shape[0], -1)))
     for op in dense:
@@ -196,7 +196,7 @@ def _forward(version, ops, dense, shape, seed, comm, be, overlap, timer):
     if version in ("v1", "v2"):
         y = run_host(ops, x, comm, overlap, timer)
     else:
-        from .backend import cuda
+        from ..backend import cuda
 
         t = MPI.Wtime()
         xd = cuda().to_device(x)

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .comm import block_range
-from .kernels.conv_reference import output_size
+from ..comm import block_range
+from ..kernels.conv_reference import output_size
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ One executor per place the data lives:
   (V3 with one rank, V4, V5). ``Timer(sync=True)`` measures the split into
   compute and halo exchange (no overlap, a device sync at each boundary).
 
-Both read the same band geometry (:mod:`hpclab.conv_halo`), and with one
+Both read the same band geometry (:mod:`hpclab.halo.geometry`), and with one
 rank they are the serial code: every version runs the same path.
 """
 from __future__ import annotations
@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import backend
-from .conv_halo import BandPlan, check_ranks, plan_bands, schedule, transfers
-from .kernels import conv_reference as ref
+from .. import backend
+from .geometry import BandPlan, check_ranks, plan_bands, schedule, transfers
+from ..kernels import conv_reference as ref
 
 
 # -- layers --------------------------------------------------------------------
@@ -54,13 +54,13 @@ class Conv:
 
     def device_weights(self):
         if self._dev is None:
-            from .kernels.conv import prepare_weights
+            from ..kernels.conv import prepare_weights
 
             self._dev = prepare_weights(self.w, self.bias)
         return self._dev
 
     def device_rows(self, x, out, pad_top, t0, t1, stream, workspace=None):
-        from .kernels.conv import check_method, conv_rows_device, default_config, plan_tiles
+        from ..kernels.conv import check_method, conv_rows_device, default_config, plan_tiles
 
         wts = self.device_weights()
         method = check_method(self.method)
@@ -92,7 +92,7 @@ class Pool:
         return ref.maxpool_rows(x, self.size, self.stride, pad_top, rows)
 
     def device_rows(self, x, out, pad_top, t0, t1, stream, workspace=None):
-        from .kernels.conv import maxpool_rows_device
+        from ..kernels.conv import maxpool_rows_device
 
         maxpool_rows_device(x, out, self.size, self.stride, pad_top, t0, t1, 0, stream)
 
@@ -258,7 +258,7 @@ def nonblocking_stream():
     global _STREAM
     if _STREAM is not None:
         return _STREAM
-    from .backend import cuda
+    from ..backend import cuda
 
     cu = cuda()
     if backend.is_simulator():
@@ -292,12 +292,12 @@ class Buffers:
 
     def __init__(self):
         self._bufs: dict = {}
-        from .kernels.conv_gemm import Workspace
+        from ..kernels.conv_gemm import Workspace
 
         self.gemm = Workspace()
 
     def get(self, name: str, shape):
-        from .backend import cuda
+        from ..backend import cuda
 
         key = (name, tuple(shape))
         if key not in self._bufs:
@@ -306,7 +306,7 @@ class Buffers:
 
 
 def _fresh(name, shape):
-    from .backend import cuda
+    from ..backend import cuda
 
     return cuda().device_array(tuple(shape), dtype=np.float32)
 
@@ -317,7 +317,7 @@ def pack_halos(plans, x, rank, stream, get=_fresh):
     Returns [(offset, send Transfer | None, recv Transfer | None, send buffer, recv buffer)]
     for the rounds this rank takes part in (see :func:`schedule`).
     """
-    from .kernels.bands import copy_rows
+    from ..kernels.bands import copy_rows
 
     p = plans[rank]
     n, c, _, w = x.shape
@@ -342,7 +342,7 @@ def exchange_packed(be, rounds) -> int:
     """
     from mpi4py import MPI
 
-    from .backend import cuda
+    from ..backend import cuda
 
     rank, got = be.rank, 0
     for offset, send, recv, sbuf, rbuf in rounds:
@@ -355,7 +355,7 @@ def exchange_packed(be, rounds) -> int:
 
 
 def unpack_halos(rounds, work, p, stream) -> None:
-    from .kernels.bands import copy_rows
+    from ..kernels.bands import copy_rows
 
     for _, _, recv, _, rbuf in rounds:
         if recv:
@@ -375,8 +375,8 @@ def run_device(ops, x, comm, be=None, overlap: bool = True, timer: Timer | None 
     """
     from mpi4py import MPI
 
-    from .kernels.bands import copy_rows
-    from .kernels.conv import lrn_device
+    from ..kernels.bands import copy_rows
+    from ..kernels.conv import lrn_device
 
     timer = timer or Timer()
     sync = timer.sync
