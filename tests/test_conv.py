@@ -3,6 +3,7 @@ and the conv-halo program under mpiexec (simulator sizes)."""
 from __future__ import annotations
 
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -99,8 +100,64 @@ def test_gemm_in_chunks_equals_one_product_bitwise(monkeypatch):
         np.testing.assert_array_equal(gpu.conv2d(x, w, 1, 1, method="gemm"), whole)
 
 
+WINOGRAD_GEOMETRIES = [  # N, C, H, W, K, R, pad: odd sizes leave partial tiles at both edges
+    (1, 5, 9, 8, 6, 5, 2),                # C2's 5x5 pad 2
+    (2, 3, 7, 6, 4, 3, 1),                # batch of 2, 3x3 pad 1 (C3-C5)
+    (1, 2, 8, 7, 3, 5, 0),                # no padding
+]
+
+
+@pytest.mark.parametrize("geom", WINOGRAD_GEOMETRIES, ids=lambda g: "N{}C{}H{}W{}K{}R{}p{}".format(*g))
+def test_conv2d_winograd_matches_scipy(geom):
+    n, c, h, w, k, r, pad = geom
+    x = RNG.uniform(-1, 1, (n, c, h, w)).astype(np.float32)
+    wt = RNG.uniform(-1, 1, (k, c, r, r)).astype(np.float32)
+    b = RNG.uniform(-1, 1, k).astype(np.float32)
+    want = scipy_conv(x, wt, 1, pad) + b[None, :, None, None]
+    got = gpu.conv2d(x, wt, 1, pad, bias=b, relu=True, method="winograd")
+    np.testing.assert_allclose(got, np.maximum(want, 0), rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("m, r", [(2, 3), (2, 5), (4, 3)])
+def test_winograd_transforms_are_exact_in_one_and_two_dimensions(m, r):
+    from hpclab.kernels.conv_winograd import transforms
+
+    at, g, bt = transforms(m, r)
+    d = RNG.standard_normal((m + r - 1, m + r - 1))
+    f = RNG.standard_normal((r, r))
+    one_d = at @ ((g @ f[0]) * (bt @ d[0]))
+    np.testing.assert_allclose(one_d, [d[0, i:i + r] @ f[0] for i in range(m)], atol=1e-12)
+    two_d = at @ ((g @ f @ g.T) * (bt @ d @ bt.T)) @ at.T
+    np.testing.assert_allclose(two_d, [[np.sum(d[i:i + r, j:j + r] * f) for j in range(m)] for i in range(m)],
+                               atol=1e-12)
+
+
+def test_winograd_in_chunks_equals_one_pass_bitwise(monkeypatch):
+    """Chunks over images and over tile rows change no bit: each tile is computed alone."""
+    from hpclab.kernels import conv_gemm
+
+    x = RNG.uniform(-1, 1, (2, 3, 9, 6)).astype(np.float32)
+    w = RNG.uniform(-1, 1, (4, 3, 3, 3)).astype(np.float32)
+    whole = gpu.conv2d(x, w, 1, 1, method="winograd")
+    per_tile = 4 * 16 * (3 + 4)                       # alpha^2 (C + K) floats per tile
+    for limit in (per_tile * 15, per_tile * 6):       # one image per chunk; two tile rows of one image
+        monkeypatch.setattr(conv_gemm, "SIM_MAX_BYTES", limit)
+        monkeypatch.setattr(conv_gemm, "DEFAULT_MAX_BYTES", limit)
+        np.testing.assert_array_equal(gpu.conv2d(x, w, 1, 1, method="winograd"), whole)
+
+
+@pytest.mark.parametrize("w_shape, stride, words", [
+    ((2, 1, 3, 3), 2, "stride 2 (Winograd needs stride 1)"),
+    ((2, 1, 11, 11), 1, "a 11x11 kernel"),
+    ((2, 1, 3, 2), 1, "a 3x2 kernel"),
+])
+def test_winograd_refuses_layers_it_cannot_do(w_shape, stride, words):
+    with pytest.raises(ValueError, match=re.escape(words) + ".*use method='gemm' or 'direct'"):
+        gpu.conv2d(np.zeros((1, 12, 12), np.float32), np.zeros(w_shape, np.float32), stride, method="winograd")
+
+
 def test_unknown_method_is_a_clear_error():
-    with pytest.raises(ValueError, match="unknown convolution method 'fft'; choose one of direct, gemm"):
+    with pytest.raises(ValueError, match="unknown convolution method 'fft'; choose one of direct, gemm, winograd"):
         gpu.conv2d(np.zeros((1, 4, 4), np.float32), np.zeros((1, 1, 3, 3), np.float32), method="fft")
 
 

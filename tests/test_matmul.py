@@ -43,6 +43,17 @@ def test_fast_configurations(config, shape):
     assert_product(mm.matmul(a, b, "fast", config=config), a, b)
 
 
+def test_batched_fast_kernel_multiplies_each_pair():
+    """One launch, blockIdx.z picking the product: the Winograd convolution's 16 or 36 GEMMs."""
+    rng = np.random.default_rng(3)
+    a = rng.uniform(-1, 1, (3, 37, 21)).astype(np.float32)
+    b = rng.uniform(-1, 1, (3, 21, 19)).astype(np.float32)
+    c = mm.cuda.device_array((3, 37, 19), np.float32)
+    mm.launch_batched(mm.cuda.to_device(a), mm.cuda.to_device(b), c)
+    for z in range(3):
+        assert_product(c.copy_to_host()[z], a[z], b[z])
+
+
 # Transposed operands are read in place (a stored K x M, b stored N x K), as a
 # dense layer's backward pass needs; float16 inputs are multiplied in float32.
 @pytest.mark.parametrize("trans", [(True, False), (False, True), (True, True)])

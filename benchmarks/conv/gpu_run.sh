@@ -34,7 +34,7 @@ step() {
 log "GPUs: $NG"
 nvidia-smi -L 2>&1 | head -8
 
-log "1/6 throughput: C2 (96->256, 5x5 pad 2, 27x27) batch 32: direct and im2col+GEMM vs cuDNN FP32 (TF32 off) and TF32"
+log "1/6 throughput: C2 (96->256, 5x5 pad 2, 27x27) batch 32: direct, im2col+GEMM, Winograd vs cuDNN FP32 (TF32 off) and TF32"
 step throughput 150 python3 -m hpclab bench conv throughput --batch 32
 grep '^{' "$LOGS/throughput.log" | tail -1 > "$OUT/conv_throughput.json"
 grep -v '^{' "$LOGS/throughput.log" | grep -v '^hpclab backend' | tail -12
@@ -73,9 +73,10 @@ mark = lambda ok: "MET" if ok else "NOT MET"
 try:
     t = json.load(open(os.path.join(out, "conv_throughput.json")))
     ours, best = t["ours"], t["best"]
-    d, g = ours.get(t.get("best_direct") or "", {}), ours.get("gemm", {})
+    d, g, wg = ours.get(t.get("best_direct") or "", {}), ours.get("gemm", {}), ours.get("winograd", {})
     print(f"throughput C2 batch 32: direct ({t.get('best_direct')}) {d.get('tflops', 0):.2f} TFLOP/s, "
-          f"im2col+GEMM {g.get('tflops', 0):.2f} TFLOP/s (best: {best})")
+          f"im2col+GEMM {g.get('tflops', 0):.2f}, Winograd F(2x2,5x5) {wg.get('tflops', 0):.2f} "
+          f"(error vs float64 {wg.get('max_rel_error_vs_float64', float('nan')):.1e}) TFLOP/s (best: {best})")
     for label, what in (("cudnn_fp32", "cuDNN FP32 (TF32 off)"), ("cudnn_tf32", "cuDNN TF32"),
                         ("torch_im2col_sgemm_fp32", "PyTorch unfold + cuBLAS SGEMM FP32")):
         if label in t:

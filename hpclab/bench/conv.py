@@ -1,7 +1,7 @@
 """Convolution benchmarks (``hpclab bench conv ...``).
 
-  throughput  single GPU: AlexNet C2 at batch 32, our direct kernel and
-              im2col + GEMM against PyTorch's conv2d (cuDNN) in the same
+  throughput  single GPU: AlexNet C2 at batch 32, our direct kernel,
+              im2col + GEMM and Winograd F(2x2, 5x5) against PyTorch's conv2d (cuDNN) in the same
               process: cuDNN with TF32 forbidden (true FP32, the target's
               baseline) and allowed (TF32), and unfold + cuBLAS SGEMM
   scaling     under mpirun/mpiexec: one large layer split by height across
@@ -73,7 +73,7 @@ def _conv_float64(x, w, stride, pad):
 
 
 def throughput(args) -> int:
-    """C2 at batch 32: our direct kernel and im2col + GEMM, cuDNN in FP32 and in TF32, one process."""
+    """C2 at batch 32: our direct kernel, im2col + GEMM and Winograd; cuDNN in FP32 and TF32; one process."""
     from .. import backend
 
     backend.select()
@@ -106,6 +106,7 @@ def throughput(args) -> int:
     runs = {f"direct {name}": dict(config=cfg, method="direct")
             for name, cfg in (kc.GPU_CONFIGS.items() if not backend.is_simulator() else [("sim", kc.SIM_CONFIG)])}
     runs["gemm"] = dict(method="gemm")
+    runs["winograd"] = dict(method="winograd")      # F(2x2, 5x5): 36 products per 4 outputs instead of 100
     for name, kw in runs.items():
         try:
             fn = lambda: kc.conv2d_device(xd, weights, stride, pad, out=out, **kw)  # noqa: E731

@@ -17,7 +17,10 @@ A second path, ``method="gemm"`` (:mod:`hpclab.kernels.conv_gemm`), unrolls
 the input patches (im2col) and multiplies by the weight matrix with the
 register-blocked GEMM of :mod:`hpclab.kernels.matmul`: several times faster
 on a GPU, and the default there. The direct kernel is the one to read (and
-the simulator's default); ``default_method()`` says which is used.
+the simulator's default); ``default_method()`` says which is used. A third,
+``method="winograd"`` (:mod:`hpclab.kernels.conv_winograd`), does stride-1
+3x3 and 5x5 layers with 2.3-2.8 times fewer multiplications; its results
+depend on where tiles start, so it is not the default.
 
 The sum over (c, r, s) runs in the same order whatever the tile or the band
 of rows, so a band computed on one rank is bit-for-bit the same as those rows
@@ -78,7 +81,7 @@ GPU_CONFIGS = {
 SIM_CONFIG = ConvConfig(lanes=8, nty=2, px=2, kx=2, cc=4)
 
 
-METHODS = ("direct", "gemm")
+METHODS = ("direct", "gemm", "winograd")
 
 
 def default_method() -> str:
@@ -252,7 +255,8 @@ def kernel_for(plan: TilePlan, relu: bool):
 class ConvWeights:
     """Weights on the device in (C, R, S, K) order (output channel fastest:
     coalesced loads into shared memory) for the direct kernel, as a
-    (K, C*R*S) matrix for the GEMM path, with the bias."""
+    (K, C*R*S) matrix for the GEMM path, Winograd-transformed (alpha^2, K, C)
+    for square 3x3 and 5x5 kernels, with the bias."""
     wt: object
     bias: object
     k: int
@@ -260,6 +264,7 @@ class ConvWeights:
     r: int
     s: int
     wmat: object = None
+    wino: object = None
 
 
 def prepare_weights(w, bias=None) -> ConvWeights:
@@ -272,7 +277,10 @@ def prepare_weights(w, bias=None) -> ConvWeights:
         raise ValueError(f"bias must have shape ({k},) to match {k} output channels, got {b.shape}")
     wt = cuda.to_device(np.ascontiguousarray(w.transpose(1, 2, 3, 0)))
     wmat = cuda.to_device(np.ascontiguousarray(w.reshape(k, c * r * s)))
-    return ConvWeights(wt, cuda.to_device(b), k, c, r, s, wmat)
+    from . import conv_winograd as wg
+
+    wino = cuda.to_device(wg.filter_transform(w)) if wg.supported(r, s, 1) is None else None
+    return ConvWeights(wt, cuda.to_device(b), k, c, r, s, wmat, wino)
 
 
 # -- convolution on device arrays ---------------------------------------------
@@ -282,7 +290,17 @@ def conv_rows_device(x, weights: ConvWeights, out, stride: int, pad_top: int, pa
     """Compute output rows [oh_begin, oh_end) of ``out`` (N, K, Ho, Wo) from the band ``x``."""
     if oh_end <= oh_begin:
         return
-    if check_method(method) == "gemm":
+    method = check_method(method)
+    if method == "winograd":
+        from . import conv_winograd as wg
+
+        why = wg.supported(weights.r, weights.s, stride)
+        if why:
+            raise ValueError(f"method='winograd' cannot do {why}; use method='gemm' or 'direct'")
+        wg.conv_rows_winograd(x, weights.wino, weights.bias, out, weights.r, pad_top, pad_w, oh_begin,
+                              oh_end, relu, stream, workspace=workspace)
+        return
+    if method == "gemm":
         from .conv_gemm import conv_rows_gemm
 
         conv_rows_gemm(x, weights.wmat, weights.bias, out, weights.r, weights.s, stride, pad_top, pad_w,
@@ -303,8 +321,9 @@ def conv2d_device(x, weights: ConvWeights, stride: int = 1, pad: int = 0, relu: 
                   config: ConvConfig | None = None, out=None, stream=0, method: str | None = None):
     """Convolution of a device array (N, C, H, W); returns a device array (N, K, Ho, Wo).
 
-    ``method``: "direct" (tiled kernel, ``config`` its launch shape) or "gemm"
-    (im2col + register-blocked GEMM); default ``default_method()``.
+    ``method``: "direct" (tiled kernel, ``config`` its launch shape), "gemm"
+    (im2col + register-blocked GEMM) or "winograd" (stride 1, 3x3 or 5x5);
+    default ``default_method()``.
     """
     n, c, h, w = x.shape
     ho, wo = ref.check_conv(x.shape, (weights.k, weights.c, weights.r, weights.s), stride, pad)
@@ -322,7 +341,8 @@ def conv2d(x, w, stride: int = 1, pad: int = 0, bias=None, relu: bool = False,
     """2-D convolution (cross-correlation) on the GPU of (C,H,W) or (N,C,H,W) input.
 
     ``w`` has shape (K, C, R, S). Returns a NumPy array (K,Ho,Wo) or (N,K,Ho,Wo).
-    ``method``: "direct" or "gemm" (im2col + GEMM); default ``default_method()``.
+    ``method``: "direct", "gemm" (im2col + GEMM) or "winograd" (stride 1, 3x3
+    or 5x5 kernels); default ``default_method()``.
     """
     x = np.asarray(x, dtype=np.float32)
     ref.check_conv(x.shape, np.shape(w), stride, pad)

@@ -208,9 +208,15 @@ def tiled_kernel(dtype, tile: int, trans_a: bool = False, trans_b: bool = False)
 # ---- register-blocked --------------------------------------------------------
 
 @lru_cache(maxsize=None)
-def fast_kernel(dtype, config: FastConfig, trans_a: bool = False, trans_b: bool = False):
+def fast_kernel(dtype, config: FastConfig, trans_a: bool = False, trans_b: bool = False,
+                batched: bool = False):
     """The register-blocked kernel for one input dtype, tile shape and pair of
-    transposes (compiled on first launch)."""
+    transposes (compiled on first launch).
+
+    ``batched``: a, b and c are stacks of matrices (3-D) and ``blockIdx.z``
+    picks the product, c[z] = op(a[z]) @ op(b[z]) -- many small products in one
+    launch (the Winograd convolution's 16 or 36 per layer).
+    """
     bad = config.problems(trans_a, trans_b)
     if bad:
         raise ValueError(f"fast kernel configuration {config.label()} cannot be built: {'; '.join(bad)}")
@@ -256,8 +262,12 @@ def fast_kernel(dtype, config: FastConfig, trans_a: bool = False, trans_b: bool 
     # one 128-bit load (the simulator does not take an alignment).
     align = None if backend.is_simulator() else 16
 
-    @cuda.jit(fastmath=True)
-    def fast(a, b, c):
+    # The body is a device function, inlined into the 2-D and the batched
+    # kernel alike (the simulator takes no inlining option).
+    inline = {} if backend.is_simulator() else {"forceinline": True}
+
+    @cuda.jit(device=True, fastmath=True, **inline)
+    def product(a, b, c):
         M = u(c.shape[0])
         N = u(c.shape[1])
         K = u(a.shape[0]) if trans_a else u(a.shape[1])
@@ -360,6 +370,18 @@ def fast_kernel(dtype, config: FastConfig, trans_a: bool = False, trans_b: bool 
                     if cc < N:
                         c[r, cc] = acc[i, j]
 
+    if batched:
+        @cuda.jit(fastmath=True)
+        def fast_batched(a, b, c):
+            z = cuda.blockIdx.z
+            product(a[z], b[z], c[z])
+
+        return fast_batched
+
+    @cuda.jit(fastmath=True)
+    def fast(a, b, c):
+        product(a, b, c)
+
     return fast
 
 
@@ -399,6 +421,19 @@ def launch(kernel: str, a, b, c, config: FastConfig | None = None, tile: int | N
         fast_kernel(dtype, cfg, ta, tb)[grid, cfg.threads](a, b, c)
     else:
         raise ValueError(f"unknown kernel {kernel!r}; choose one of {', '.join(KERNELS)}")
+
+
+def launch_batched(a, b, c, stream=0, trans_a: bool = False, trans_b: bool = False) -> None:
+    """c[z] = op(a[z]) @ op(b[z]) for every z, in one launch of the fast kernel.
+
+    Device arrays: a (Z, M, K), b (Z, K, N), c (Z, M, N) (transposed operands
+    stored as in :func:`launch`); float32 or float64. No checks.
+    """
+    z, m, n = c.shape
+    dtype = np.dtype(a.dtype)
+    cfg = fast_config(dtype)
+    grid = ((n + cfg.bn - 1) // cfg.bn, (m + cfg.bm - 1) // cfg.bm, z)
+    fast_kernel(dtype, cfg, bool(trans_a), bool(trans_b), True)[grid, cfg.threads, stream](a, b, c)
 
 
 def _is_device(x) -> bool:
