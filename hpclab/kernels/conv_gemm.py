@@ -92,17 +92,31 @@ def _launch_2d(rows: int, cols: int):
 
 
 class Workspace:
-    """Reused flat device buffers: no allocation per call (allocation syncs the GPU)."""
+    """Reused flat device buffers: no allocation per call (allocation syncs the GPU).
+
+    Views of a buffer are kept too: making a device-array view costs the
+    host tens of microseconds, which adds up when a layer is a few kernels.
+    """
 
     def __init__(self):
         self._bufs: dict[str, object] = {}
+        self._views: dict[tuple, object] = {}
+
+    def array(self, name: str, shape: tuple):
+        """A float32 device array of ``shape`` on the buffer ``name`` (grown when too small)."""
+        key = (name, tuple(shape))
+        view = self._views.get(key)
+        if view is None:
+            need = int(np.prod(shape))
+            buf = self._bufs.get(name)
+            if buf is None or buf.size < need:
+                buf = self._bufs[name] = cuda.device_array(need, dtype=np.float32)
+                self._views = {k: v for k, v in self._views.items() if k[0] != name}
+            view = self._views[key] = buf[:need].reshape(*shape)
+        return view
 
     def matrix(self, name: str, rows: int, cols: int):
-        need = rows * cols
-        buf = self._bufs.get(name)
-        if buf is None or buf.size < need:
-            buf = self._bufs[name] = cuda.device_array(need, dtype=np.float32)
-        return buf[:need].reshape(rows, cols)
+        return self.array(name, (rows, cols))
 
 
 _WORKSPACE = Workspace()

@@ -103,7 +103,7 @@ def _input_kernel(m: int, r: int):
         H = x.shape[2]
         W = x.shape[3]
         T = v.shape[2]
-        d = cuda.local.array((AL, AL), float32)
+        col = cuda.local.array(AL, float32)
         u = cuda.local.array((AL, AL), float32)
         per_image = trows * tiles_w
         for e in range(cuda.grid(1), C * T, cuda.gridsize(1)):
@@ -114,20 +114,21 @@ def _input_kernel(m: int, r: int):
             ty = tile // tiles_w
             ih0 = t0 + ty * M - pad_t
             iw0 = (tile - ty * tiles_w) * M - pad_w
-            for i in range(AL):
-                ih = ih0 + i
-                for j in range(AL):
-                    iw = iw0 + j
+            # u = B^T d, a column of the patch d at a time (d itself is never stored).
+            for j in range(AL):
+                iw = iw0 + j
+                for i in range(AL):
+                    ih = ih0 + i
                     val = float32(0.0)
                     if ih >= 0 and ih < H and iw >= 0 and iw < W:
                         val = x[n0 + n, c, ih, iw]
-                    d[i, j] = val
-            for i in range(AL):
-                for j in range(AL):
+                    col[i] = val
+                for i in range(AL):
                     acc = float32(0.0)
                     for k in range(AL):
-                        acc += float32(BT[i][k]) * d[k, j]
+                        acc += float32(BT[i][k]) * col[k]
                     u[i, j] = acc
+            # v = u B
             for i in range(AL):
                 for j in range(AL):
                     acc = float32(0.0)
@@ -212,8 +213,8 @@ def conv_rows_winograd(x, u, bias, out, r: int, pad_top: int, pad_w: int, oh_beg
     for n0, nb, r0, trows in chunks(n, tiles_h, tiles_w, 4 * al2 * (c + k), limit or max_bytes()):
         t0 = oh_begin + r0 * m
         tiles = nb * trows * tiles_w
-        v = ws.matrix("wino-in", al2 * c, tiles).reshape(al2, c, tiles)
-        prod = ws.matrix("wino-prod", al2 * k, tiles).reshape(al2, k, tiles)
+        v = ws.array("wino-in", (al2, c, tiles))
+        prod = ws.array("wino-prod", (al2, k, tiles))
         blocks, threads = _launch_1d(c * tiles)
         into[blocks, threads, stream](x, v, n0, t0, trows, tiles_w, pad_top, pad_w)
         mm.launch_batched(u, v, prod, stream)
