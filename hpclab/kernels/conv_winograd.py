@@ -90,6 +90,15 @@ def _constants(mat: np.ndarray) -> tuple:
     return tuple(tuple(float(v) for v in row) for row in mat)
 
 
+@cuda.jit(device=True)
+def _tile_origin(t, per_image, tiles_w, m, row0):
+    """(image, first output row, first output column) of tile number ``t`` of a chunk."""
+    n = t // per_image
+    tile = t - n * per_image
+    ty = tile // tiles_w
+    return n, row0 + ty * m, (tile - ty * tiles_w) * m
+
+
 @lru_cache(maxsize=None)
 def _input_kernel(m: int, r: int):
     M, AL = m, m + r - 1
@@ -109,11 +118,9 @@ def _input_kernel(m: int, r: int):
         for e in range(cuda.grid(1), C * T, cuda.gridsize(1)):
             c = e // T
             t = e - c * T
-            tile = t % per_image
-            n = t // per_image
-            ty = tile // tiles_w
-            ih0 = t0 + ty * M - pad_t
-            iw0 = (tile - ty * tiles_w) * M - pad_w
+            n, oh0, ow0 = _tile_origin(t, per_image, tiles_w, M, t0)
+            ih0 = oh0 - pad_t
+            iw0 = ow0 - pad_w
             # u = B^T d, a column of the patch d at a time (d itself is never stored).
             for j in range(AL):
                 iw = iw0 + j
@@ -156,11 +163,7 @@ def _output_kernel(m: int, r: int):
         for e in range(cuda.grid(1), K * T, cuda.gridsize(1)):
             k = e // T
             t = e - k * T
-            tile = t % per_image
-            n = t // per_image
-            ty = tile // tiles_w
-            oh0 = t0 + ty * M
-            ow0 = (tile - ty * tiles_w) * M
+            n, oh0, ow0 = _tile_origin(t, per_image, tiles_w, M, t0)
             for i in range(AL):
                 for j in range(AL):
                     p[i, j] = prod[i * AL + j, k, t]
