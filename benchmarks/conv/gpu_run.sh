@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Convolution with halo exchange on real GPUs: C2 throughput (direct kernel and
-# im2col + GEMM) against cuDNN FP32 and TF32, strong and weak scaling of one
+# Convolution with halo exchange on real GPUs: C2 throughput (direct kernel,
+# im2col + GEMM, Winograd) against cuDNN FP32 and TF32, strong and weak scaling of one
 # large layer, GPU correctness tests, and the conv-halo program (C2, trunk).
 # Run from the repository root with python3 usable and $OUT writable.
 # Writes (flat, 3 files): $OUT/conv_throughput.json, $OUT/conv_scaling.csv,
