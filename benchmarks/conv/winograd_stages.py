@@ -26,7 +26,7 @@ def t(fn, reps=20):
     return (time.perf_counter() - s) / reps * 1e3
 b1, t1 = wg._launch_1d(c * tiles); b2, t2 = wg._launch_1d(k * tiles)
 ti = t(lambda: into[b1, t1](x, v, 0, 0, tw, tw, pad, pad))
-tg = t(lambda: mm.launch_batched(wts.wino, v, prod))
+tg = t(lambda: mm.launch_batched(wts.winograd(), v, prod))
 to = t(lambda: back[b2, t2](prod, wts.bias, out, 0, 0, tw, tw, h, False))
 tall = t(lambda: kc.conv2d_device(x, wts, 1, pad, out=out, method="winograd"))
 def host_and_synced(fn, reps=20):

@@ -28,6 +28,7 @@ one stream synchronisation: no allocation, no cross-rank check.
 from __future__ import annotations
 
 import atexit
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -186,6 +187,17 @@ class NcclBackend(Backend):
     def _copy(self, dst, src) -> None:
         dst.copy_to_device(src, stream=self._stream_obj)  # device to device, same stream
 
+    @contextmanager
+    def _group(self):
+        """Point-to-point calls inside run as one NCCL group (no pair waits on another);
+        the stream is waited for afterwards."""
+        self._nccl.groupStart()
+        try:
+            yield
+        finally:
+            self._nccl.groupEnd()
+        self._wait()
+
     # -- the API ------------------------------------------------------------------
     def allreduce(self, buf, op="sum", out=None, check=True):
         buf = self.to_device(buf)
@@ -245,11 +257,10 @@ class NcclBackend(Backend):
         self.check_divisible(buf, "scatter")
         rows = buf.shape[0] // self.size
         out = self.cuda.device_array((rows, *buf.shape[1:]), dtype=buf.dtype)
-        code, nccl = self._code(buf), self._nccl
+        code = self._code(buf)
         if self.rank == root:
             self._copy(out, buf[root * rows:(root + 1) * rows])
-        nccl.groupStart()
-        try:
+        with self._group():
             if self.rank == root:
                 for r in range(self.size):
                     if r != root:
@@ -257,9 +268,6 @@ class NcclBackend(Backend):
                         self.nccl_comm.send(pointer(part), part.size, code, r, self._stream)
             else:
                 self.nccl_comm.recv(pointer(out), out.size, code, root, self._stream)
-        finally:
-            nccl.groupEnd()
-        self._wait()
         return out
 
     def gather(self, buf, root=0):
@@ -268,12 +276,11 @@ class NcclBackend(Backend):
         self.check_same(buf, "gather")
         rows = buf.shape[0]
         out = None
-        code, nccl = self._code(buf), self._nccl
+        code = self._code(buf)
         if self.rank == root:
             out = self.cuda.device_array((self.size * rows, *buf.shape[1:]), dtype=buf.dtype)
             self._copy(out[root * rows:(root + 1) * rows], buf)
-        nccl.groupStart()
-        try:
+        with self._group():
             if self.rank == root:
                 for r in range(self.size):
                     if r != root:
@@ -281,9 +288,6 @@ class NcclBackend(Backend):
                         self.nccl_comm.recv(pointer(part), part.size, code, r, self._stream)
             else:
                 self.nccl_comm.send(pointer(buf), buf.size, code, root, self._stream)
-        finally:
-            nccl.groupEnd()
-        self._wait()
         return out
 
     def sendrecv(self, sendbuf, dest, source, recvbuf=None):
@@ -304,17 +308,12 @@ class NcclBackend(Backend):
             self._copy(recvbuf, sendbuf)
             self._wait()
             return recvbuf
-        nccl = self._nccl
-        nccl.groupStart()
-        try:
+        with self._group():
             if dest != MPI.PROC_NULL:
                 self.nccl_comm.send(pointer(sendbuf), sendbuf.size, self._code(sendbuf), dest,
                                     self._stream)
             if source != MPI.PROC_NULL:
                 self.nccl_comm.recv(pointer(recvbuf), recvbuf.size, self._code(recvbuf), source,
                                     self._stream)
-        finally:
-            nccl.groupEnd()
-        self._wait()
         return recvbuf
 

@@ -13,8 +13,8 @@ import warnings
 
 import numpy as np
 
-from .. import backend
 from ..backend import cuda as _cuda
+from .grid import launch_1d, unravel4
 
 cuda = _cuda()
 from numba import float32, uint64  # noqa: E402
@@ -49,12 +49,7 @@ def _hash_fill_kernel(out, seed, row0, height):
     rows = out.shape[2]
     W = out.shape[3]
     for e in range(cuda.grid(1), out.size, cuda.gridsize(1)):
-        w = e % W
-        t = e // W
-        h = t % rows
-        t = t // rows
-        c = t % C
-        n = t // C
+        n, c, h, w = unravel4(e, C, rows, W)
         idx = uint64(((n * C + c) * height + row0 + h) * W + w)
         z = idx * _GOLDEN + seed
         z = (z ^ (z >> _S30)) * _M1
@@ -63,17 +58,11 @@ def _hash_fill_kernel(out, seed, row0, height):
         out[n, c, h, w] = float32(z >> _S40) * _SCALE - float32(1.0)
 
 
-def _launch(total: int):
-    threads = 64 if backend.is_simulator() else 256
-    cap = 4 if backend.is_simulator() else 65535
-    return max(1, min(cap, -(-total // threads))), threads
-
-
 def hash_fill(shape, seed: int, row0: int = 0, height: int | None = None, stream=0):
     """Device array: rows [row0, row0 + shape[2]) of a seeded (N, C, height, W) tensor."""
     out = cuda.device_array(tuple(shape), dtype=np.float32)
     height = shape[2] if height is None else height
-    blocks, threads = _launch(out.size)
+    blocks, threads = launch_1d(out.size)
     with warnings.catch_warnings():
         # The simulator runs the kernel on NumPy scalars, which warn when uint64
         # products wrap; wrapping is what the hash wants (as on the GPU).
@@ -88,12 +77,7 @@ def _copy_rows_kernel(src, s0, dst, d0, nrows):
     W = src.shape[3]
     total = src.shape[0] * C * nrows * W
     for e in range(cuda.grid(1), total, cuda.gridsize(1)):
-        w = e % W
-        t = e // W
-        h = t % nrows
-        t = t // nrows
-        c = t % C
-        n = t // C
+        n, c, h, w = unravel4(e, C, nrows, W)
         dst[n, c, d0 + h, w] = src[n, c, s0 + h, w]
 
 
@@ -101,7 +85,7 @@ def copy_rows(src, s0: int, dst, d0: int, nrows: int, stream=0) -> None:
     """dst[:, :, d0:d0+nrows] = src[:, :, s0:s0+nrows] on the device."""
     if nrows <= 0:
         return
-    blocks, threads = _launch(src.shape[0] * src.shape[1] * nrows * src.shape[3])
+    blocks, threads = launch_1d(src.shape[0] * src.shape[1] * nrows * src.shape[3])
     _copy_rows_kernel[blocks, threads, stream](src, s0, dst, d0, nrows)
 
 

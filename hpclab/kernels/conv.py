@@ -42,6 +42,7 @@ import numpy as np
 from .. import backend
 from ..backend import cuda as _cuda
 from . import conv_reference as ref
+from .grid import launch_1d, unravel4
 
 cuda = _cuda()
 from numba import float32, int32  # noqa: E402  (after the backend is chosen)
@@ -255,8 +256,8 @@ def kernel_for(plan: TilePlan, relu: bool):
 class ConvWeights:
     """Weights on the device in (C, R, S, K) order (output channel fastest:
     coalesced loads into shared memory) for the direct kernel, as a
-    (K, C*R*S) matrix for the GEMM path, Winograd-transformed (alpha^2, K, C)
-    for square 3x3 and 5x5 kernels, with the bias."""
+    (K, C*R*S) matrix for the GEMM path, with the bias; Winograd-transformed
+    (alpha^2, K, C) on the first use of that path (``winograd()``)."""
     wt: object
     bias: object
     k: int
@@ -264,7 +265,15 @@ class ConvWeights:
     r: int
     s: int
     wmat: object = None
-    wino: object = None
+    host: np.ndarray | None = None
+    _wino: object = None
+
+    def winograd(self):
+        if self._wino is None:
+            from .conv_winograd import filter_transform
+
+            self._wino = cuda.to_device(filter_transform(self.host))
+        return self._wino
 
 
 def prepare_weights(w, bias=None) -> ConvWeights:
@@ -277,10 +286,7 @@ def prepare_weights(w, bias=None) -> ConvWeights:
         raise ValueError(f"bias must have shape ({k},) to match {k} output channels, got {b.shape}")
     wt = cuda.to_device(np.ascontiguousarray(w.transpose(1, 2, 3, 0)))
     wmat = cuda.to_device(np.ascontiguousarray(w.reshape(k, c * r * s)))
-    from . import conv_winograd as wg
-
-    wino = cuda.to_device(wg.filter_transform(w)) if wg.supported(r, s, 1) is None else None
-    return ConvWeights(wt, cuda.to_device(b), k, c, r, s, wmat, wino)
+    return ConvWeights(wt, cuda.to_device(b), k, c, r, s, wmat, w.copy())  # host copy: Winograd on demand
 
 
 # -- convolution on device arrays ---------------------------------------------
@@ -297,7 +303,7 @@ def conv_rows_device(x, weights: ConvWeights, out, stride: int, pad_top: int, pa
         why = wg.supported(weights.r, weights.s, stride)
         if why:
             raise ValueError(f"method='winograd' cannot do {why}; use method='gemm' or 'direct'")
-        wg.conv_rows_winograd(x, weights.wino, weights.bias, out, weights.r, pad_top, pad_w, oh_begin,
+        wg.conv_rows_winograd(x, weights.winograd(), weights.bias, out, weights.r, pad_top, pad_w, oh_begin,
                               oh_end, relu, stream, workspace=workspace)
         return
     if method == "gemm":
@@ -363,12 +369,8 @@ def _maxpool_kernel(x, out, size, stride, pad_t, pad_w, oh_begin, oh_end):
     rows = oh_end - oh_begin
     total = x.shape[0] * C * rows * Wo
     for e in range(cuda.grid(1), total, cuda.gridsize(1)):
-        ow = e % Wo
-        t = e // Wo
-        oh = oh_begin + t % rows
-        t = t // rows
-        c = t % C
-        n = t // C
+        n, c, t, ow = unravel4(e, C, rows, Wo)
+        oh = oh_begin + t
         best = float32(-math.inf)
         for r in range(size):
             ih = oh * stride - pad_t + r
@@ -380,17 +382,11 @@ def _maxpool_kernel(x, out, size, stride, pad_t, pad_w, oh_begin, oh_end):
         out[n, c, oh, ow] = best
 
 
-def _launch_1d(total: int):
-    threads = 64 if backend.is_simulator() else 256
-    cap = 4 if backend.is_simulator() else 65535
-    return max(1, min(cap, -(-total // threads))), threads
-
-
 def maxpool_rows_device(x, out, size: int, stride: int, pad_top: int, oh_begin: int, oh_end: int,
                         pad_w: int = 0, stream=0) -> None:
     if oh_end <= oh_begin:
         return
-    blocks, threads = _launch_1d(x.shape[0] * x.shape[1] * (oh_end - oh_begin) * out.shape[3])
+    blocks, threads = launch_1d(x.shape[0] * x.shape[1] * (oh_end - oh_begin) * out.shape[3])
     _maxpool_kernel[blocks, threads, stream](x, out, size, stride, pad_top, pad_w, oh_begin, oh_end)
 
 
@@ -417,12 +413,7 @@ def _lrn_kernel(x, out, size, alpha, beta, k):
     W = x.shape[3]
     half = size // 2
     for e in range(cuda.grid(1), x.size, cuda.gridsize(1)):
-        w = e % W
-        t = e // W
-        h = t % H
-        t = t // H
-        c = t % C
-        n = t // C
+        n, c, h, w = unravel4(e, C, H, W)
         total = float32(0.0)
         for cc in range(max(0, c - half), min(C, c + half + 1)):
             v = x[n, cc, h, w]
@@ -433,7 +424,7 @@ def _lrn_kernel(x, out, size, alpha, beta, k):
 def lrn_device(x, size: int = ref.LRN_SIZE, alpha: float = ref.LRN_ALPHA, beta: float = ref.LRN_BETA,
                k: float = ref.LRN_K, out=None, stream=0):
     out = out if out is not None else cuda.device_array(x.shape, dtype=np.float32)
-    blocks, threads = _launch_1d(x.size)
+    blocks, threads = launch_1d(x.size)
     _lrn_kernel[blocks, threads, stream](x, out, size, np.float32(alpha), np.float32(beta), np.float32(k))
     return out
 

@@ -35,10 +35,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from .. import backend
 from ..backend import cuda as _cuda
 from . import matmul as mm
 from .conv_gemm import Workspace, chunks, max_bytes
+from .grid import launch_1d
 
 cuda = _cuda()
 from numba import float32  # noqa: E402  (after the backend is chosen)
@@ -190,12 +190,6 @@ def _output_kernel(m: int, r: int):
     return output_transform
 
 
-def _launch_1d(total: int):
-    if backend.is_simulator():
-        return max(1, min(4, -(-total // 64))), 64
-    return max(1, min(65535, -(-total // 256))), 256
-
-
 def conv_rows_winograd(x, u, bias, out, r: int, pad_top: int, pad_w: int, oh_begin: int, oh_end: int,
                        relu: bool = False, stream=0, limit: int | None = None,
                        workspace: Workspace | None = None, m: int = TILE) -> None:
@@ -218,10 +212,10 @@ def conv_rows_winograd(x, u, bias, out, r: int, pad_top: int, pad_w: int, oh_beg
         tiles = nb * trows * tiles_w
         v = ws.array("wino-in", (al2, c, tiles))
         prod = ws.array("wino-prod", (al2, k, tiles))
-        blocks, threads = _launch_1d(c * tiles)
+        blocks, threads = launch_1d(c * tiles)
         into[blocks, threads, stream](x, v, n0, t0, trows, tiles_w, pad_top, pad_w)
         mm.launch_batched(u, v, prod, stream)
-        blocks, threads = _launch_1d(k * tiles)
+        blocks, threads = launch_1d(k * tiles)
         back[blocks, threads, stream](prod, bias, out, n0, t0, trows, tiles_w, oh_end, bool(relu))
 
 

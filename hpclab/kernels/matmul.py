@@ -130,33 +130,36 @@ def naive_kernel(dtype, trans_a: bool = False, trans_b: bool = False):
     nbt = _nbtype(dtype)
     conv = _converter(nbt)
 
-    @cuda.jit(fastmath=True)
-    def naive(a, b, c):
-        # x runs along columns so that a warp's reads of B and writes of C are adjacent.
-        col, row = cuda.grid(2)
-        if row < c.shape[0] and col < c.shape[1]:
-            s = nbt(0)
-            for k in range(a.shape[0] if trans_a else a.shape[1]):
-                av = a[k, row] if trans_a else a[row, k]
-                bv = b[col, k] if trans_b else b[k, col]
-                s += conv(av) * conv(bv)
-            c[row, col] = s
+    @cuda.jit(device=True, fastmath=True)
+    def dot(a, b, row, col):
+        """Row ``row`` of op(a) times column ``col`` of op(b)."""
+        s = nbt(0)
+        for k in range(a.shape[0] if trans_a else a.shape[1]):
+            av = a[k, row] if trans_a else a[row, k]
+            bv = b[col, k] if trans_b else b[k, col]
+            s += conv(av) * conv(bv)
+        return s
 
     if backend.is_simulator():
-        # The same products, but stepping over C: the simulator launches one
-        # small block, since each of its threads is a Python thread.
+        # Stepping over C: the simulator launches one small block, since each
+        # of its threads is a Python thread.
         @cuda.jit
-        def naive(a, b, c):  # noqa: F811
+        def naive(a, b, c):
             col0, row0 = cuda.grid(2)
             step_x, step_y = cuda.gridsize(2)
             for row in range(row0, c.shape[0], step_y):
                 for col in range(col0, c.shape[1], step_x):
-                    s = nbt(0)
-                    for k in range(a.shape[0] if trans_a else a.shape[1]):
-                        av = a[k, row] if trans_a else a[row, k]
-                        bv = b[col, k] if trans_b else b[k, col]
-                        s += conv(av) * conv(bv)
-                    c[row, col] = s
+                    c[row, col] = dot(a, b, row, col)
+
+        return naive
+
+    @cuda.jit(fastmath=True)
+    def naive(a, b, c):  # noqa: F811
+        # One thread per element of C; x runs along columns so that a warp's
+        # reads of B and writes of C are adjacent.
+        col, row = cuda.grid(2)
+        if row < c.shape[0] and col < c.shape[1]:
+            c[row, col] = dot(a, b, row, col)
 
     return naive
 

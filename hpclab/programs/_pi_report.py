@@ -1,7 +1,17 @@
-"""What the Monte Carlo pi programs print and check, shared by Exercises 3 and 4."""
+"""What the pi programs share: launch-shape options, and what the Monte Carlo ones print and check."""
 from __future__ import annotations
 
 import math
+
+from ..runner import parse_count
+
+
+def add_launch_arguments(parser) -> None:
+    """--blocks and --threads, whose defaults come from ``hpclab.kernels.pi.launch_shape``."""
+    parser.add_argument("--blocks", type=parse_count, default=None,
+                        help="blocks per launch (default: 2 per SM on a GPU, fewer for little work)")
+    parser.add_argument("--threads", type=parse_count, default=None,
+                        help="threads per block, a power of two up to 1024 (default 1024 on a GPU)")
 
 
 def estimate(hits: int, samples: int) -> dict:

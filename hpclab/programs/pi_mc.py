@@ -8,6 +8,7 @@ from .. import backend
 from ..comm import block_range, require_at_least, step
 from ..runner import Report, parse_count
 from ..timing import timed, wall
+from ._pi_report import add_launch_arguments
 
 HELP = ("Workshop Exercise 2: pi by Monte Carlo; each rank counts hits for its share of the "
         "samples on its GPU. The default counter-based generator makes the estimate depend only "
@@ -38,10 +39,7 @@ def add_arguments(parser) -> None:
                         help="counter: Philox4x32-7 of the global sample index, identical on any number "
                              "of ranks (default); xoroshiro: numba.cuda.random per-thread streams, "
                              "which depend on the ranks and the launch shape")
-    parser.add_argument("--blocks", type=parse_count, default=None,
-                        help="blocks per launch (default: 8 per SM on a GPU)")
-    parser.add_argument("--threads", type=parse_count, default=None,
-                        help="threads per block, a power of two up to 1024 (default 256)")
+    add_launch_arguments(parser)
 
 
 def check_samples(samples: int, size: int) -> None:

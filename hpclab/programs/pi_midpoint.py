@@ -7,6 +7,7 @@ from .. import backend
 from ..comm import block_range, require_at_least, step
 from ..runner import Report, parse_count
 from ..timing import timed, wall
+from ._pi_report import add_launch_arguments
 
 HELP = ("Workshop Exercise 1: pi by the midpoint rule in float64; each rank integrates a "
         "contiguous slice of the bins on its GPU, then an MPI reduction adds the slices.")
@@ -17,10 +18,7 @@ MAX_BINS = (1 << 52) - 1      # bin midpoints (i + 1/2) stay exact in float64
 def add_arguments(parser) -> None:
     parser.add_argument("--bins", type=parse_count, default=None,
                         help="number of bins (e.g. 1e11; default 1e11 on a GPU, 10000 on the simulator)")
-    parser.add_argument("--blocks", type=parse_count, default=None,
-                        help="blocks per launch (default: 8 per SM on a GPU)")
-    parser.add_argument("--threads", type=parse_count, default=None,
-                        help="threads per block, a power of two up to 1024 (default 256)")
+    add_launch_arguments(parser)
 
 
 def check_bins(bins: int, size: int) -> None:

@@ -18,7 +18,7 @@ from .. import backend
 from ..comm import block_range, get, require_at_least, step
 from ..runner import Report, parse_count
 from ..timing import wall
-from ._pi_report import estimate, final_lines
+from ._pi_report import add_launch_arguments, estimate, final_lines
 
 HELP = ("Workshop Exercise 4: Monte Carlo pi with one MPI rank per GPU; MPI only bootstraps NCCL, "
         "and the hit counts are all-reduced by NCCL (host-staged MPI on the simulator).")
@@ -30,8 +30,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=2024, help="random seed (default 2024)")
     parser.add_argument("--backend", default=None,
                         help="communication backend (default: nccl on GPUs, mpi-host on the simulator)")
-    parser.add_argument("--blocks", type=parse_count, default=None, help="blocks per GPU (default: the kernel's)")
-    parser.add_argument("--threads", type=parse_count, default=None, help="threads per block (default: the kernel's)")
+    add_launch_arguments(parser)
 
 
 def run(args, ctx) -> Report:

@@ -22,7 +22,7 @@ import numpy as np
 from .. import backend
 from ..comm import block_range, check, require_at_least, step
 from ..runner import Report, parse_count
-from ._pi_report import estimate, final_lines
+from ._pi_report import add_launch_arguments, estimate, final_lines
 
 HELP = ("Workshop Exercise 3: Monte Carlo pi with ONE process driving all GPUs of the node; "
         "the per-GPU hit counts are combined by an NCCL all-reduce (ncclCommInitAll).")
@@ -34,8 +34,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=2024, help="random seed (default 2024)")
     parser.add_argument("--gpus", type=parse_count, default=None,
                         help="GPUs to drive (default: all of this node's; 2 shares on the simulator)")
-    parser.add_argument("--blocks", type=parse_count, default=None, help="blocks per GPU (default: the kernel's)")
-    parser.add_argument("--threads", type=parse_count, default=None, help="threads per block (default: the kernel's)")
+    add_launch_arguments(parser)
 
 
 def _count_share(cuda, count_hits, device, lo, hi, args):
