@@ -23,6 +23,7 @@ backend.select()
 comm = world()
 select_gpu(comm)
 from hpclab.halo import executors as ex  # noqa: E402
+from hpclab.halo.streams import compute_stream, edge_stream  # noqa: E402
 from hpclab.kernels.bands import hash_fill  # noqa: E402
 
 rows = int(sys.argv[1]) if len(sys.argv) > 1 else 8192
@@ -68,7 +69,7 @@ for be_name, be in (("mpi-host", host_mpi), ("nccl", nccl)):
     for phase in ("compute", "halo"):
         results[f"split {be_name}: {phase}"] = t.seconds.get(phase, 0.0)
 # The interior's kernels alone: how long the host takes to queue them, then the GPU to finish.
-stream, _ = ex.nonblocking_stream()
+stream, _ = compute_stream()
 work = bufs["self"].get("0-work", x.shape)
 out = bufs["self"].get("0-out", (1, 256, r1 - r0, 256))
 stream.synchronize()
@@ -82,6 +83,6 @@ results["self, again at the end"] = timed(
     lambda: ex.run_device([layer], x, MPI.COMM_SELF, self_mpi, True, None, bufs["self"], r1 - r0))
 everyone = comm.gather(results)
 if rank == 0:
-    print(f"rows per rank {rows}, {size} ranks: seconds per rank; compute stream: {ex.nonblocking_stream()[1]}")
+    print(f"rows per rank {rows}, {size} ranks: seconds per rank; compute stream: {compute_stream()[1]}")
     for key in results:
         print(f"  {key:<28}" + " ".join(f"{r[key]:.4f}" for r in everyone))

@@ -97,7 +97,7 @@ class Backend:
     def reduce_scatter(self, buf, op="sum"):
         raise NotImplementedError
 
-    def sendrecv(self, sendbuf, dest, source, recvbuf=None):
+    def sendrecv(self, sendbuf, dest, source, recvbuf=None, stream=0):
         raise NotImplementedError
 
     def synchronize(self) -> None:

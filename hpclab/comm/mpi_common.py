@@ -4,13 +4,15 @@ Host-staged and CUDA-aware MPI make the same MPI calls; they differ only in
 which memory MPI is handed: a (pinned) host copy of the device data, or the
 device data itself. Subclasses say that through three hooks:
 
-- ``_outgoing(dbuf, slot)``: memory holding ``dbuf``'s data, for MPI to read;
+- ``_outgoing(dbuf, slot, stream)``: memory holding ``dbuf``'s data, for MPI to read;
 - ``_incoming(shape, dtype, slot, out)``: memory for MPI to write into;
-- ``_arrived(recv, out)``: the device array holding what MPI wrote;
+- ``_arrived(recv, out, stream)``: the device array holding what MPI wrote;
 - ``_mpi(buf)``: the object mpi4py is handed for that memory.
 
-and ``_before()``, called at the start of every operation (CUDA-aware MPI
-synchronises the device there: MPI does not know about CUDA streams).
+and ``_before(stream)``, called at the start of every operation (CUDA-aware
+MPI synchronises there: MPI does not know about CUDA streams). ``stream`` is
+the CUDA stream whose work produced the data (0: the whole device), and the
+one host-staged copies run on.
 """
 from __future__ import annotations
 
@@ -25,16 +27,16 @@ def mpi_op(op: str):
 
 class MPIBackend(Backend):
     # -- hooks ----------------------------------------------------------------
-    def _before(self) -> None:
+    def _before(self, stream=0) -> None:
         pass
 
-    def _outgoing(self, dbuf, slot="send"):
+    def _outgoing(self, dbuf, slot="send", stream=0):
         raise NotImplementedError
 
     def _incoming(self, shape, dtype, slot="recv", out=None):
         raise NotImplementedError
 
-    def _arrived(self, recv, out=None):
+    def _arrived(self, recv, out=None, stream=0):
         raise NotImplementedError
 
     def _mpi(self, buf):
@@ -115,20 +117,22 @@ class MPIBackend(Backend):
         self.comm.Reduce_scatter_block(self._mpi(send), self._mpi(recv), op=mpi_op(op))
         return self._arrived(recv)
 
-    def sendrecv(self, sendbuf, dest, source, recvbuf=None):
+    def sendrecv(self, sendbuf, dest, source, recvbuf=None, stream=0):
         """Send to ``dest`` and receive from ``source`` at once (halo exchange).
 
         ``dest``/``source`` may be ``MPI.PROC_NULL`` (no neighbour); then
         nothing is sent or received and ``recvbuf`` is returned unchanged.
+        ``stream``: the CUDA stream that wrote ``sendbuf``; only it is waited
+        for, so kernels on other streams run on meanwhile.
         """
         from mpi4py import MPI
 
         sendbuf = self.to_device(sendbuf)
         recvbuf = recvbuf if recvbuf is not None else self.cuda.device_array_like(sendbuf)
-        self._before()
-        send = self._outgoing(sendbuf, "halo-send")
+        self._before(stream)
+        send = self._outgoing(sendbuf, "halo-send", stream)
         recv = self._incoming(recvbuf.shape, recvbuf.dtype, "halo-recv", out=recvbuf)
         self.comm.Sendrecv(self._mpi(send), dest=dest, recvbuf=self._mpi(recv), source=source)
         if source != MPI.PROC_NULL:
-            self._arrived(recv, out=recvbuf)
+            self._arrived(recv, out=recvbuf, stream=stream)
         return recvbuf

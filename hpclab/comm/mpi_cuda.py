@@ -8,8 +8,9 @@ memory inside the library. A MPI that is *not* CUDA-aware treats the pointer
 as host memory and segfaults (mpi4py #115), so awareness is asked before any
 device pointer is handed over (:func:`hpclab.mpi.cuda_aware`), on every rank.
 
-MPI knows nothing of CUDA streams: the device is synchronised before each
-operation so that the kernels that wrote the data have finished.
+MPI knows nothing of CUDA streams: the device (for ``sendrecv`` given a
+stream, that stream) is synchronised before each operation so that the
+kernels that wrote the data have finished.
 
 On the simulator, "device" memory is host memory, so with
 ``HPCLAB_MPI_CUDA_AWARE=1`` this backend runs there too (the code path is
@@ -54,14 +55,15 @@ class CudaAwareMPI(MPIBackend):
             return buf
         return np.asarray(buf)
 
-    def _before(self) -> None:
-        self.cuda.synchronize()  # MPI must not read data a kernel is still writing
+    def _before(self, stream=0) -> None:
+        # MPI must not read data a kernel is still writing.
+        (stream or self.cuda).synchronize()
 
-    def _outgoing(self, dbuf, slot="send"):
+    def _outgoing(self, dbuf, slot="send", stream=0):
         return dbuf
 
     def _incoming(self, shape, dtype, slot="recv", out=None):
         return out if out is not None else self.cuda.device_array(shape, dtype=dtype)
 
-    def _arrived(self, recv, out=None):
+    def _arrived(self, recv, out=None, stream=0):
         return recv  # MPI wrote straight into device memory: nothing to copy

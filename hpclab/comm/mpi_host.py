@@ -24,18 +24,23 @@ class HostStagedMPI(MPIBackend):
             self._pinned[key] = self.cuda.pinned_array(shape, dtype=dtype)
         return self._pinned[key]
 
-    def _outgoing(self, dbuf, slot="send"):
+    def _outgoing(self, dbuf, slot="send", stream=0):
         host = self._host(dbuf.shape, dbuf.dtype, slot)
-        dbuf.copy_to_host(host)  # synchronous: the data is complete before MPI sees it
+        # Behind the kernels of ``stream`` that wrote dbuf; complete before MPI sees it.
+        dbuf.copy_to_host(host, stream=stream)
+        if stream:
+            stream.synchronize()
         return host
 
     def _incoming(self, shape, dtype, slot="recv", out=None):
         return self._host(shape, dtype, slot)
 
-    def _arrived(self, recv, out=None):
+    def _arrived(self, recv, out=None, stream=0):
         if out is None:
             return self.cuda.to_device(recv)
-        out.copy_to_device(recv)
+        out.copy_to_device(recv, stream=stream)
+        if stream:
+            stream.synchronize()
         return out
 
     def release(self) -> None:

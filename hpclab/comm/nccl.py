@@ -20,7 +20,9 @@ Streams: every NCCL call is enqueued on Numba's default stream, the stream
 the kernels that produced the data ran on, so NCCL starts only after they
 finish without any extra event or device-wide synchronisation; the call then
 waits for that stream, so a result is complete when a method returns (the
-same contract as the MPI backends).
+same contract as the MPI backends). ``sendrecv`` takes the stream that
+wrote its buffer instead, so a halo exchange can run on a high-priority
+stream beside kernels that keep the GPU busy (``hpclab.halo.streams``).
 
 The hot path (``allreduce(buf, out=out, check=False)``) is one NCCL call and
 one stream synchronisation: no allocation, no cross-rank check.
@@ -181,22 +183,22 @@ class NcclBackend(Backend):
     def _code(self, buf) -> int:
         return _TYPES[buf.dtype]
 
-    def _wait(self) -> None:
-        self._sync_stream(self._stream)
+    def _wait(self, stream=None) -> None:
+        self._sync_stream(self._stream if stream is None else stream)
 
     def _copy(self, dst, src) -> None:
         dst.copy_to_device(src, stream=self._stream_obj)  # device to device, same stream
 
     @contextmanager
-    def _group(self):
+    def _group(self, stream=None):
         """Point-to-point calls inside run as one NCCL group (no pair waits on another);
-        the stream is waited for afterwards."""
+        the stream (a raw handle; default: the backend's) is waited for afterwards."""
         self._nccl.groupStart()
         try:
             yield
         finally:
             self._nccl.groupEnd()
-        self._wait()
+        self._wait(stream)
 
     # -- the API ------------------------------------------------------------------
     def allreduce(self, buf, op="sum", out=None, check=True):
@@ -290,12 +292,15 @@ class NcclBackend(Backend):
                 self.nccl_comm.send(pointer(buf), buf.size, code, root, self._stream)
         return out
 
-    def sendrecv(self, sendbuf, dest, source, recvbuf=None):
+    def sendrecv(self, sendbuf, dest, source, recvbuf=None, stream=0):
         """Send to ``dest`` and receive from ``source`` at once (halo exchange).
 
         ``MPI.PROC_NULL`` for either side means no neighbour there: that half
         is skipped. Send and receive go in one NCCL group, so neighbours that
-        send to each other do not wait on each other.
+        send to each other do not wait on each other. ``stream``: the stream
+        that wrote ``sendbuf``; the transfer is queued on it (behind those
+        kernels, no host wait) instead of the default stream, and only it is
+        waited for.
         """
         from mpi4py import MPI
 
@@ -304,10 +309,17 @@ class NcclBackend(Backend):
         problem = self.local_problem(sendbuf, None) or self.local_problem(recvbuf, None)
         if problem:
             raise ValueError(f"nccl sendrecv on rank {self.rank}: {problem}")
+        handle = stream_handle(stream) if stream else self._stream
         if dest == self.rank and source == self.rank:  # a ring of one: a copy
-            self._copy(recvbuf, sendbuf)
-            self._wait()
+            recvbuf.copy_to_device(sendbuf, stream=stream or self._stream_obj)
+            self._wait(handle)
             return recvbuf
+        with self._group(handle):
+            if dest != MPI.PROC_NULL:
+                self.nccl_comm.send(pointer(sendbuf), sendbuf.size, self._code(sendbuf), dest, handle)
+            if source != MPI.PROC_NULL:
+                self.nccl_comm.recv(pointer(recvbuf), recvbuf.size, self._code(recvbuf), source, handle)
+        return recvbuf
         with self._group():
             if dest != MPI.PROC_NULL:
                 self.nccl_comm.send(pointer(sendbuf), sendbuf.size, self._code(sendbuf), dest,

@@ -6,8 +6,9 @@ One executor per place the data lives:
   the interior computed while they travel (V1 with one rank, V2).
 - ``run_device``: device bands; halos packed by a kernel and exchanged with
   a communication backend's ``sendrecv`` (host-staged MPI, CUDA-aware MPI or
-  NCCL), the interior computed on a non-blocking CUDA stream meanwhile
-  (V3 with one rank, V4, V5). ``Timer(sync=True)`` measures the split into
+  NCCL), the interior computed on one CUDA stream meanwhile while the
+  exchange and the boundary rows use a second, high-priority one (V3 with
+  one rank, V4, V5). ``Timer(sync=True)`` measures the split into
   compute and halo exchange (no overlap, a device sync at each boundary).
 
 Both read the same band geometry (:mod:`hpclab.halo.geometry`), and with one
@@ -244,45 +245,6 @@ def run_host(ops, x: np.ndarray, comm, overlap: bool = True, timer: Timer | None
     return x
 
 
-_STREAM = None
-
-
-def nonblocking_stream():
-    """The compute stream: a CUDA stream that does not wait for the legacy default stream.
-
-    Host-staged copies and NCCL kernels run on the legacy default stream; a
-    kernel on an ordinary stream would serialise with them, so the interior
-    goes on a non-blocking stream to overlap with the exchange. Created once
-    per process (stream creation is not free). Returns (stream, how).
-    """
-    global _STREAM
-    if _STREAM is not None:
-        return _STREAM
-    from ..backend import cuda
-
-    cu = cuda()
-    if backend.is_simulator():
-        _STREAM = cu.stream(), "simulator (streams run synchronously)"
-        return _STREAM
-    try:
-        from numba.cuda.cudadrv import driver as drv
-
-        ctx = cu.current_context()
-        flags = drv.binding.CUstream_flags.CU_STREAM_NON_BLOCKING.value
-        handle = drv.driver.cuStreamCreate(flags)
-        _STREAM = drv.Stream(handle, finalizer=drv._stream_finalizer(ctx.deallocations, handle)), "non-blocking"
-    except Exception as exc:  # noqa: BLE001 - fall back, and say so
-        _STREAM = cu.stream(), f"ordinary stream (non-blocking stream unavailable: {type(exc).__name__})"
-    return _STREAM
-
-
-def _legacy(cu):
-    try:
-        return cu.legacy_default_stream()
-    except AttributeError:  # very old Numba / simulator variants
-        return cu.stream()
-
-
 class Buffers:
     """Device buffers kept between calls, by name and shape (allocation synchronises the GPU).
 
@@ -294,7 +256,8 @@ class Buffers:
         self._bufs: dict = {}
         from ..kernels.conv_gemm import Workspace
 
-        self.gemm = Workspace()
+        self.gemm = Workspace()        # the interior's GEMM/Winograd scratch (compute stream)
+        self.edge_gemm = Workspace()   # the boundary's, used at the same time (edge stream)
 
     def get(self, name: str, shape):
         from ..backend import cuda
@@ -334,23 +297,21 @@ def pack_halos(plans, x, rank, stream, get=_fresh):
     return rounds
 
 
-def exchange_packed(be, rounds) -> int:
+def exchange_packed(be, rounds, stream=0) -> int:
     """Send/receive the packed halo rows through ``be.sendrecv``; returns bytes received.
 
-    The caller has synchronised the packing; every round pairs rank r's send
-    to r + offset with its receive from r - offset, so no round can deadlock.
+    ``stream`` is the stream the rows were packed on: each exchange runs
+    behind it and returns when its rows have arrived. Every round pairs rank
+    r's send to r + offset with its receive from r - offset, so no round can
+    deadlock.
     """
     from mpi4py import MPI
-
-    from ..backend import cuda
 
     rank, got = be.rank, 0
     for offset, send, recv, sbuf, rbuf in rounds:
         be.sendrecv(sbuf, dest=rank + offset if send else MPI.PROC_NULL,
-                    source=rank - offset if recv else MPI.PROC_NULL, recvbuf=rbuf)
+                    source=rank - offset if recv else MPI.PROC_NULL, recvbuf=rbuf, stream=stream)
         got += rbuf.size * 4 if recv else 0
-    # Host-to-device copies from pageable memory may return before they land.
-    _legacy(cuda()).synchronize()
     return got
 
 
@@ -362,21 +323,43 @@ def unpack_halos(rounds, work, p, stream) -> None:
             copy_rows(rbuf, 0, work, recv.start - p.have[0], recv.stop - recv.start, stream)
 
 
+_EDGE_WORKSPACE = None
+
+
+def _edge_workspace():
+    """Scratch for boundary rows when no Buffers are given (the interior uses the GEMM module's)."""
+    global _EDGE_WORKSPACE
+    if _EDGE_WORKSPACE is None:
+        from ..kernels.conv_gemm import Workspace
+
+        _EDGE_WORKSPACE = Workspace()
+    return _EDGE_WORKSPACE
+
+
 def run_device(ops, x, comm, be=None, overlap: bool = True, timer: Timer | None = None,
                buffers: Buffers | None = None, height: int | None = None):
-    """Forward the device band ``x`` through ``ops`` on this rank's GPU; returns a device array.
+    """Forward the device band ``x`` (complete: its kernels finished) through ``ops``; returns a device array.
 
-    Per windowed layer: copy own rows into the working buffer and pack the
-    rows to send (then wait for those two small copies); queue the interior
-    rows on the compute stream; exchange halos meanwhile; queue the unpacking
-    and the boundary rows behind the interior; wait. Convolutions use their
-    op's ``method`` (im2col + GEMM on a GPU by default), which runs in chunks,
-    so a NCCL kernel never waits behind one long kernel for free SMs.
+    Per windowed layer, on two streams (:mod:`hpclab.halo.streams`):
+
+    - compute stream: copy own rows into the working buffer, then the interior rows;
+    - edge stream (high priority): pack the rows to send, exchange them
+      (the host waits for this stream only), unpack the halo, and, once
+      the own rows are in place, the boundary rows.
+
+    The boundary's kernels thus run beside the interior's instead of after
+    them, and a NCCL transfer does not queue behind the interior. Each
+    stream has its own GEMM scratch. Convolutions use their op's ``method``
+    (im2col + GEMM on a GPU by default), which runs in chunks, so freed SMs
+    come often. Without overlap (or with ``Timer(sync=True)``) every row is
+    computed after the exchange.
     """
     from mpi4py import MPI
 
+    from ..backend import cuda
     from ..kernels.bands import copy_rows
     from ..kernels.conv import lrn_device
+    from .streams import compute_stream, edge_stream
 
     timer = timer or Timer()
     sync = timer.sync
@@ -384,9 +367,11 @@ def run_device(ops, x, comm, be=None, overlap: bool = True, timer: Timer | None 
     size, rank = comm.size, comm.rank
     if height is None:
         height = comm.allreduce(x.shape[2], op=MPI.SUM) if size > 1 else x.shape[2]
-    stream, _ = nonblocking_stream()
+    stream, _ = compute_stream()
+    edge, _ = edge_stream()
     get = buffers.get if buffers is not None else _fresh
     ws = buffers.gemm if buffers is not None else None
+    edge_ws = buffers.edge_gemm if buffers is not None else _edge_workspace()
     for i, op in enumerate(ops):
         t = _now()
         if op.window is None:
@@ -404,13 +389,15 @@ def run_device(ops, x, comm, be=None, overlap: bool = True, timer: Timer | None 
         out = get(f"{i}-out", (n, cout, o1 - o0, wo))
         l0, l1 = p.local
         copy_rows(x, l0 - p.own[0], work, l0 - p.have[0], l1 - l0, stream)
+        own_rows_in = cuda().event()
+        own_rows_in.record(stream)
         if sync:
             stream.synchronize()
             timer.add("compute", _now() - t)   # own rows into the working buffer
             t = _now()
-        rounds = pack_halos(plans, x, rank, stream, lambda nm, sh: get(f"{i}-{nm}", sh)) if size > 1 else []
-        stream.synchronize()                   # packed rows complete before they are sent
+        rounds = pack_halos(plans, x, rank, edge, lambda nm, sh: get(f"{i}-{nm}", sh)) if size > 1 else []
         if sync:
+            edge.synchronize()
             timer.add("halo", _now() - t)      # packing
             t = _now()
         if overlap and p.interior[1] > p.interior[0]:
@@ -419,14 +406,22 @@ def run_device(ops, x, comm, be=None, overlap: bool = True, timer: Timer | None 
             timer.add("compute", _now() - t)   # launch time only: the kernels run on
             t = _now()
         if rounds:
-            exchange_packed(be, rounds)
-            unpack_halos(rounds, work, p, stream)
+            exchange_packed(be, rounds, edge)
+            unpack_halos(rounds, work, p, edge)
         if sync:
-            stream.synchronize()
+            edge.synchronize()
         timer.add("halo", _now() - t)
         t = _now()
-        for j0, j1 in (p.boundary if overlap else [p.out_rows]):
-            op.device_rows(work, out, p.pad_top, j0 - o0, j1 - o0, stream, ws)
+        if overlap:
+            own_rows_in.wait(edge)             # the boundary reads own rows too
+            for j0, j1 in p.boundary:
+                op.device_rows(work, out, p.pad_top, j0 - o0, j1 - o0, edge, edge_ws)
+        else:
+            halo_in = cuda().event()
+            halo_in.record(edge)
+            halo_in.wait(stream)
+            op.device_rows(work, out, p.pad_top, 0, o1 - o0, stream, ws)
+        edge.synchronize()
         stream.synchronize()
         timer.add("compute", _now() - t)
         x, height = out, p.out_height

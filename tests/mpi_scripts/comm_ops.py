@@ -77,6 +77,15 @@ def check_all(be, comm) -> dict[str, bool]:
         keep = np.full_like(mine, -5)
         got = be.sendrecv(d, dest=dest, source=source, recvbuf=cuda.to_device(keep)).copy_to_host()
         ok[f"sendrecv-proc-null-{tag}"] = np.array_equal(got, keep if rank == 0 else alls[rank - 1])
+
+        # Written on the halo executor's high-priority stream and exchanged behind it on that stream.
+        from hpclab.halo.streams import edge_stream
+
+        stream, _ = edge_stream()
+        src = cuda.device_array_like(d, stream=stream)
+        src.copy_to_device(d, stream=stream)
+        got = be.sendrecv(src, dest=right, source=left, stream=stream).copy_to_host()
+        ok[f"sendrecv-stream-{tag}"] = np.array_equal(got, alls[left])
     # Every rank's verdicts, combined: an op passes only if it passed everywhere.
     return {k: bool(comm.allreduce(bool(v), op=MPI.LAND)) for k, v in ok.items()}
 

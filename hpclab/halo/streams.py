@@ -1,0 +1,58 @@
+"""The two CUDA streams of the device executor, created once per process.
+
+- ``compute_stream()``: the interior rows. A non-blocking stream, so it
+  does not wait for (or hold up) work on the legacy default stream.
+- ``edge_stream()``: packing, the halo exchange, unpacking and the boundary
+  rows. Non-blocking and of the highest priority the GPU offers: while the
+  interior's kernels fill every SM, the GPU's block scheduler hands freed
+  SMs to this stream's kernels first, so a NCCL transfer or a boundary
+  kernel starts within one block's time instead of after the whole interior.
+
+Each returns (stream, how): ``how`` says what was made, for reports. On the
+simulator both are ordinary streams (everything runs synchronously there).
+"""
+from __future__ import annotations
+
+from .. import backend
+
+_STREAMS: dict[str, tuple] = {}
+
+
+def _create(high_priority: bool):
+    from ..backend import cuda
+
+    cu = cuda()
+    if backend.is_simulator():
+        return cu.stream(), "simulator (streams run synchronously)"
+    try:
+        from numba.cuda.cudadrv import driver as drv
+
+        ctx = cu.current_context()
+        flags = drv.binding.CUstream_flags.CU_STREAM_NON_BLOCKING.value
+        how = "non-blocking"
+        if high_priority:
+            # Lower numbers are higher priorities: (least, greatest) is e.g. (0, -5).
+            _, greatest = drv.driver.cuCtxGetStreamPriorityRange()
+            handle = drv.driver.cuStreamCreateWithPriority(flags, greatest)
+            how = f"non-blocking, priority {greatest}"
+        else:
+            handle = drv.driver.cuStreamCreate(flags)
+        return drv.Stream(handle, finalizer=drv._stream_finalizer(ctx.deallocations, handle)), how
+    except Exception as exc:  # noqa: BLE001 - fall back, and say so
+        return cu.stream(), f"ordinary stream (non-blocking stream unavailable: {type(exc).__name__}: {exc})"
+
+
+def _get(name: str, high_priority: bool):
+    if name not in _STREAMS:
+        _STREAMS[name] = _create(high_priority)
+    return _STREAMS[name]
+
+
+def compute_stream():
+    """(stream, how) for the interior rows."""
+    return _get("compute", False)
+
+
+def edge_stream():
+    """(stream, how) for the halo exchange and the boundary rows."""
+    return _get("edge", True)
