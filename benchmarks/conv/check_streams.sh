@@ -14,7 +14,7 @@ timeout 120 $MPI -n "$NG" python3 tests/mpi_scripts/comm_ops.py mpi-host,nccl 2>
 echo "== compute probe"; timeout 120 $MPI -n "$NG" python3 benchmarks/conv/compute_probe.py 8192 2>&1 | quiet | tail -12
 echo "== phase probe"; timeout 120 $MPI -n "$NG" python3 benchmarks/conv/phase_probe.py 8192 2>&1 | quiet | tail -14
 : > "$OUT/conv_runs.jsonl"
-for n in $(seq 1 "$NG"); do
+for n in $(seq 1 "$NG") "$NG"; do    # N GPUs twice: how much do two runs differ?
   echo "== scaling on $n GPU(s)"
   timeout 150 $MPI -n "$n" python3 -m hpclab bench conv scaling 2>&1 | grep '^{' >> "$OUT/conv_runs.jsonl"
 done

@@ -11,6 +11,7 @@ medians of 5, barrier before each. Conditions:
   band+mpi  the band, right after a host-staged halo exchange
   band+nccl the band, right after a NCCL halo exchange
   own+nccl  the one-rank buffer, right after a NCCL halo exchange
+  copy own  (not a compute) the copy of this rank's rows into the working buffer
 and, for band+nccl, the GPU time of each chunk (im2col + GEMM + scatter).
 """
 import statistics
@@ -86,7 +87,21 @@ def compute(work, pad_top, per_chunk=None):
     return start.elapsed_time(end) / 1e3, wall
 
 
+def copy_own():
+    """GPU and wall seconds of copying the own rows into the working buffer (what run_device does first)."""
+    from hpclab.kernels.bands import copy_rows
+
+    start, end = cu.event(), cu.event()
+    t = time.perf_counter()
+    start.record(stream)
+    copy_rows(x, 0, band_work, p.local[0] - p.have[0], r1 - r0, stream)
+    end.record(stream)
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3, time.perf_counter() - t
+
+
 conditions = {
+    "copy own": copy_own,
     "own": lambda: compute(own_work, 2),
     "band": lambda: compute(band_work, p.pad_top),
     "band+mpi": lambda: (exchange(host_mpi), compute(band_work, p.pad_top))[1],

@@ -359,7 +359,7 @@ def run_device(ops, x, comm, be=None, overlap: bool = True, timer: Timer | None 
     from ..backend import cuda
     from ..kernels.bands import copy_rows
     from ..kernels.conv import lrn_device
-    from .streams import compute_stream, edge_stream
+    from .streams import compute_stream, edge_stream, event
 
     timer = timer or Timer()
     sync = timer.sync
@@ -372,57 +372,60 @@ def run_device(ops, x, comm, be=None, overlap: bool = True, timer: Timer | None 
     get = buffers.get if buffers is not None else _fresh
     ws = buffers.gemm if buffers is not None else None
     edge_ws = buffers.edge_gemm if buffers is not None else _edge_workspace()
-    for i, op in enumerate(ops):
-        t = _now()
-        if op.window is None:
-            x = lrn_device(x, op.size, op.alpha, op.beta, op.k, out=get(f"{i}-out", x.shape), stream=stream)
+    # Frees deferred: Numba's batched cuMemFree synchronises the whole GPU, which would
+    # stall the host mid-layer and undo the overlap.
+    with cuda().defer_cleanup():
+        for i, op in enumerate(ops):
+            t = _now()
+            if op.window is None:
+                x = lrn_device(x, op.size, op.alpha, op.beta, op.k, out=get(f"{i}-out", x.shape), stream=stream)
+                stream.synchronize()
+                timer.add("compute", _now() - t)
+                continue
+            kernel, stride, pad = op.window
+            plans = plan_bands(height, kernel, stride, pad, size)
+            p = plans[rank]
+            n, c, _, w = x.shape
+            cout, _, wo = op.out_shape(c, height, w)
+            o0, o1 = p.out_rows
+            work = get(f"{i}-work", (n, c, p.have[1] - p.have[0], w))
+            out = get(f"{i}-out", (n, cout, o1 - o0, wo))
+            l0, l1 = p.local
+            copy_rows(x, l0 - p.own[0], work, l0 - p.have[0], l1 - l0, stream)
+            own_rows_in = event("own rows in")
+            own_rows_in.record(stream)
+            if sync:
+                stream.synchronize()
+                timer.add("compute", _now() - t)   # own rows into the working buffer
+                t = _now()
+            rounds = pack_halos(plans, x, rank, edge, lambda nm, sh: get(f"{i}-{nm}", sh)) if size > 1 else []
+            if sync:
+                edge.synchronize()
+                timer.add("halo", _now() - t)      # packing
+                t = _now()
+            if overlap and p.interior[1] > p.interior[0]:
+                op.device_rows(work, out, p.pad_top, p.interior[0] - o0, p.interior[1] - o0, stream, ws)
+            if not sync:
+                timer.add("compute", _now() - t)   # launch time only: the kernels run on
+                t = _now()
+            if rounds:
+                exchange_packed(be, rounds, edge)
+                unpack_halos(rounds, work, p, edge)
+            if sync:
+                edge.synchronize()
+            timer.add("halo", _now() - t)
+            t = _now()
+            if overlap:
+                own_rows_in.wait(edge)             # the boundary reads own rows too
+                for j0, j1 in p.boundary:
+                    op.device_rows(work, out, p.pad_top, j0 - o0, j1 - o0, edge, edge_ws)
+            else:
+                halo_in = event("halo in")
+                halo_in.record(edge)
+                halo_in.wait(stream)
+                op.device_rows(work, out, p.pad_top, 0, o1 - o0, stream, ws)
+            edge.synchronize()
             stream.synchronize()
             timer.add("compute", _now() - t)
-            continue
-        kernel, stride, pad = op.window
-        plans = plan_bands(height, kernel, stride, pad, size)
-        p = plans[rank]
-        n, c, _, w = x.shape
-        cout, _, wo = op.out_shape(c, height, w)
-        o0, o1 = p.out_rows
-        work = get(f"{i}-work", (n, c, p.have[1] - p.have[0], w))
-        out = get(f"{i}-out", (n, cout, o1 - o0, wo))
-        l0, l1 = p.local
-        copy_rows(x, l0 - p.own[0], work, l0 - p.have[0], l1 - l0, stream)
-        own_rows_in = cuda().event()
-        own_rows_in.record(stream)
-        if sync:
-            stream.synchronize()
-            timer.add("compute", _now() - t)   # own rows into the working buffer
-            t = _now()
-        rounds = pack_halos(plans, x, rank, edge, lambda nm, sh: get(f"{i}-{nm}", sh)) if size > 1 else []
-        if sync:
-            edge.synchronize()
-            timer.add("halo", _now() - t)      # packing
-            t = _now()
-        if overlap and p.interior[1] > p.interior[0]:
-            op.device_rows(work, out, p.pad_top, p.interior[0] - o0, p.interior[1] - o0, stream, ws)
-        if not sync:
-            timer.add("compute", _now() - t)   # launch time only: the kernels run on
-            t = _now()
-        if rounds:
-            exchange_packed(be, rounds, edge)
-            unpack_halos(rounds, work, p, edge)
-        if sync:
-            edge.synchronize()
-        timer.add("halo", _now() - t)
-        t = _now()
-        if overlap:
-            own_rows_in.wait(edge)             # the boundary reads own rows too
-            for j0, j1 in p.boundary:
-                op.device_rows(work, out, p.pad_top, j0 - o0, j1 - o0, edge, edge_ws)
-        else:
-            halo_in = cuda().event()
-            halo_in.record(edge)
-            halo_in.wait(stream)
-            op.device_rows(work, out, p.pad_top, 0, o1 - o0, stream, ws)
-        edge.synchronize()
-        stream.synchronize()
-        timer.add("compute", _now() - t)
-        x, height = out, p.out_height
+            x, height = out, p.out_height
     return x

@@ -10,12 +10,15 @@
 
 Each returns (stream, how): ``how`` says what was made, for reports. On the
 simulator both are ordinary streams (everything runs synchronously there).
+``event(name)`` gives a CUDA event kept for reuse: an event made per call
+would be freed per call, and Numba's batched frees can synchronise the GPU.
 """
 from __future__ import annotations
 
 from .. import backend
 
 _STREAMS: dict[str, tuple] = {}
+_EVENTS: dict[str, object] = {}
 
 
 def _create(high_priority: bool):
@@ -56,3 +59,12 @@ def compute_stream():
 def edge_stream():
     """(stream, how) for the halo exchange and the boundary rows."""
     return _get("edge", True)
+
+
+def event(name: str):
+    """A CUDA event for ordering one stream after another, made once per name."""
+    if name not in _EVENTS:
+        from ..backend import cuda
+
+        _EVENTS[name] = cuda().event()
+    return _EVENTS[name]
