@@ -19,6 +19,7 @@ Everything here is plain geometry, computed the same way on every rank.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from ..comm import block_range
 from ..kernels.conv_reference import output_size
@@ -116,18 +117,19 @@ def plan_band(height: int, kernel: int, stride: int, pad: int, size: int, rank: 
     above = tuple(_split(have[0], min(have[1], own[0]), height, size))
     below = tuple(_split(max(have[0], own[1]), have[1], height, size))
 
-    def inside(oh: int) -> bool:
-        a, b = input_rows(oh, oh + 1, kernel, stride, pad)
-        a, b = max(a, 0), min(b, height)
-        return own[0] <= a and b <= own[1]
-
-    rows = [oh for oh in range(o0, o1) if inside(oh)]
-    interior = (rows[0], rows[-1] + 1) if rows else (o1, o1)
+    # Interior: output rows oh whose input rows [oh*stride - pad, oh*stride - pad + kernel),
+    # clipped to the image, lie in own rows. Both bounds are monotone in oh, so the
+    # interior is one range; an image edge needs no halo.
+    first = o0 if own[0] == 0 else max(o0, -(-(own[0] + pad) // stride))
+    last = o1 if own[1] == height else min(o1, (own[1] + pad - kernel) // stride + 1)
+    interior = (first, last) if last > first else (o1, o1)
     return BandPlan(rank, size, height, ho, (o0, o1), own, (lo, hi), have, above, below, interior)
 
 
-def plan_bands(height: int, kernel: int, stride: int, pad: int, size: int) -> list[BandPlan]:
-    return [plan_band(height, kernel, stride, pad, size, r) for r in range(size)]
+@lru_cache(maxsize=256)
+def plan_bands(height: int, kernel: int, stride: int, pad: int, size: int) -> tuple[BandPlan, ...]:
+    """Every rank's band (the same on every rank; cached: a layer asks for it on every call)."""
+    return tuple(plan_band(height, kernel, stride, pad, size, r) for r in range(size))
 
 
 @dataclass(frozen=True)
