@@ -298,9 +298,9 @@ class NcclBackend(Backend):
         ``MPI.PROC_NULL`` for either side means no neighbour there: that half
         is skipped. Send and receive go in one NCCL group, so neighbours that
         send to each other do not wait on each other. ``stream``: the stream
-        that wrote ``sendbuf``; the transfer is queued on it (behind those
-        kernels, no host wait) instead of the default stream, and only it is
-        waited for.
+        that wrote ``sendbuf``; the transfer is queued on it, behind those
+        kernels (the host does not wait for them first), instead of on the
+        default stream, and only that stream is waited for at the end.
         """
         from mpi4py import MPI
 
@@ -319,13 +319,5 @@ class NcclBackend(Backend):
                 self.nccl_comm.send(pointer(sendbuf), sendbuf.size, self._code(sendbuf), dest, handle)
             if source != MPI.PROC_NULL:
                 self.nccl_comm.recv(pointer(recvbuf), recvbuf.size, self._code(recvbuf), source, handle)
-        return recvbuf
-        with self._group():
-            if dest != MPI.PROC_NULL:
-                self.nccl_comm.send(pointer(sendbuf), sendbuf.size, self._code(sendbuf), dest,
-                                    self._stream)
-            if source != MPI.PROC_NULL:
-                self.nccl_comm.recv(pointer(recvbuf), recvbuf.size, self._code(recvbuf), source,
-                                    self._stream)
         return recvbuf
 
