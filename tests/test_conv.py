@@ -333,6 +333,21 @@ def test_digest_and_error():
     assert max_rel_error(x, x) == 0.0 and max_rel_error(y, x) > 1e-3
 
 
+
+@pytest.mark.skipif(not backend.is_simulator(), reason="the fallback note is what a machine without a GPU prints")
+def test_v5_fallback_note_gives_each_reason_whole():
+    """Without NCCL or CUDA-aware MPI, V5 says why in whole sentences, not cut mid-word."""
+    from mpi4py import MPI
+
+    from hpclab.halo.versions import gpu_aware_backend
+
+    be, note = gpu_aware_backend(MPI.COMM_SELF)
+    assert be.name == "mpi-host"
+    reasons = re.search(r"usable here \((.*)\); V5 ran", note).group(1).split("; ")
+    assert [r.split(":")[0] for r in reasons] == ["auto", "nccl", "mpi-cuda"]
+    assert reasons[1].endswith("simulator (no GPU)"), reasons[1]
+    assert note.endswith("so it equals V4")
+
 # -- the program under mpiexec -------------------------------------------------
 @pytest.mark.mpi
 def test_mpi_two_and_three_ranks_match_serial():

@@ -96,8 +96,9 @@ def gpu_aware_backend(comm, requested: str = "auto"):
             with hcomm.step(comm, f"communication backend {name}"):
                 be = hcomm.get(name, comm)
         except Exception as exc:  # noqa: BLE001 - RankError or unknown name: try the next
-            reason = str(exc).splitlines()[0]
-            tried.append(f"{name}: {reason.split(': ', 2)[-1].split('; use')[0][:140]}")
+            # The reason's first sentence: the fix it suggests is for another command.
+            reason = str(exc).splitlines()[0].split(': ', 2)[-1]
+            tried.append(f"{name}: {reason.split('. ')[0].split('; use')[0].rstrip('.')}")
             continue
         if be.name != "mpi-host" or requested == "mpi-host":
             return be, ""
