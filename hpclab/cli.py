@@ -88,6 +88,21 @@ def _modules(package: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except ModuleNotFoundError as exc:
+        # A Python without hpclab's dependencies (not the project's .venv) fails on first use of one;
+        # say which Python and how to get the environment instead of a bare traceback.
+        if (exc.name or "hpclab").split(".")[0] == "hpclab":
+            raise
+        print(f"hpclab: this Python ({sys.executable}) has no module {exc.name!r}, which this command "
+              "needs. Use the project's environment: `make setup` (workbook) or `make test` (tests) "
+              "creates .venv, then run .venv/bin/python -m hpclab ...; or install hpclab into this "
+              "Python with pip install -e '.[test]' ('.[gpu]' for CuPy and NCCL).", file=sys.stderr)
+        return 1
+
+
+def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="hpclab", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -83,3 +83,16 @@ def test_notebooks_are_numbered_in_order():
     names = [p.name for p in sorted((ROOT / "notebooks").glob("*.ipynb"))]
     assert all(re.match(r"\d\d_[a-z0-9_]+\.ipynb$", n) for n in names)
     assert names[:2] == ["00_setup.ipynb", "01_collectives.ipynb"]
+
+
+def test_missing_dependency_names_the_module_and_the_environment(monkeypatch, capsys):
+    """A Python without nbformat gets told which module and how to set up, not a traceback."""
+    import hpclab
+    from hpclab import cli
+
+    monkeypatch.setitem(sys.modules, "nbformat", None)     # import nbformat now fails
+    monkeypatch.delitem(sys.modules, "hpclab.exercises")   # so the command imports it afresh
+    monkeypatch.delattr(hpclab, "exercises")
+    assert cli.main(["exercises", "check", "--root", str(ROOT)]) == 1
+    err = capsys.readouterr().err
+    assert "no module 'nbformat'" in err and "make setup" in err and sys.executable in err
