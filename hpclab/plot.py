@@ -1,12 +1,17 @@
-"""Figures: where they are saved, the scaling figure, and this machine vs the workshop's A100.
+"""Figures: where they are saved, how a notebook shows them, the scaling figures.
 
 Figures are built as ``matplotlib.figure.Figure`` objects without pyplot, so
-nothing here picks a GUI backend: the command line writes PNGs, and a
-notebook shows the returned figure as the last expression of a cell.
+nothing here picks a GUI backend: the command line writes PNGs, and a notebook
+shows a figure with :func:`show`, which hands Jupyter the PNG itself. (A bare
+``Figure`` at the end of a cell is shown as text, ``<Figure size 1000x400 with 2
+Axes>``, unless pyplot's inline backend happens to be active.)
 """
 from __future__ import annotations
 
+import io
 import os
+import sys
+import textwrap
 from pathlib import Path
 
 FIGURES_ENV = "HPCLAB_FIGURES"
@@ -29,6 +34,59 @@ def save(fig, name: str, directory=None, dpi: int = 120) -> Path:
     path = folder / (name if str(name).endswith(".png") else f"{name}.png")
     fig.savefig(path, dpi=dpi, bbox_inches="tight")
     return path
+
+
+def png(fig, dpi: int = 100) -> bytes:
+    """The figure as PNG bytes."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    return buf.getvalue()
+
+
+def show(fig, name: str | None = None, dpi: int = 100):
+    """Show ``fig`` in the notebook as a PNG image; with ``name``, also save it (:func:`save`).
+
+    The image is sent as ``image/png`` display data, which JupyterLab, the
+    executed copies under ``build/`` and nbval all keep, whatever matplotlib
+    backend is active (Agg included). A figure made through pyplot is closed
+    afterwards, so that the inline backend does not show it a second time.
+    Outside IPython nothing is displayed. Returns the saved path, or None.
+    """
+    from IPython import get_ipython
+    from IPython.display import Image, display
+
+    if get_ipython() is not None:
+        display(Image(data=png(fig, dpi), format="png"))
+    if "matplotlib.pyplot" in sys.modules and getattr(fig.canvas, "manager", None) is not None:
+        sys.modules["matplotlib.pyplot"].close(fig)
+    return save(fig, name) if name else None
+
+
+def machine_note(records=(), backend_name: str | None = None) -> str:
+    """One sentence on what a sweep on this machine can and cannot show.
+
+    Uses the records' ``ranks_per_gpu`` / ``shared_gpu`` (ranks that share one
+    GPU) where a sweep records them, else their ``backend`` (or ``backend_name``,
+    else the backend in use): the simulator shows the machinery, not speed.
+    """
+    records = list(records)
+    sharing = max([int(r.get("ranks_per_gpu") or 1) for r in records] or [1])
+    if sharing == 1 and any(r.get("shared_gpu") for r in records):
+        sharing = 2
+    name = backend_name or next((r["backend"] for r in records if r.get("backend")), None)
+    if name is None:
+        from . import backend
+
+        name = backend.name()
+    if name != "gpu":
+        return ("Here the ranks run on Numba's CUDA simulator, Python threads sharing this machine's few CPU "
+                "cores: the live curve shows that the machinery works (same answers on 1, 2 and 4 ranks), not "
+                "GPU speed or scaling, which only the recorded GPU curves show.")
+    if sharing > 1:
+        return (f"Here {sharing if sharing > 2 else 'several'} ranks share one GPU and take turns on it: the live "
+                "curve shows time sharing, not scaling, which needs one GPU per rank as in the recorded curves.")
+    return ("Here every rank has its own GPU: the live curve is real scaling, comparable with the recorded "
+            "curves (mind the problem sizes in the labels).")
 
 
 def _figure(width=10.0, height=4.0, panels=2):
@@ -79,7 +137,7 @@ def _rank_ticks(ax, ranks, axis="x"):
     from matplotlib.ticker import NullFormatter
 
     getattr(ax, f"set_{axis}ticks")(ranks)
-    getattr(ax, f"set_{axis}ticklabels")([str(n) for n in ranks])
+    getattr(ax, f"set_{axis}ticklabels")([f"{n:g}" for n in ranks])
     getattr(ax, f"{axis}axis").set_minor_formatter(NullFormatter())
 
 
@@ -103,4 +161,86 @@ def compare_figure(summary: list[dict], reference: list[dict], this_label: str =
         _rank_ticks(ax, every)
         ax.legend(fontsize=8)
     fig.suptitle(title or f"{this_label} vs {reference_label}")
+    return fig
+
+
+def _note(fig, note: str | None) -> None:
+    if note:
+        fig.text(0.5, -0.01, textwrap.fill(note, 130), ha="center", va="top", fontsize=8.5, style="italic")
+
+
+def beside_recorded(live, recorded: list, note: str | None = None, title: str | None = None,
+                    unit: str | None = None):
+    """A sweep measured here beside recorded GPU runs of the same program: speedup and throughput.
+
+    ``live``: a Curve (``hpclab.recorded.from_sweep``), a list of them, or None;
+    ``recorded``: Curves from ``hpclab.recorded.curves``. Left, speedup against
+    the ideal line (curves with one point have none); right, work per second,
+    where a GPU's rate and the simulator's sit decades apart. ``note`` (one
+    sentence under the figure) defaults to :func:`machine_note` of the live records.
+    """
+    import math
+
+    lives = [] if live is None else list(live) if isinstance(live, (list, tuple)) else [live]
+    fig, (ax_s, ax_r) = _figure(11.0, 4.4)
+    styles = [(c, dict(marker="o", ls="-", lw=2.2, ms=6)) for c in lives]
+    styles += [(c, dict(marker="s", ls="--", lw=1.3, ms=5)) for c in recorded]
+    every = sorted({p["ranks"] for c, _ in styles for p in c.points})
+    ax_s.plot([every[0], every[-1]], [every[0], every[-1]], color="k", ls=":", lw=1, label="ideal")
+    for i, (curve, style) in enumerate(styles):
+        colour = f"C{i}"
+        sp = curve.speedups()
+        if sp:
+            ax_s.plot(*zip(*sp), color=colour, label=curve.label, **style)
+        rated = [(p["ranks"], p["rate"]) for p in curve.points if p.get("rate")]
+        if rated:
+            ax_r.plot(*zip(*rated), color=colour, label=curve.label, **style)
+    units = sorted({unit or c.unit for c, _ in styles})
+    ax_s.set(xscale="log", yscale="log", xlabel="GPUs (MPI ranks)", ylabel="speedup (weak: scaled speedup)",
+             title="speedup")
+    ax_r.set(xscale="log", yscale="log", xlabel="GPUs (MPI ranks)", ylabel=f"{' / '.join(units)} per second",
+             title="throughput")
+    for ax in (ax_s, ax_r):
+        _rank_ticks(ax, every)
+    low = min([every[0]] + [v for c, _ in styles for _, v in c.speedups()])
+    _rank_ticks(ax_s, [2.0 ** k for k in range(math.floor(math.log2(low)), math.ceil(math.log2(every[-1])) + 1)],
+                axis="y")
+    ax_s.legend(fontsize=7, loc="upper left")
+    ax_r.legend(fontsize=7, loc="best")
+    if note is None and lives:
+        note = machine_note([r for c in lives for r in c.records])
+    _note(fig, note)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def allreduce_figure(rows: list[dict], recorded: dict, note: str | None = None,
+                     backends=("mpi-host", "mpi-cuda", "nccl")):
+    """All-reduce time and bus bandwidth against message size: measured here (solid) and recorded (dashed).
+
+    ``rows``: ``hpclab.bench.allreduce.run`` rows (backend, size_bytes, time_us,
+    busbw_GBps); ``recorded``: label -> ``hpclab.recorded.allreduce(run)``. One
+    colour per backend, one line style per run.
+    """
+    fig, (ax_t, ax_bw) = _figure(11.0, 4.4)
+    colour = {name: f"C{i}" for i, name in enumerate(("mpi-host", "nccl", "mpi-cuda", "raw-nccl"))}
+    for name in dict.fromkeys(r["backend"] for r in rows):
+        mine = sorted((r for r in rows if r["backend"] == name and r["busbw_GBps"] > 0), key=lambda r: r["size_bytes"])
+        sizes = [r["size_bytes"] for r in mine]
+        style = dict(color=colour.get(name), marker="o", ls="-", lw=2.2, label=f"{name}, measured here")
+        ax_t.loglog(sizes, [r["time_us"] for r in mine], **style)
+        ax_bw.loglog(sizes, [r["busbw_GBps"] for r in mine], **style)
+    for (label, by_backend), ls, marker in zip(recorded.items(), ("--", ":", "-."), ("s", "^", "v")):
+        for name, points in by_backend.items():
+            if name not in backends:
+                continue
+            sizes, seconds, busbw = zip(*points)
+            style = dict(color=colour.get(name), marker=marker, ls=ls, lw=1.3, ms=4, label=f"{name}, {label}")
+            ax_t.loglog(sizes, [t * 1e6 for t in seconds], **style)
+            ax_bw.loglog(sizes, busbw, **style)
+    ax_t.set(xlabel="message size (bytes)", ylabel="time per all-reduce (µs)", title="time")
+    ax_bw.set(xlabel="message size (bytes)", ylabel="bus bandwidth (GB/s)", title="bus bandwidth")
+    ax_t.legend(fontsize=7)
+    _note(fig, note)
     return fig

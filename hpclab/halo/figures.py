@@ -1,4 +1,8 @@
-"""Pictures for the halo-exchange notebook: bands per rank, and scaling with its time split."""
+"""Pictures for the halo-exchange notebook: bands per rank, and scaling with its time split.
+
+Built as ``matplotlib.figure.Figure`` objects without pyplot (see :mod:`hpclab.plot`):
+a notebook shows them with ``hpclab.plot.show``.
+"""
 from __future__ import annotations
 
 from .geometry import plan_bands
@@ -6,10 +10,12 @@ from .geometry import plan_bands
 
 def bands_figure(height: int, kernel: int, stride: int, pad: int, size: int, title: str = ""):
     """Input rows (left axis) per rank: own rows, halo from above/below, and the output band."""
-    import matplotlib.pyplot as plt
+    from matplotlib import colormaps
+    from matplotlib.figure import Figure
 
-    fig, ax = plt.subplots(figsize=(3.2 + 1.5 * size, 4.2))
-    colours = plt.get_cmap("tab10")
+    fig = Figure(figsize=(3.2 + 1.5 * size, 4.2))
+    ax = fig.subplots()
+    colours = colormaps["tab10"]
     for p in plan_bands(height, kernel, stride, pad, size):
         x = p.rank
         ax.bar(x - 0.18, p.own[1] - p.own[0], bottom=p.own[0], width=0.32, color=colours(p.rank), alpha=0.35,
@@ -33,9 +39,10 @@ def bands_figure(height: int, kernel: int, stride: int, pad: int, size: int, tit
 
 def scaling_figure(points: list[dict], title: str = ""):
     """points: dicts with mode, ranks, wall_s and phase seconds; strong and weak side by side."""
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig = Figure(figsize=(10, 3.8))
+    axes = fig.subplots(1, 2)
     for ax, mode in zip(axes, ("strong", "weak")):
         rows = sorted((p for p in points if p["mode"] == mode), key=lambda p: p["ranks"])
         if not rows:
@@ -51,7 +58,9 @@ def scaling_figure(points: list[dict], title: str = ""):
                 label="ideal")
         ax.set_xlabel("ranks")
         ax.set_ylabel("seconds (max over ranks)")
-        ax.set_title(f"{mode} scaling" + (f" — {title}" if title else ""))
+        ax.set_title(f"{mode} scaling")
         ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig
