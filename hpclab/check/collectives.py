@@ -32,8 +32,27 @@ def format_gpus(per_rank: list[list[float]]) -> str:
     return ", ".join(f"GPU{r} = {fmt(v)}" for r, v in enumerate(per_rank))
 
 
+def _name(name) -> str | None:
+    """'Reduce', 'AllReduce', 'all-reduce', 'Reduce_Scatter' -> the answer's key, or None."""
+    flat = str(name).lower().replace("-", "").replace("_", "").replace(" ", "").replace("/", "")
+    keys = {k.replace("_", ""): k for k in exercise0_expected(1)}
+    return keys.get(flat)
+
+
 def collective(name: str, got: list[list[float]], quiet: bool = False) -> Verdict:
-    """Compare what each rank holds after collective ``name`` with the answer."""
+    """Compare what each rank holds after collective ``name`` with the answer.
+
+    ``got`` holds one list per GPU (``[[10], [2], [3], [4]]``); names are
+    matched loosely (``"Reduce"``, ``"AllReduce"``, ``"all-reduce"`` all work).
+    """
+    key = _name(name)
+    if key is None:
+        return _say(Verdict(False, f"{name!r} is not one of the collectives here: "
+                                   f"{', '.join(exercise0_expected(1))}"), quiet)
+    name = key
+    if not isinstance(got, (list, tuple)) or not all(isinstance(v, (list, tuple, np.ndarray)) for v in got):
+        return _say(Verdict(False, f"{name}: give one list per GPU, e.g. [[1], [2], [3], [4]] for four GPUs "
+                                   f"holding one value each, not {got!r}"), quiet)
     expected = exercise0_expected(len(got))[name]
     got = [list(map(float, np.ravel(v))) for v in got]
     if got == expected:

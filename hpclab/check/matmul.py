@@ -56,6 +56,16 @@ def diagnose(c, a, b, tile: int | None = None) -> str | None:
         if 0 < full < k and _close(c, a[:, :full].astype(np.float64) @ b[:full].astype(np.float64), tol):
             return (f"C misses the last {k - full} terms of every dot product: the loop over k-tiles "
                     f"stops at K // TILE = {k // tile}; use ceil(K / TILE) tiles and load zeros past K")
+        if 0 < full < k and k > tile:
+            # Threads past K that skip their load leave the previous k-tile's values in As and Bs,
+            # so the partial tile adds the previous tile's tail a second time.
+            tail = slice(k - tile, full)
+            if _close(c, ref + a[:, tail].astype(np.float64) @ b[tail].astype(np.float64), tol):
+                return (f"every element of C has {tile - (k - full)} extra products: in the last, partial k-tile "
+                        f"(k from {full} to {k - 1}) the threads past K skipped their load, so As and Bs still "
+                        "held the previous tile's values, which were added again. Write a zero instead of "
+                        "skipping: As[ty, tx] = a[row, k0 + tx] if row < M and k0 + tx < K else 0, and the "
+                        "same for Bs")
         first = min(tile, k)
         if first < k and _close(c, a[:, :first].astype(np.float64) @ b[:first].astype(np.float64), tol):
             return (f"C holds only the first {first} terms of every dot product: the sum is reset or "
@@ -71,8 +81,13 @@ def diagnose(c, a, b, tile: int | None = None) -> str | None:
                     f"{edge_c}): at the edges, load zeros for elements outside A and B (row < M, "
                     f"k < K, col < N) instead of skipping the load or reading past the end")
     i, j = np.argwhere(wrong)[0]
+    hint = ""
+    if tile and k % tile and wrong.mean() > 0.5:
+        hint = (f"; K = {k} is not a whole number of tiles of {tile}, and most elements are wrong: check the "
+                "last, partial k-tile, where elements past K must be loaded as zeros, not skipped")
     return (f"{int(wrong.sum())} of {c.size} elements are wrong, the first C[{i}, {j}] = {float(c[i, j]):.7g} "
-            f"instead of {float(ref[i, j]):.7g} (rows {rows.min()}..{rows.max()}, columns {cols.min()}..{cols.max()})")
+            f"instead of {float(ref[i, j]):.7g} (rows {rows.min()}..{rows.max()}, columns {cols.min()}..{cols.max()})"
+            + hint)
 
 
 def product(c, a, b, tile: int | None = None, quiet: bool = False) -> Verdict:
