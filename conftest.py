@@ -7,6 +7,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent
 
 # Before anything imports numba.cuda: tests run on the simulator unless told otherwise
@@ -34,3 +36,20 @@ def pytest_collection_finish(session):
 def pytest_sessionfinish(session, exitstatus):
     if _session is not None:
         _session.close()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """After nbval runs a notebook cell: a cell that makes a figure must show it as an image."""
+    result = yield
+    outputs = getattr(item, "test_outputs", None)
+    cell = getattr(item, "cell", None)
+    if outputs is not None and cell is not None and cell.cell_type == "code":
+        from tests.figure_outputs import missing_image
+
+        why = missing_image(cell.source, outputs)
+        if why:
+            first = next((ln for ln in cell.source.splitlines() if ln.strip() and not ln.startswith("#")), "")
+            pytest.fail(f"{Path(str(item.fspath)).relative_to(ROOT)} code cell {item.cell_num} "
+                        f"(nbval's count, the one starting {first[:60]!r}): {why}", pytrace=False)
+    return result

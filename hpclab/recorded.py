@@ -178,6 +178,19 @@ def from_sweep(sweep, unit: str, label: str = "here") -> Curve:
     return live(sweep.summary(), unit, label, sweep.mode, sweep.records)
 
 
+def from_points(points: list[dict], unit: str, label: str, records=()) -> list[Curve]:
+    """Live sweeps given as points (mode, ranks, height or work, wall_s): one Curve per mode present."""
+    out = []
+    for mode in ("strong", "weak"):
+        mine = sorted((p for p in points if p["mode"] == mode), key=lambda p: p["ranks"])
+        if mine:
+            summary = [{"ranks": p["ranks"], "median_wall_s": p["wall_s"],
+                        "work": p.get("work", p.get("height")) // (p["ranks"] if mode == "weak" else 1)}
+                       for p in mine]
+            out.append(live(summary, unit, f"{mode}, {label}", mode, records))
+    return out
+
+
 def allreduce(run: str) -> dict[str, list[tuple[int, float, float]]]:
     """Recorded all-reduce per backend: (size in bytes, seconds, bus bandwidth GB/s), by size."""
     out: dict[str, list] = {}

@@ -1,0 +1,35 @@
+"""The rule conftest.py applies to every notebook cell nbval executes: a figure must come out as an image."""
+from __future__ import annotations
+
+from hpclab import plot, recorded
+
+from .figure_outputs import missing_image
+
+FIGURE_CELL = "fig = Figure(figsize=(5, 3))\nax = fig.subplots()\nax.plot([1, 2])\n"
+
+
+def test_a_bare_figure_shown_as_text_is_caught():
+    outputs = [{"output_type": "execute_result", "data": {"text/plain": "<Figure size 1000x400 with 2 Axes>"}}]
+    why = missing_image(FIGURE_CELL + "fig", outputs)
+    assert why and "<Figure size 1000x400 with 2 Axes>" in why and "plot.show" in why
+
+
+def test_a_figure_with_no_output_is_caught_and_one_with_an_image_passes():
+    assert "no image/png" in missing_image(FIGURE_CELL, [])
+    image = [{"output_type": "display_data", "data": {"image/png": "iVBOR...", "text/plain": "<IPython Image>"}}]
+    assert missing_image(FIGURE_CELL + "plot.show(fig)", image) is None
+    assert missing_image("print(1)  # no figure(s) here", []) is None
+    assert missing_image("%%px\nfig = make_figure()", []) is None
+
+
+def test_plot_show_sends_a_png_inside_ipython(monkeypatch):
+    """plot.show hands IPython an Image with PNG data (what JupyterLab and nbclient keep)."""
+    import IPython
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython, "get_ipython", lambda: object())
+    monkeypatch.setattr(IPython.display, "display", shown.append)
+    curve = recorded.curves("pi-mc")
+    plot.show(plot.beside_recorded(None, curve, note="a note"))
+    assert len(shown) == 1 and shown[0].format == "png" and shown[0].data[:8] == b"\x89PNG\r\n\x1a\n"
