@@ -1,6 +1,9 @@
 # hpclab: two commands do everything on a fresh machine.
 #   make run    set up .venv, run every notebook on 4 MPI engines into build/
 #   make test   set up .venv with the test extra, run the whole suite
+# and for working through the notebooks:
+#   make lab      JupyterLab on the whole workbook (notebooks/, exercises/, solutions/, my-work/)
+#   make my-work  copy exercises/ into my-work/ (yours: never overwritten, not in git)
 PYTHON  ?= python3
 VENV    ?= .venv
 ENGINES ?= 4
@@ -13,7 +16,7 @@ EXTRAS_RUN  := $(subst $(eval) ,$(comma),$(strip lab $(MPI_EXTRA)))
 EXTRAS_TEST := $(subst $(eval) ,$(comma),$(strip test $(MPI_EXTRA)))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: run test lab stop exercises bench clean setup
+.PHONY: run test lab stop exercises my-work bench clean setup
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,15 +41,21 @@ test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q --nbval-lax --nbval-cell-timeout=900 -p no:cacheprovider \
 		tests notebooks solutions
 
+# Rooted at the repository, so every folder is one click away. It starts no engines: each
+# notebook starts its own when it connects and stops them at its end. LAB_ARGS adds options
+# (tests/test_lab.py runs this recipe with --no-browser, a port and a token).
+# (Jupyter refuses to run as root without --allow-root: containers often run as root.)
 lab: $(VENV)/.installed-run
-	$(BIN)/ipcluster start --engines=MPI -n $(ENGINES) --daemonize
-	$(BIN)/jupyter lab notebooks
+	$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 stop:
 	-$(BIN)/ipcluster stop
 
 exercises: $(VENV)/.installed-run
 	$(BIN)/python -m hpclab exercises build
+
+my-work: $(VENV)/.installed-run
+	$(BIN)/python -m hpclab exercises copy
 
 # Every topic's GPU benchmark on this GPU node (results in build/bench/); needs real GPUs.
 bench: $(VENV)/.installed-run

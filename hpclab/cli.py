@@ -5,6 +5,7 @@
   hpclab bench NAME [options]      a benchmark (hpclab/bench/NAME.py)
   hpclab scaling NAME [options]    strong/weak scaling sweep, CSV + PNG
   hpclab exercises build|check     exercises/ generated from solutions/
+  hpclab exercises copy            your working copies in my-work/ (never overwritten)
   hpclab workbook [--engines N]    execute every notebook on MPI engines into build/
 """
 from __future__ import annotations
@@ -114,8 +115,8 @@ def _main(argv: list[str] | None) -> int:
     bench.add_argument("name", nargs="?", help=", ".join(_modules("hpclab.bench")))
     sub.add_parser("scaling", help="strong/weak scaling sweep over rank counts (see hpclab scaling -h)",
                    add_help=False)
-    ex = sub.add_parser("exercises", help="generate or check exercises/ from solutions/")
-    ex.add_argument("action", choices=["build", "check"])
+    ex = sub.add_parser("exercises", help="generate or check exercises/ from solutions/, or copy them to my-work/")
+    ex.add_argument("action", choices=["build", "check", "copy"])
     ex.add_argument("--root", default=".", help="project root (default .)")
     wb = sub.add_parser("workbook", help="execute every notebook on MPI engines into build/")
     wb.add_argument("--engines", type=int, default=4)

@@ -9,7 +9,9 @@ code cell::
 
 The exercise keeps everything else and puts, at the answer's indentation, a
 line that raises ``NotImplementedError`` telling the learner what to write.
-Outputs are dropped. ``exercises/`` is never edited by hand.
+Outputs are dropped. ``exercises/`` is generated (``build`` rewrites it), so a
+learner works on a copy: ``copy`` puts the exercises into ``my-work/`` (ignored
+by git) and never overwrites a notebook already there.
 """
 from __future__ import annotations
 
@@ -98,9 +100,31 @@ def check(root: Path) -> list[str]:
     return problems
 
 
+MY_WORK = "my-work"
+
+
+def copy(root: Path, dest: str = MY_WORK) -> list[tuple[Path, bool]]:
+    """Copy each exercise into ``dest`` unless a notebook of that name is there: (path, copied)."""
+    folder = root / dest
+    folder.mkdir(exist_ok=True)
+    done = []
+    for exercise in sorted((root / "exercises").glob("*.ipynb")):
+        target = folder / exercise.name
+        copied = not target.exists()
+        if copied:
+            target.write_bytes(exercise.read_bytes())
+        done.append((target, copied))
+    return done
+
+
 def main(action: str, root: str = ".") -> int:
     path = Path(root)
     try:
+        if action == "copy":
+            for target, copied in copy(path):
+                print(f"{'copied' if copied else 'kept yours'}: {target}")
+            print(f"work in {MY_WORK}/ (not in git); `make exercises` rewrites exercises/, never {MY_WORK}/")
+            return 0
         if action == "build":
             for p in build(path):
                 print(f"wrote {p}")
@@ -113,7 +137,7 @@ def main(action: str, root: str = ".") -> int:
     for p in problems:
         print(f"error: {p}", file=sys.stderr)
     if problems:
-        print("run `python -m hpclab exercises build` (never edit exercises/ by hand)", file=sys.stderr)
+        print("run `python -m hpclab exercises build` (exercises/ is generated from solutions/)", file=sys.stderr)
         return 1
     print(f"exercises/ matches solutions/ ({len(list(_pairs(path)))} notebooks)")
     return 0

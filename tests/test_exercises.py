@@ -56,6 +56,26 @@ def test_check_notices_a_hand_edited_exercise(tmp_path):
     assert "out of date" in exercises.check(tmp_path)[0]
 
 
+def test_copy_gives_the_learner_a_working_copy_that_later_copies_keep(tmp_path, capsys):
+    from hpclab import cli
+
+    (tmp_path / "exercises").mkdir()
+    for name in ("01_a.ipynb", "02_b.ipynb"):
+        (tmp_path / "exercises" / name).write_text("generated")
+    assert cli.main(["exercises", "copy", "--root", str(tmp_path)]) == 0
+    mine = tmp_path / exercises.MY_WORK / "01_a.ipynb"
+    assert mine.read_text() == "generated"
+    mine.write_text("my answer")
+    (tmp_path / "exercises" / "01_a.ipynb").write_text("regenerated")
+    (tmp_path / "exercises" / "03_c.ipynb").write_text("new")
+    assert cli.main(["exercises", "copy", "--root", str(tmp_path)]) == 0
+    assert mine.read_text() == "my answer"                       # never overwritten
+    assert (tmp_path / exercises.MY_WORK / "03_c.ipynb").read_text() == "new"
+    out = capsys.readouterr().out
+    assert f"kept yours: {mine}" in out and "not in git" in out
+    assert "/my-work/" in (ROOT / ".gitignore").read_text().split()
+
+
 @pytest.mark.parametrize("path", sorted((ROOT / "solutions").glob("*.ipynb")), ids=lambda p: p.name)
 def test_every_solution_has_an_exercise_and_all_cells_parse(path):
     exercise = nbformat.read(ROOT / "exercises" / path.name, as_version=4)
