@@ -50,7 +50,8 @@ def show(fig, name: str | None = None, dpi: int = 100):
     executed copies under ``build/`` and nbval all keep, whatever matplotlib
     backend is active (Agg included). A figure made through pyplot is closed
     afterwards, so that the inline backend does not show it a second time.
-    Outside IPython nothing is displayed. Returns the saved path, or None.
+    Outside IPython nothing is displayed. Returns None, so that a cell ending in
+    ``plot.show(...)`` shows the figure and nothing else (``save`` returns the path).
     """
     from IPython import get_ipython
     from IPython.display import Image, display
@@ -59,7 +60,8 @@ def show(fig, name: str | None = None, dpi: int = 100):
         display(Image(data=png(fig, dpi), format="png"))
     if "matplotlib.pyplot" in sys.modules and getattr(fig.canvas, "manager", None) is not None:
         sys.modules["matplotlib.pyplot"].close(fig)
-    return save(fig, name) if name else None
+    if name:
+        save(fig, name)
 
 
 def machine_note(records=(), backend_name: str | None = None) -> str:
@@ -196,8 +198,10 @@ def beside_recorded(live, recorded: list, note: str | None = None, title: str | 
         if rated:
             ax_r.plot(*zip(*rated), color=colour, label=curve.label, **style)
     units = sorted({unit or c.unit for c, _ in styles})
-    ax_s.set(xscale="log", yscale="log", xlabel="GPUs (MPI ranks)", ylabel="speedup (weak: scaled speedup)",
-             title="speedup")
+    modes = {c.mode for c, _ in styles if c.speedups()}
+    speedup = {frozenset({"strong"}): "speedup T(1) / T(n)", frozenset({"weak"}): "scaled speedup n T(1) / T(n)"}
+    ax_s.set(xscale="log", yscale="log", xlabel="GPUs (MPI ranks)",
+             ylabel=speedup.get(frozenset(modes), "speedup (weak scaling: scaled speedup)"), title="speedup")
     ax_r.set(xscale="log", yscale="log", xlabel="GPUs (MPI ranks)", ylabel=f"{' / '.join(units)} per second",
              title="throughput")
     for ax in (ax_s, ax_r):

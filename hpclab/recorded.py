@@ -173,8 +173,17 @@ def live(summary: list[dict], unit: str, label: str, mode: str = "strong", recor
                  records=list(records))
 
 
-def from_sweep(sweep, unit: str, label: str = "here") -> Curve:
+def here(backend_name: str, ranks: int) -> str:
+    """'here: simulator, 4 ranks': the label of a curve measured on this machine."""
+    device = {"sim": "CUDA simulator", "gpu": "GPU"}.get(backend_name, backend_name)
+    return f"here: {device}, {ranks} ranks"
+
+
+def from_sweep(sweep, unit: str, label: str | None = None) -> Curve:
     """A :class:`hpclab.scaling.Sweep` as a live Curve, its records kept for :func:`hpclab.plot.machine_note`."""
+    if label is None:
+        backends = {r.get("backend") for r in sweep.records} - {None}
+        label = here("/".join(sorted(backends)) or "?", max(r["ranks"] for r in sweep.records))
     return live(sweep.summary(), unit, label, sweep.mode, sweep.records)
 
 
