@@ -51,3 +51,10 @@ def test_same_version_bounds_in_both_routes():
 
 def test_numpy_kept_below_2_5():
     assert "<2.5" in _pip_packages()["numpy"] and "<2.5" in _conda_packages()["numpy"]
+
+
+def test_lab_extra_lets_a_learner_check_notebooks():
+    """make setup / make lab install the lab extra: JupyterLab, and pytest with nbval to check one's work."""
+    lab = {_name(s) for s in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+           ["optional-dependencies"]["lab"]}
+    assert {"jupyterlab", "pytest", "nbval"} <= lab
