@@ -3,17 +3,51 @@
 Starts the engines once (or uses a cluster already running), runs the
 notebooks in order with nbclient, writes executed copies into ``build/`` and
 figures into ``build/figures/``, prints a summary, and stops only the engines
-it started.
+it started. A notebook passes when every cell ran and every figure came out as
+an image (:func:`missing_image`; the test suite applies the same rule).
 """
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+
+
+MAKES_FIGURE = re.compile(r"(figure|subplots)\s*\(", re.IGNORECASE)
+TEXT_STAND_IN = re.compile(r"<(matplotlib\.figure\.)?Figure size \d+x\d+ with \d+ Axes>")
+
+
+def missing_image(source: str, outputs: list[dict]) -> str | None:
+    """Why a cell's figure is not shown as an image, or None when it is (or the cell makes none).
+
+    A cell makes a figure when its code calls something named ``...figure(`` or
+    ``...subplots(`` (``Figure(...)``, ``bands_figure``, ``plt.subplots``), or
+    when an output is matplotlib's text stand-in ``<Figure size ...>``. Such a
+    cell must leave an ``image/png`` output. ``%%px`` cells run on the engines
+    and are not judged.
+    """
+    if source.lstrip().startswith("%%px"):
+        return None
+    code = "\n".join(line.split("#", 1)[0] for line in source.splitlines())
+    texts = ["".join(out.get("data", {}).get("text/plain", "")) + "".join(out.get("text", "")) for out in outputs]
+    stand_in = next((m.group(0) for t in texts if (m := TEXT_STAND_IN.search(t))), None)
+    if stand_in:
+        return (f"shows a figure as the text {stand_in!r}, not as an image: end with "
+                "hpclab.plot.show(fig) instead of a bare figure")
+    if MAKES_FIGURE.search(code) and not any("image/png" in out.get("data", {}) for out in outputs):
+        return "makes a figure but leaves no image/png output: show it with hpclab.plot.show(fig)"
+    return None
+
+
+def figure_problems(nb) -> list[str]:
+    """'cell N: why' for each code cell of an executed notebook whose figure is not an image."""
+    return [f"cell {i}: {why}" for i, cell in enumerate(nb.cells)
+            if cell.cell_type == "code" and (why := missing_image(cell.source, cell.get("outputs", [])))]
 
 
 def _first_error(nb) -> str:
@@ -36,6 +70,8 @@ def execute(path: Path, out_dir: Path, timeout: int) -> tuple[bool, float, str]:
         ok, why = False, _first_error(nb) or str(exc).splitlines()[0][:200]
     seconds = time.perf_counter() - t0
     nbformat.write(nb, out_dir / path.name)
+    if ok and (problems := figure_problems(nb)):
+        ok, why = False, "; ".join(problems)[:300]
     return ok, seconds, why
 
 

@@ -1,9 +1,11 @@
-"""The rule conftest.py applies to every notebook cell nbval executes: a figure must come out as an image."""
+"""The rule conftest.py applies to every notebook cell nbval executes (and make run to every notebook it
+executes): a figure must come out as an image."""
 from __future__ import annotations
 
-from hpclab import plot, recorded
+import nbformat
 
-from .figure_outputs import missing_image
+from hpclab import plot, recorded
+from hpclab.workbook import figure_problems, missing_image
 
 FIGURE_CELL = "fig = Figure(figsize=(5, 3))\nax = fig.subplots()\nax.plot([1, 2])\n"
 
@@ -20,6 +22,13 @@ def test_a_figure_with_no_output_is_caught_and_one_with_an_image_passes():
     assert missing_image(FIGURE_CELL + "plot.show(fig)", image) is None
     assert missing_image("print(1)  # no figure(s) here", []) is None
     assert missing_image("%%px\nfig = make_figure()", []) is None
+
+
+def test_an_executed_notebook_names_the_cell_whose_figure_is_text():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# figure("),
+                                         nbformat.v4.new_code_cell(FIGURE_CELL + "fig")])
+    nb.cells[1].outputs = [nbformat.v4.new_output("execute_result", {"text/plain": "<Figure size 500x300 with 1 Axes>"})]
+    assert figure_problems(nb) == [f"cell 1: {missing_image(nb.cells[1].source, nb.cells[1].outputs)}"]
 
 
 def test_plot_show_sends_a_png_inside_ipython(monkeypatch):
