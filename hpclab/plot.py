@@ -167,8 +167,9 @@ def compare_figure(summary: list[dict], reference: list[dict], this_label: str =
 
 
 def _note(fig, note: str | None) -> None:
+    """One sentence under the figure (below an outside legend too: savefig's tight box takes it in)."""
     if note:
-        fig.text(0.5, -0.01, textwrap.fill(note, 130), ha="center", va="top", fontsize=8.5, style="italic")
+        fig.text(0.5, -0.01, textwrap.fill(note, 130), ha="center", va="top", fontsize=9, style="italic")
 
 
 def beside_recorded(live, recorded: list, note: str | None = None, title: str | None = None,
@@ -183,20 +184,37 @@ def beside_recorded(live, recorded: list, note: str | None = None, title: str | 
     """
     import math
 
+    from matplotlib.lines import Line2D
+
     lives = [] if live is None else list(live) if isinstance(live, (list, tuple)) else [live]
-    fig, (ax_s, ax_r) = _figure(11.0, 4.4)
-    styles = [(c, dict(marker="o", ls="-", lw=2.2, ms=6)) for c in lives]
-    styles += [(c, dict(marker="s", ls="--", lw=1.3, ms=5)) for c in recorded]
+    if note is None and lives:
+        note = machine_note([r for c in lives for r in c.records])
+    # Recorded curves often lie on top of each other (near-ideal scaling): distinct markers keep each visible.
+    markers = "s^vDP*X"
+    styles = [(c, dict(marker="o", ls="-", lw=2.2, ms=7)) for c in lives]
+    styles += [(c, dict(marker=markers[i % len(markers)], ls="--", lw=1.3, ms=8 - i % 4, alpha=0.9))
+               for i, c in enumerate(recorded)]
+    # Below the two panels, a caption row: one legend for both (inside either it would hide curves), the note.
+    rows = math.ceil((len(styles) + 1) / 2)
+    caption = 0.2 * rows + (0.5 if note else 0.0) + 0.15
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11.0, 4.0 + caption), layout="constrained")
+    grid = fig.add_gridspec(2, 2, height_ratios=[4.0, caption])
+    ax_s, ax_r, cap = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1]), fig.add_subplot(grid[1, :])
+    cap.axis("off")
     every = sorted({p["ranks"] for c, _ in styles for p in c.points})
-    ax_s.plot([every[0], every[-1]], [every[0], every[-1]], color="k", ls=":", lw=1, label="ideal")
+    ax_s.plot([every[0], every[-1]], [every[0], every[-1]], color="k", ls=":", lw=1, label="ideal (speedup)")
+    handles = [ax_s.get_lines()[0]]
     for i, (curve, style) in enumerate(styles):
         colour = f"C{i}"
         sp = curve.speedups()
         if sp:
-            ax_s.plot(*zip(*sp), color=colour, label=curve.label, **style)
+            ax_s.plot(*zip(*sp), color=colour, **style)
         rated = [(p["ranks"], p["rate"]) for p in curve.points if p.get("rate")]
         if rated:
-            ax_r.plot(*zip(*rated), color=colour, label=curve.label, **style)
+            ax_r.plot(*zip(*rated), color=colour, **style)
+        handles.append(Line2D([], [], color=colour, label=curve.label, **style))
     units = sorted({unit or c.unit for c, _ in styles})
     modes = {c.mode for c, _ in styles if c.speedups()}
     speedup = {frozenset({"strong"}): "speedup T(1) / T(n)", frozenset({"weak"}): "scaled speedup n T(1) / T(n)"}
@@ -209,11 +227,10 @@ def beside_recorded(live, recorded: list, note: str | None = None, title: str | 
     low = min([every[0]] + [v for c, _ in styles for _, v in c.speedups()])
     _rank_ticks(ax_s, [2.0 ** k for k in range(math.floor(math.log2(low)), math.ceil(math.log2(every[-1])) + 1)],
                 axis="y")
-    ax_s.legend(fontsize=7, loc="upper left")
-    ax_r.legend(fontsize=7, loc="best")
-    if note is None and lives:
-        note = machine_note([r for c in lives for r in c.records])
-    _note(fig, note)
+    cap.legend(handles=handles, loc="upper center", ncols=2, fontsize=8, frameon=False)
+    if note:
+        cap.text(0.5, 0.0, textwrap.fill(note, 140), ha="center", va="bottom", fontsize=9, style="italic",
+                 transform=cap.transAxes)
     if title:
         fig.suptitle(title)
     return fig

@@ -54,12 +54,13 @@ def scaling_figure(points: list[dict], title: str = ""):
             ax.bar([str(r) for r in ranks], vals, bottom=bottom, color=colour, label=phase)
             bottom = [b + v for b, v in zip(bottom, vals)]
         t1 = rows[0]["wall_s"] * (rows[0]["ranks"] if mode == "strong" else 1)
-        ax.plot([str(r) for r in ranks], [t1 / r if mode == "strong" else t1 for r in ranks], "k--",
-                label="ideal")
+        ideal = [t1 / r if mode == "strong" else t1 for r in ranks]
+        ax.plot([str(r) for r in ranks], ideal, "k--", label="ideal")
+        ax.set_ylim(0, 1.35 * max(bottom + ideal))        # the whole bars, and room for the legend
         ax.set_xlabel("ranks")
         ax.set_ylabel("seconds (max over ranks)")
         ax.set_title(f"{mode} scaling")
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, ncols=4, loc="upper center")
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
