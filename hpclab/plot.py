@@ -143,29 +143,6 @@ def _rank_ticks(ax, ranks, axis="x"):
     getattr(ax, f"{axis}axis").set_minor_formatter(NullFormatter())
 
 
-def compare_figure(summary: list[dict], reference: list[dict], this_label: str = "this machine",
-                   reference_label: str = "workshop A100", unit: str = "samples", title: str | None = None):
-    """This machine vs a reference side by side: throughput (work/s) and parallel efficiency.
-
-    Throughput rather than wall time, because the two runs may use different
-    problem sizes. Rows need ranks, work, median_wall_s, efficiency.
-    """
-    fig, (ax_t, ax_e) = _figure()
-    for rows, label, style in ((summary, this_label, "o-"), (reference, reference_label, "s--")):
-        ranks = [r["ranks"] for r in rows]
-        ax_t.plot(ranks, [r["work"] / r["median_wall_s"] for r in rows], style, label=label)
-        ax_e.plot(ranks, [r["efficiency"] for r in rows], style, label=label)
-    every = sorted({r["ranks"] for r in [*summary, *reference]})
-    ax_t.set(xscale="log", yscale="log", xlabel="GPUs (MPI ranks)", ylabel=f"{unit} per second")
-    ax_e.axhline(1.0, color="k", ls="--", lw=1)
-    ax_e.set(xscale="log", xlabel="GPUs (MPI ranks)", ylabel="parallel efficiency", ylim=(0, 1.1))
-    for ax in (ax_t, ax_e):
-        _rank_ticks(ax, every)
-        ax.legend(fontsize=8)
-    fig.suptitle(title or f"{this_label} vs {reference_label}")
-    return fig
-
-
 def _note(fig, note: str | None) -> None:
     """One sentence under the figure (below an outside legend too: savefig's tight box takes it in)."""
     if note:

@@ -205,11 +205,10 @@ def test_a100_table_ships_with_its_source():
 
 
 def test_plot_save_writes_into_hpclab_figures(tmp_path, monkeypatch):
-    from hpclab import plot, reference
+    from hpclab import plot, recorded
 
     monkeypatch.setenv("HPCLAB_FIGURES", str(tmp_path / "new" / "figs"))
-    a100 = reference.a100_scaling()
-    path = plot.save(plot.compare_figure(a100, a100), "compare")
+    path = plot.save(plot.beside_recorded(None, recorded.curves("pi-mc")), "compare")
     assert path == tmp_path / "new" / "figs" / "compare.png" and path.stat().st_size > 1000
 
 
