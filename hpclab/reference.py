@@ -1,7 +1,8 @@
 """Published timings to compare with: the FASRC workshop's A100 runs (``data/fasrc_a100.csv``).
 
 Source: the Harvard FASRC "Distributed GPU Computing" workshop, fasrc/User_Codes,
-Training/Distributed_GPU_Computing (each row's ``source`` column names the file).
+Training/Distributed_GPU_Computing (each row's ``source`` column names the file; ``date``
+is the day the output holding the timing was committed there, as the runs carry no date).
 """
 from __future__ import annotations
 
