@@ -145,9 +145,19 @@ def sharing(comm=None) -> list[SharedGPU]:
     """
     comm = comm or world()
     p = _placement or select_gpu(comm)
-    everyone = comm.allgather((p.gpu_uuid, p.host, p.gpu, p.gpu_name))
-    return [SharedGPU(ranks, *everyone[ranks[0]][1:], everyone[ranks[0]][0])
+    return shared_devices(comm.allgather((p.gpu_uuid, p.host, p.gpu, p.gpu_name)))
+
+
+def shared_devices(everyone: list[tuple[str, str, int, str]]) -> list[SharedGPU]:
+    """The shared devices among every rank's (UUID, host, GPU index, name), in rank order."""
+    return [SharedGPU(ranks, everyone[ranks[0]][1], everyone[ranks[0]][2], everyone[ranks[0]][3],
+                      everyone[ranks[0]][0])
             for ranks in shared_groups([e[0] for e in everyone])]
+
+
+def describe_sharing(shared: list[SharedGPU]) -> str:
+    """'ranks 0, 1 share GPU 0 of host (...)' for every shared device, joined by '; '."""
+    return "; ".join(g.describe() for g in shared)
 
 
 def ranks_per_gpu(comm=None) -> int:

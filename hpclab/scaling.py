@@ -28,6 +28,7 @@ import argparse
 import csv
 import dataclasses
 import json
+import os
 import shlex
 import shutil
 import statistics
@@ -205,6 +206,9 @@ def program_args(program: str, argv: list[str]):
 # ---------------------------------------------------------------- route 1: mpiexec
 
 def default_mpiexec() -> list[str]:
+    """``$HPCLAB_MPIEXEC`` (a whole command line), else the mpiexec beside this Python, else on PATH."""
+    if os.environ.get("HPCLAB_MPIEXEC", "").strip():
+        return shlex.split(os.environ["HPCLAB_MPIEXEC"])
     here = Path(sys.executable).parent / "mpiexec"
     found = str(here) if here.exists() else shutil.which("mpiexec") or shutil.which("mpirun")
     if not found:
@@ -352,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=3, help="runs per rank count; the median counts (default 3)")
     parser.add_argument("--mpiexec", default=None,
                         help='launcher command, e.g. "mpirun --allow-run-as-root --oversubscribe -x PYTHONPATH" '
-                             "(default: the mpiexec beside this Python, else on PATH)")
+                             "(default: $HPCLAB_MPIEXEC, else the mpiexec beside this Python, else on PATH)")
     parser.add_argument("--work-arg", default=None,
                         help="the program's size option (default: --samples for pi-mc, --bins for pi-midpoint)")
     parser.add_argument("--timing", default="wall_s", help="which timings key to use (default wall_s)")

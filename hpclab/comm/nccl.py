@@ -72,18 +72,18 @@ class SharedGPUError(RankError):
     """NCCL asked for on ranks that share a GPU; raised on every rank, before NCCL is touched."""
 
     def __init__(self, shared, size: int):
-        from .select import NEEDS_OWN_GPU, describe_sharing
+        from ..device import describe_sharing
+        from .select import NEEDS_OWN_GPU
 
-        ranks = sorted(r for g in shared for r in g.ranks)
+        self.shared = shared
         message = (f"{describe_sharing(shared)}, and {NEEDS_OWN_GPU}. Instead use --backend auto or "
                    "mpi-host (host-staged MPI; works on a shared GPU), mpi-cuda where MPI is CUDA-aware, "
                    "or start one rank per GPU (mpiexec -n <number of GPUs>; under Slurm "
                    "--ntasks-per-node=<GPUs> --gpus-per-task=1).")
         if backend.is_simulator():
-            message += (" On the Numba CUDA simulator NCCL is not available at all: NCCL needs real "
-                        "NVIDIA GPUs.")
-        self.what, self.failures, self.size, self.shared = "NCCL backend", {r: message for r in ranks}, size, shared
-        RuntimeError.__init__(self, f"NCCL backend failed on rank {', '.join(map(str, ranks))} of {size}: {message}")
+            message += " On the Numba CUDA simulator NCCL is not available at all: NCCL needs real NVIDIA GPUs."
+        # The same message for every rank that shares: RankError says it once.
+        super().__init__("NCCL backend", {r: message for r in sorted(r for g in shared for r in g.ranks)}, size)
 
 
 def require_one_gpu_per_rank(comm) -> None:

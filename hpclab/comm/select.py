@@ -15,16 +15,12 @@ from __future__ import annotations
 import sys
 
 from .. import backend
+from ..device import describe_sharing
 from ..mpi import cuda_aware, world
 
 BACKENDS = ("auto", "mpi-host", "mpi-cuda", "nccl")
 NEEDS_OWN_GPU = "NCCL needs one GPU per rank (it refuses two ranks of one communicator on the same device)"
 _announced = False
-
-
-def describe_sharing(shared) -> str:
-    """'ranks 0, 1 share GPU 0 of host (...)' for every shared device, joined by '; '."""
-    return "; ".join(g.describe() for g in shared)
 
 
 def decide(shared, simulator: bool, nccl_ok: bool | None = None, nccl_why: str = "",

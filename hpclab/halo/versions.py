@@ -287,9 +287,10 @@ def scaling_point(mode: str, ranks: int, ops, shape, comm, version: str = "v4", 
                   repeats: int = 1, seed: int = 1) -> dict | None:
     """Time ``version`` on the first ``ranks`` ranks of ``comm`` (the others wait).
 
-    Returns, on the ranks that ran, {mode, ranks, height, wall_s, compute, halo, transfer}
-    (seconds, max over the ranks that ran; the split from a synchronised pass
-    on a GPU); None elsewhere.
+    Returns, on the ranks that ran, {mode, ranks, height, wall_s, compute, halo, transfer,
+    ranks_per_gpu} (seconds, max over the ranks that ran; the split from a synchronised pass
+    on a GPU; ranks_per_gpu > 1: they took turns on a GPU, time sharing, not scaling);
+    None elsewhere.
     """
     color = 0 if comm.rank < ranks else 1
     sub = comm.Split(color, comm.rank)
@@ -308,8 +309,11 @@ def scaling_point(mode: str, ranks: int, ops, shape, comm, version: str = "v4", 
         from mpi4py import MPI
 
         phases = max_phases(timer, sub)
+        from ..device import ranks_per_gpu
+
         return {"mode": mode, "ranks": ranks, "height": shape[2], "wall_s": statistics.median(walls),
-                **{k: phases.get(k, 0.0) for k in ("compute", "halo", "transfer")}}
+                **{k: phases.get(k, 0.0) for k in ("compute", "halo", "transfer")},
+                "ranks_per_gpu": ranks_per_gpu(sub)}
     finally:
         comm.Barrier()
         sub.Free()
