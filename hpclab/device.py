@@ -107,13 +107,21 @@ def select_gpu(comm=None) -> Placement:
         return _placement
     cuda = backend.cuda()
     lrank, lsize = local_rank(comm)
-    ngpus = len(cuda.gpus)
-    if ngpus == 0:
-        raise backend.BackendError("no CUDA device is visible to this rank")
-    gpu = lrank % ngpus
-    cuda.select_device(gpu)
-    name, uuid = _identity(cuda)
-    uuids = comm.allgather(uuid)
+    # Every rank reaches the allgather below, also one that failed here: it raises after it,
+    # so a step around this call sees the same sequence of collectives on every rank.
+    failure, ngpus, gpu, name, uuid = None, 0, 0, "", ""
+    try:
+        ngpus = len(cuda.gpus)
+        if ngpus == 0:
+            raise backend.BackendError("no CUDA device is visible to this rank")
+        gpu = lrank % ngpus
+        cuda.select_device(gpu)
+        name, uuid = _identity(cuda)
+    except Exception as exc:  # noqa: BLE001 - re-raised below, after the collective
+        failure = exc
+    uuids = [u or f"failed-{r}" for r, u in enumerate(comm.allgather(uuid))]
+    if failure is not None:
+        raise failure
     groups = shared_groups(uuids)
     mine = next((g for g in groups if comm.rank in g), [comm.rank])
     _placement = Placement(comm.rank, comm.size, socket.gethostname(), lrank, lsize, gpu, ngpus,
@@ -130,10 +138,9 @@ def _tell_sharing(comm, placement: Placement, uuids: list[str]) -> None:
         return
     groups = shared_groups(uuids)
     if groups:
-        busiest = max(len(g) for g in groups)
-        print(f"hpclab placement: {len(groups)} GPU(s) used by up to {busiest} ranks each "
-              f"({'; '.join(', '.join(map(str, g)) for g in groups)} share one): those ranks take turns "
-              "on their GPU, and NCCL needs one GPU per rank", file=sys.stderr, flush=True)
+        which = "; ".join(f"ranks {', '.join(map(str, g))} share one GPU" for g in groups)
+        print(f"hpclab placement: {which}: they take turns on it (time sharing), and NCCL needs one "
+              "GPU per rank", file=sys.stderr, flush=True)
     _told = True
 
 

@@ -88,6 +88,15 @@ def test_explicit_nccl_on_a_shared_gpu_is_refused_on_every_rank():
     assert time.monotonic() - t0 < 45
 
 
+@pytest.mark.requires_gpu_per_rank(2)
+def test_auto_with_a_gpu_per_rank_takes_nccl():
+    proc = run_mpi(2, "run", "collectives", "--json", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    said = [ln for ln in proc.stderr.splitlines() if "hpclab communication backend" in ln]
+    assert len(said) == 1 and "backend: nccl, because GPUs and NCCL on every rank" in said[0], proc.stderr
+    assert last_json(proc)["ranks_per_gpu"] == 1
+
+
 def test_shared_gpu_decision_with_injected_uuids():
     """2 GPUs, 4 ranks (GPU = local rank mod 2): ranks 0, 2 share one, ranks 1, 3 the other."""
     from hpclab.comm.nccl import SharedGPUError

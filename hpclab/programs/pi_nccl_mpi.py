@@ -28,7 +28,8 @@ from ..timing import wall
 from ._pi_report import add_launch_arguments, estimate, final_lines
 
 HELP = ("Workshop Exercise 4: Monte Carlo pi with one MPI rank per GPU; MPI only bootstraps NCCL, "
-        "and the hit counts are all-reduced by NCCL (host-staged MPI on the simulator or where ranks share a GPU).")
+        "and the hit counts are all-reduced by NCCL (host-staged MPI on the simulator, or where "
+        "ranks share a GPU).")
 
 
 def add_arguments(parser) -> None:
