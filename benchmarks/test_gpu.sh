@@ -32,5 +32,6 @@ echo "make test-gpu: $NGPU GPU(s), $HPCLAB_ENGINES notebook engines, python: $("
      "launcher: ${HPCLAB_MPIEXEC:-${MPIRUN:-mpiexec}}"
 "$PY" -m hpclab info || exit 1
 "$PY" -m hpclab exercises check || exit 1
+# shellcheck disable=SC2086 - HPCLAB_TEST_PATHS is a list of paths (default: all of the suite)
 exec "$PY" -m pytest -q -rs --durations=20 --nbval-lax --nbval-cell-timeout=600 -p no:cacheprovider \
-    tests notebooks solutions "$@"
+    ${HPCLAB_TEST_PATHS:-tests notebooks solutions} "$@"

@@ -151,8 +151,18 @@ def sharing(comm=None) -> list[SharedGPU]:
     ranks of a four-rank job on different GPUs do not share, even if the job does.
     """
     comm = comm or world()
-    p = _placement or select_gpu(comm)
-    return shared_devices(comm.allgather((p.gpu_uuid, p.host, p.gpu, p.gpu_name)))
+    return shared_devices(comm.allgather(_this_device()))
+
+
+def _this_device() -> tuple[str, str, int, str]:
+    """(UUID, host, GPU index, name) of the device this process uses now; no communication, so it
+    is safe on any communicator, also where :func:`select_gpu` has not run (then: the default device)."""
+    if _placement is not None:
+        return _placement.gpu_uuid, _placement.host, _placement.gpu, _placement.gpu_name
+    cuda = backend.cuda()
+    name, uuid = _identity(cuda)
+    gpu = 0 if backend.is_simulator() else cuda.get_current_device().id
+    return uuid, socket.gethostname(), gpu, name
 
 
 def shared_devices(everyone: list[tuple[str, str, int, str]]) -> list[SharedGPU]:
