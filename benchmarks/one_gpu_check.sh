@@ -6,7 +6,8 @@
 #   OUT=/path bash benchmarks/one_gpu_check.sh PART [PART ...]
 #
 # PART: programs | notebooks:N (N engines; notebooks/ and solutions/, or $NOTEBOOKS) | suite
-# (make test-gpu).
+# (make test-gpu) | suite:tests and suite:notebooks (the same suite in two halves: tests/, and
+# notebooks/ + solutions/ on max(2, GPUs) engines; run together they take the longer half's time).
 # Parts joined by '+' run at the same time (e.g. notebooks:1+notebooks:4): their seconds then
 # include waiting for each other and count as upper bounds; pass/fail is unaffected.
 # BUDGET (seconds, default 520) bounds the whole call: a part still running then is stopped with
@@ -14,6 +15,7 @@
 # Writes to $OUT: summary.md (tables: program x ranks, notebook x engines, suite counts) and one
 # log per part (programs.log, notebooks-N.log, suite.log).
 set -u
+set -m   # parts run in the background keep SIGINT (else ignored), so pytest can stop with its summary
 OUT=${OUT:-build/one_gpu_check}
 mkdir -p "$OUT"
 BUDGET=${BUDGET:-520}
@@ -44,7 +46,7 @@ PROGRAMS=(
     "pi-nccl-mpi|--samples 1e10"
     "matmul-reduce|"
     "matmul|--n 2048 --kernel fast"
-    "conv-halo|--layer c2"
+    "conv-halo|--layer c2 --repeats 1"
     "ddp-mlp|--global-batch 32"
     "ddp-digits|"
 )
@@ -164,14 +166,17 @@ part_notebooks() {
     $PY - "$n" "$xml" "$log" "$rc" >> "$SUMMARY" <<'PY'
 import sys, xml.etree.ElementTree as ET
 n, xml, log, rc = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
-print(f"\n## Notebooks on {n} GPU engine(s) (exit {rc})\n")
+stopped = " — stopped by the budget: what is not listed did not run" if rc == "124" else ""
+print(f"\n## Notebooks on {n} GPU engine(s) (exit {rc}{stopped})\n")
 try:
     cases = ET.parse(xml).getroot().iter("testcase")
 except (OSError, ET.ParseError):
     print(f"no junit report; see notebooks-{n}.log"); sys.exit(0)
 books = {}
 for c in cases:
-    book = c.get("classname") or "?"          # e.g. notebooks.05_gpu_communication.ipynb
+    book = c.get("classname")                 # e.g. notebooks.05_gpu_communication.ipynb
+    if not book:
+        continue                              # the session's own entry (e.g. interrupted)
     b = books.setdefault(book, {"cells": 0, "failed": 0, "seconds": 0.0})
     b["cells"] += 1
     b["seconds"] += float(c.get("time", 0))
@@ -185,22 +190,28 @@ PY
 }
 
 # ---------------------------------------------------------------- make test-gpu
-part_suite() {
-    local limit; limit=$(left)
-    local log=$OUT/suite.log t0=$SECONDS
-    if [ "$limit" -lt 60 ]; then printf '\n## make test-gpu: not run (budget)\n' >> "$SUMMARY"; return; fi
+part_suite() {   # part_suite [tests|notebooks]: the whole suite, or one half of it
+    local half=${1:-} limit; limit=$(left)
+    local label=suite${half:+-$half} t0=$SECONDS paths=""
+    local log=$OUT/$label.log
+    case $half in tests) paths="tests" ;; notebooks) paths="notebooks solutions" ;; esac
+    if [ "$limit" -lt 60 ]; then printf '\n## %s: not run (budget)\n' "$label" >> "$SUMMARY"; return; fi
     if command -v make > /dev/null; then
-        IPYTHONDIR=$(mktemp -d) timeout -s INT -k 30 "$limit" make test-gpu PYTHON_RUN="$PY" > "$log" 2>&1
+        IPYTHONDIR=$(mktemp -d) HPCLAB_TEST_PATHS=$paths timeout -s INT -k 30 "$limit" \
+            make test-gpu PYTHON_RUN="$PY" > "$log" 2>&1
     else   # what the make target runs
-        IPYTHONDIR=$(mktemp -d) PYTHON_RUN="$PY" timeout -s INT -k 30 "$limit" bash benchmarks/test_gpu.sh > "$log" 2>&1
+        IPYTHONDIR=$(mktemp -d) HPCLAB_TEST_PATHS=$paths PYTHON_RUN="$PY" timeout -s INT -k 30 "$limit" \
+            bash benchmarks/test_gpu.sh > "$log" 2>&1
     fi
     local rc=$?
     echo "exit $rc after $(( SECONDS - t0 )) s" >> "$log"
     {
-        printf '\n## make test-gpu (exit %s, %s s)\n\n' "$rc" "$(( SECONDS - t0 ))"
-        grep -E '^(=+ )?[0-9]+ (passed|failed)|^FAILED|^ERROR' "$log" | tail -n 40
+        printf '\n## make test-gpu%s (exit %s%s, %s s)\n\n' "${half:+, $half only}" "$rc" \
+            "$([ "$rc" = 124 ] && echo ': stopped by the budget')" "$(( SECONDS - t0 ))"
+        grep -E '^(=+ )?[0-9]+ (passed|failed)|^FAILED|^ERROR|KeyboardInterrupt' "$log" | tail -n 40
         echo; echo "skipped, by reason:"
         grep '^SKIPPED' "$log" | sed 's/^SKIPPED \[\([0-9]*\)\] [^:]*:[0-9]*: /\1x /' | sort | uniq -c | sort -rn | head -n 20
+        echo; echo "slowest:"; sed -n '/slowest .*durations/,/^$/p' "$log" | head -n 22
     } >> "$SUMMARY"
 }
 
@@ -209,6 +220,8 @@ run_part() {
         programs) part_programs ;;
         notebooks:*) part_notebooks "${1#notebooks:}" ;;
         suite) part_suite ;;
+        suite:tests) part_suite tests ;;
+        suite:notebooks) part_suite notebooks ;;
         *) echo "unknown part $1 (programs | notebooks:N | suite)" | tee -a "$SUMMARY"; return 2 ;;
     esac
 }
