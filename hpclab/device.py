@@ -139,8 +139,8 @@ def _tell_sharing(comm, placement: Placement, uuids: list[str]) -> None:
     groups = shared_groups(uuids)
     if groups:
         which = "; ".join(f"ranks {', '.join(map(str, g))} share one GPU" for g in groups)
-        print(f"hpclab placement: {which}: they take turns on it (time sharing), and NCCL needs one "
-              "GPU per rank", file=sys.stderr, flush=True)
+        print(f"hpclab placement: {which}: they take turns on it (time sharing), and NCCL cannot "
+              "run between them", file=sys.stderr, flush=True)
     _told = True
 
 

@@ -2,7 +2,8 @@
 
 V1 serial NumPy (rank 0)          V2 MPI on CPUs: NumPy bands, halos by mpi4py
 V3 one GPU (rank 0)               V4 MPI + GPU, halos staged through host memory
-V5 MPI + GPU, GPU-to-GPU halos (NCCL or CUDA-aware MPI; host-staged where neither exists)
+V5 MPI + GPU, GPU-to-GPU halos (NCCL or CUDA-aware MPI; host-staged where neither exists,
+   e.g. where ranks share a GPU: NCCL needs one per rank, and the answer is V4's either way)
 
 Checks: max error relative to V1 (float32 sums in another order on the GPU),
 and a digest — FNV-1a 64 of the values rounded to 5 significant digits —
