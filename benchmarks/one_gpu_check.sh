@@ -23,6 +23,8 @@ START=$SECONDS
 PY=${PYTHON_RUN:-python3}
 LAUNCH=${HPCLAB_MPIEXEC:-${MPIRUN:-mpiexec}}
 export HPCLAB_BACKEND=${HPCLAB_BACKEND:-gpu} NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} PYTHONUNBUFFERED=1
+# Open MPI binds the ranks of every job to the same first cores: jobs side by side would share them.
+export OMPI_MCA_hwloc_base_binding_policy=${OMPI_MCA_hwloc_base_binding_policy:-none}
 SUMMARY=$OUT/summary.md
 WORK=$(mktemp -d)
 

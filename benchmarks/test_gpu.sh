@@ -26,6 +26,8 @@ if [ "$(id -u)" = 0 ]; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
 export OMPI_MCA_rmaps_base_oversubscribe=1
+# The notebook engines and the tests' mpiexec jobs run side by side: do not bind both to the first cores.
+export OMPI_MCA_hwloc_base_binding_policy=${OMPI_MCA_hwloc_base_binding_policy:-none}
 # `hpclab scaling` (run by some tests) launches through HPCLAB_MPIEXEC: the same launcher as the tests.
 [ -n "${MPIRUN:-}" ] && export HPCLAB_MPIEXEC=${HPCLAB_MPIEXEC:-$MPIRUN}
 echo "make test-gpu: $NGPU GPU(s), $HPCLAB_ENGINES notebook engines, python: $("$PY" -c 'import sys; print(sys.executable)')," \
