@@ -1,9 +1,12 @@
 # hpclab: two commands do everything on a fresh machine.
-#   make run    set up .venv, run every notebook on 4 MPI engines into build/
-#   make test   set up .venv with the test extra, run the whole suite
+#   make run       set up .venv, run every notebook on 4 MPI engines into build/
+#   make test      set up .venv with the test extra, run the whole suite (simulator)
+#   make test-gpu  the whole suite on this machine's GPUs (benchmarks/test_gpu.sh)
 # and for working through the notebooks:
 #   make lab      JupyterLab on the whole workbook (notebooks/, exercises/, solutions/, my-work/)
 #   make my-work  copy exercises/ into my-work/ (yours: never overwritten, not in git)
+# ENGINES stays 4 on any machine: the notebooks follow the workshop's four ranks, and on a node
+# with fewer GPUs the ranks share them (the notebooks say where that measures time sharing).
 PYTHON  ?= python3
 VENV    ?= .venv
 ENGINES ?= 4
@@ -16,7 +19,7 @@ EXTRAS_RUN  := $(subst $(eval) ,$(comma),$(strip lab $(MPI_EXTRA)))
 EXTRAS_TEST := $(subst $(eval) ,$(comma),$(strip test $(MPI_EXTRA)))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: run test lab stop exercises my-work bench clean setup
+.PHONY: run test test-gpu lab stop exercises my-work bench clean setup
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +43,13 @@ test: $(VENV)/.installed-test
 	$(BIN)/python -m hpclab exercises check
 	$(BIN)/python -m pytest -q --nbval-lax --nbval-cell-timeout=900 -p no:cacheprovider \
 		tests notebooks solutions
+
+# The suite on real GPUs: HPCLAB_BACKEND=gpu, MPI tests through $$HPCLAB_MPIEXEC or $$MPIRUN, notebooks
+# on max(2, GPUs) GPU engines. With the project's .venv: make test-gpu. On a GPU node without
+# network: source benchmarks/offline_env.sh; make test-gpu PYTHON_RUN=python3 (no .venv needed).
+PYTHON_RUN ?= $(BIN)/python
+test-gpu: $(if $(filter $(BIN)/python,$(PYTHON_RUN)),$(VENV)/.installed-test)
+	PYTHON_RUN=$(PYTHON_RUN) bash benchmarks/test_gpu.sh
 
 # Rooted at the repository, so every folder is one click away. It starts no engines: each
 # notebook starts its own when it connects and stops them at its end. LAB_ARGS adds options

@@ -24,6 +24,44 @@ os.environ.setdefault("HPCLAB_FIGURES", tempfile.mkdtemp(prefix="hpclab-figures-
 _session = None
 
 
+# -- where a test means something: simulator, GPU, one GPU per rank, ranks sharing one GPU ------
+# Markers (registered in pyproject.toml), each skip saying why in pytest's -rs summary:
+#   requires_sim(why)           only on the simulator (e.g. simulated device memory is host memory)
+#   requires_gpu(why)           only on a real GPU
+#   requires_gpu_per_rank(n)    n ranks, each with a GPU of its own (NCCL between them)
+#   requires_shared_gpu(n)      n ranks of which some share a GPU (the simulator, or fewer than n GPUs)
+def _here() -> tuple[str, int]:
+    """(backend this run uses, GPUs the driver reports)."""
+    from hpclab import backend
+
+    return backend.select(), backend.count_gpus()
+
+
+def pytest_collection_modifyitems(config, items):
+    import pytest
+
+    kind, gpus = None, 0
+    for item in items:
+        reasons = []
+        for mark in item.iter_markers():
+            if not mark.name.startswith("requires_"):
+                continue
+            if kind is None:
+                kind, gpus = _here()
+            why = mark.args[0] if mark.args else ""
+            if mark.name == "requires_sim" and kind != "sim":
+                reasons.append(f"simulator only: {why}")
+            elif mark.name == "requires_gpu" and kind != "gpu":
+                reasons.append(f"needs a real GPU (this run uses the simulator): {why}")
+            elif mark.name == "requires_gpu_per_rank" and (kind != "gpu" or gpus < int(why)):
+                reasons.append(f"needs {why} GPUs, one per rank (here: "
+                               f"{gpus if kind == 'gpu' else 'the simulator, one simulated device'})")
+            elif mark.name == "requires_shared_gpu" and kind == "gpu" and gpus >= int(why):
+                reasons.append(f"needs {why} ranks to share a GPU; this machine has {gpus} GPUs, one per rank")
+        if reasons:
+            item.add_marker(pytest.mark.skip(reason="; ".join(reasons)))
+
+
 def pytest_collection_finish(session):
     """Start 4 MPI engines once if any notebook is to be executed."""
     global _session

@@ -35,6 +35,7 @@ def _info(args) -> int:
                 name = dev.name.decode() if isinstance(dev.name, bytes) else dev.name
                 cc = ".".join(map(str, dev.compute_capability))
                 rows.append((f"  GPU {i}", f"{name} (compute {cc}, {dev.MULTIPROCESSOR_COUNT} SMs) {dev.uuid}"))
+    comm = None
     try:
         from . import mpi
 
@@ -45,6 +46,8 @@ def _info(args) -> int:
         rows.append(("CUDA-aware MPI", f"{'yes' if aware else 'no'} ({how})"))
     except Exception as exc:  # noqa: BLE001 - info reports, it does not fail
         rows.append(("MPI", f"not available: {exc}"))
+    if comm is not None and choice is not None:
+        rows += _placement_rows(comm)
     rows.append(("NCCL", _nccl_status()))
     for pkg in ("numba", "numba_cuda", "numpy", "mpi4py", "ipyparallel"):
         rows.append((pkg, _version(pkg)))
@@ -53,6 +56,38 @@ def _info(args) -> int:
         for k, v in rows:
             print(f"{k:<{width}}  {v}")
     return 0
+
+
+def _placement_rows(comm) -> list[tuple[str, str]]:
+    """Which ranks use which GPU (under mpiexec: how many share each) and what ``auto`` picks.
+
+    Collective: every rank of the job runs ``hpclab info``; a failure on one rank is
+    reported by all (no rank left waiting).
+    """
+    from .comm import RankError, choose, step
+    from .device import select_gpu
+
+    try:
+        with step(comm, "GPU selection"):
+            select_gpu(comm)
+        everyone = comm.allgather(select_gpu(comm))
+        choice, why = choose(comm)
+    except RankError as exc:
+        return [("GPU placement", f"ERROR: {exc}")]
+    devices: dict[str, list] = {}
+    for p in everyone:
+        devices.setdefault(p.gpu_uuid, []).append(p)
+    rows = []
+    for ps in devices.values():
+        p = ps[0]
+        ident = "simulated device" if p.gpu_uuid.startswith("sim-") else f"{p.gpu_name}, {p.gpu_uuid}"
+        ranks = ", ".join(str(q.rank) for q in ps)
+        share = f" ({len(ps)} ranks share it)" if len(ps) > 1 else ""
+        rows.append((f"  {p.host} GPU {p.gpu}", f"rank{'s' if len(ps) > 1 else ''} {ranks}{share}; {ident}"))
+    most = max(len(ps) for ps in devices.values())
+    head = (f"{len(devices)} GPU(s) used by {comm.size} rank(s)"
+            + (f", up to {most} ranks per GPU" if most > 1 else ", one rank per GPU"))
+    return [("ranks per GPU", head), *rows, ("comm backend (auto)", f"{choice}: {why}")]
 
 
 def _nccl_status() -> str:

@@ -1,14 +1,23 @@
-"""Which GPU each MPI rank uses, and a table of the mapping.
+"""Which GPU each MPI rank uses, which ranks share one, and a table of the mapping.
 
 The GPU index comes from the node-local rank (MPI's shared-memory split), not
 the global rank: rank 5 on a node of four GPUs is local rank 1 on the second
 node, so it must use GPU 1 (fbpic #523, amrex #3382).
+
+Ranks share a GPU when a node runs more ranks than it has GPUs (one GPU, two
+ranks: the usual workstation). Whether they do is decided by comparing device
+UUIDs across ranks, not indices: under Slurm's ``--gpus-per-task`` every rank
+sees its own GPU as "GPU 0". NCCL refuses two ranks of one communicator on the
+same device, so the communication backends ask :func:`sharing` first. On the
+simulator every rank of a node drives the one simulated device, whose UUID is
+``sim-<host>``: there the ranks of a node always share, which is how CI covers
+the shared-GPU path.
 """
 from __future__ import annotations
 
 import socket
-import warnings
-from dataclasses import asdict, dataclass
+import sys
+from dataclasses import asdict, dataclass, field
 
 from . import backend
 from .mpi import world
@@ -25,17 +34,40 @@ class Placement:
     node_gpus: int
     gpu_name: str
     gpu_uuid: str
+    shared_with: list[int] = field(default_factory=list)   # ranks on this rank's GPU, itself included
+    max_ranks_per_gpu: int = 1                             # the most ranks on any one GPU of the job
+
+    @property
+    def ranks_per_gpu(self) -> int:
+        return max(1, len(self.shared_with))
+
+    @property
+    def shares_gpu(self) -> bool:
+        return len(self.shared_with) > 1
 
     def label(self) -> str:
         return (f"rank {self.rank}/{self.size} | local_rank {self.local_rank}/{self.local_size} "
                 f"| GPU {self.gpu}")
 
 
-class SharedGPUWarning(UserWarning):
-    """More ranks on a node than GPUs: some ranks share a GPU."""
+@dataclass
+class SharedGPU:
+    """One device that several ranks of a communicator use."""
+
+    ranks: list[int]
+    host: str
+    gpu: int
+    name: str
+    uuid: str
+
+    def describe(self) -> str:
+        ranks = ", ".join(map(str, self.ranks))
+        what = "the simulated device" if self.uuid.startswith("sim-") else f"{self.name}, {self.uuid}"
+        return f"ranks {ranks} share GPU {self.gpu} of {self.host} ({what})"
 
 
 _placement: Placement | None = None
+_told = False
 
 
 def local_rank(comm=None) -> tuple[int, int]:
@@ -50,34 +82,105 @@ def local_rank(comm=None) -> tuple[int, int]:
         node.Free()
 
 
+def _identity(cuda) -> tuple[str, str]:
+    """(name, UUID) of the current device; the simulator's is ``sim-<host>``."""
+    if backend.is_simulator():
+        return "simulator", f"sim-{socket.gethostname()}"
+    dev = cuda.get_current_device()
+    name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
+    return name, str(getattr(dev, "uuid", None) or f"{socket.gethostname()}:{dev.id}")
+
+
+def shared_groups(uuids: list[str]) -> list[list[int]]:
+    """Ranks (indices into ``uuids``) that use the same device, for every device used by more than one."""
+    groups: dict[str, list[int]] = {}
+    for rank, uuid in enumerate(uuids):
+        groups.setdefault(uuid, []).append(rank)
+    return [ranks for ranks in groups.values() if len(ranks) > 1]
+
+
 def select_gpu(comm=None) -> Placement:
-    """Bind this rank to GPU ``local_rank % gpus_on_node`` (once per process)."""
+    """Bind this rank to GPU ``local_rank % gpus_on_node`` (once per process). Collective."""
     global _placement
     comm = comm or world()
     if _placement is not None and _placement.size == comm.size:
         return _placement
     cuda = backend.cuda()
     lrank, lsize = local_rank(comm)
-    ngpus = len(cuda.gpus)
-    if ngpus == 0:
-        raise backend.BackendError("no CUDA device is visible to this rank")
-    gpu = lrank % ngpus
-    if lsize > ngpus and comm.rank == 0 and not backend.is_simulator():
-        warnings.warn(
-            f"{lsize} ranks share {ngpus} GPU(s) on {socket.gethostname()}: ranks that "
-            "share a GPU split its time. Start at most one rank per GPU "
-            "(e.g. mpiexec -n <GPUs> or srun --ntasks-per-node=<GPUs>).",
-            SharedGPUWarning, stacklevel=2)
-    cuda.select_device(gpu)
-    if backend.is_simulator():
-        name = uuid = "simulator"
-    else:
-        dev = cuda.get_current_device()
-        name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
-        uuid = str(getattr(dev, "uuid", "?"))
+    # Every rank reaches the allgather below, also one that failed here: it raises after it,
+    # so a step around this call sees the same sequence of collectives on every rank.
+    failure, ngpus, gpu, name, uuid = None, 0, 0, "", ""
+    try:
+        ngpus = len(cuda.gpus)
+        if ngpus == 0:
+            raise backend.BackendError("no CUDA device is visible to this rank")
+        gpu = lrank % ngpus
+        cuda.select_device(gpu)
+        name, uuid = _identity(cuda)
+    except Exception as exc:  # noqa: BLE001 - re-raised below, after the collective
+        failure = exc
+    uuids = [u or f"failed-{r}" for r, u in enumerate(comm.allgather(uuid))]
+    if failure is not None:
+        raise failure
+    groups = shared_groups(uuids)
+    mine = next((g for g in groups if comm.rank in g), [comm.rank])
     _placement = Placement(comm.rank, comm.size, socket.gethostname(), lrank, lsize, gpu, ngpus,
-                           name, uuid)
+                           name, uuid, mine, max((len(g) for g in groups), default=1))
+    _tell_sharing(comm, _placement, uuids)
     return _placement
+
+
+def _tell_sharing(comm, placement: Placement, uuids: list[str]) -> None:
+    """On real GPUs, rank 0 says once (one line) that ranks take turns on a GPU: timings are then
+    time sharing, not scaling. On the simulator sharing is the rule and says nothing about GPUs."""
+    global _told
+    if _told or comm.rank != 0 or backend.is_simulator():
+        return
+    groups = shared_groups(uuids)
+    if groups:
+        which = "; ".join(f"ranks {', '.join(map(str, g))} share one GPU" for g in groups)
+        print(f"hpclab placement: {which}: they take turns on it (time sharing), and NCCL cannot "
+              "run between them", file=sys.stderr, flush=True)
+    _told = True
+
+
+def sharing(comm=None) -> list[SharedGPU]:
+    """The devices that more than one rank of ``comm`` uses (empty: one GPU per rank). Collective.
+
+    Ranks are ``comm``'s own, so a sub-communicator gets its own answer: two
+    ranks of a four-rank job on different GPUs do not share, even if the job does.
+    """
+    comm = comm or world()
+    return shared_devices(comm.allgather(_this_device()))
+
+
+def _this_device() -> tuple[str, str, int, str]:
+    """(UUID, host, GPU index, name) of the device this process uses now; no communication, so it
+    is safe on any communicator, also where :func:`select_gpu` has not run (then: the default device)."""
+    if _placement is not None:
+        return _placement.gpu_uuid, _placement.host, _placement.gpu, _placement.gpu_name
+    cuda = backend.cuda()
+    name, uuid = _identity(cuda)
+    gpu = 0 if backend.is_simulator() else cuda.get_current_device().id
+    return uuid, socket.gethostname(), gpu, name
+
+
+def shared_devices(everyone: list[tuple[str, str, int, str]]) -> list[SharedGPU]:
+    """The shared devices among every rank's (UUID, host, GPU index, name), in rank order."""
+    return [SharedGPU(ranks, everyone[ranks[0]][1], everyone[ranks[0]][2], everyone[ranks[0]][3],
+                      everyone[ranks[0]][0])
+            for ranks in shared_groups([e[0] for e in everyone])]
+
+
+def describe_sharing(shared: list[SharedGPU]) -> str:
+    """'ranks 0, 1 share GPU 0 of host (...)' for every shared device, joined by '; '."""
+    return "; ".join(g.describe() for g in shared)
+
+
+def ranks_per_gpu(comm=None) -> int:
+    """The largest number of ranks of ``comm`` on one device (1: one GPU per rank). Collective."""
+    groups = sharing(comm)
+    return max((len(g.ranks) for g in groups), default=1)
 
 
 def table(comm=None) -> list[dict]:
@@ -87,9 +190,12 @@ def table(comm=None) -> list[dict]:
 
 
 def format_table(rows: list[dict]) -> str:
-    header = f"{'rank':>4}  {'host':<20} {'local':>5}  {'GPU':>3}  name / UUID"
+    header = f"{'rank':>4}  {'host':<20} {'local':>5}  {'GPU':>3}  {'shared with':<12}  name / UUID"
     lines = [header, "-" * len(header)]
     for r in rows:
-        ident = r["gpu_name"] if r["gpu_uuid"] in ("simulator", r["gpu_name"]) else f"{r['gpu_name']}  {r['gpu_uuid']}"
-        lines.append(f"{r['rank']:>4}  {r['host'][:20]:<20} {r['local_rank']:>5}  {r['gpu']:>3}  {ident}")
+        ident = r["gpu_name"] if r["gpu_uuid"].startswith("sim-") else f"{r['gpu_name']}  {r['gpu_uuid']}"
+        others = [x for x in r.get("shared_with", []) if x != r["rank"]]
+        shared = "ranks " + ",".join(map(str, others)) if others else "-"
+        lines.append(f"{r['rank']:>4}  {r['host'][:20]:<20} {r['local_rank']:>5}  {r['gpu']:>3}  "
+                     f"{shared:<12}  {ident}")
     return "\n".join(lines)

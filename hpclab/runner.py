@@ -135,6 +135,7 @@ def main(name: str, argv: list[str]) -> int:
         if args.json:
             print(json.dumps({
                 "exercise": name, "ranks": comm.size, "backend": ctx.backend,
+                "ranks_per_gpu": ctx.placement.max_ranks_per_gpu,   # > 1: ranks took turns on a GPU
                 "result": report.result, "passed": bool(report.passed),
                 "timings": report.timings,
             }, default=float))

@@ -17,6 +17,10 @@ Strong scaling: speedup S(n) = T(1)/T(n), efficiency E(n) = S(n)/n, and the
 Amdahl serial fraction f from S(n) = 1 / (f + (1 - f)/n). Weak scaling:
 efficiency E(n) = T(1)/T(n), scaled speedup n E(n), and the Gustafson serial
 fraction f from n E(n) = n - f (n - 1).
+
+Every record carries ``ranks_per_gpu`` (the most ranks on one device) and
+``shared_gpu``: where ranks share a GPU, more ranks do not bring more GPU, so
+such a sweep measures time sharing, not scaling, and its figure says so.
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ import argparse
 import csv
 import dataclasses
 import json
+import os
 import shlex
 import shutil
 import statistics
@@ -34,7 +39,7 @@ from pathlib import Path
 
 WORK_ARGS = {"pi-mc": "--samples", "pi-midpoint": "--bins"}
 CSV_FIELDS = ["program", "mode", "ranks", "trial", "work", "wall_s", "passed", "median_wall_s",
-              "speedup", "efficiency", "serial_fraction", "backend"]
+              "speedup", "efficiency", "serial_fraction", "backend", "ranks_per_gpu", "shared_gpu"]
 
 
 # ---------------------------------------------------------------- the analysis
@@ -68,7 +73,20 @@ class Sweep:
 
     program: str
     mode: str                                   # "strong" or "weak"
-    records: list[dict] = field(default_factory=list)   # ranks, trial, work, wall_s, passed, backend
+    records: list[dict] = field(default_factory=list)   # ranks, trial, work, wall_s, passed, backend,
+    #                                                     ranks_per_gpu, shared_gpu
+
+    @property
+    def shared_gpu(self) -> bool:
+        """Whether any run had ranks sharing a GPU (then it measured time sharing, not scaling)."""
+        return any(r.get("shared_gpu") for r in self.records)
+
+    def sharing_note(self) -> str:
+        """One line for a figure or table: empty when every rank had a GPU of its own."""
+        if not self.shared_gpu:
+            return ""
+        most = max(r.get("ranks_per_gpu") or 1 for r in self.records)
+        return f"up to {most} ranks shared one GPU: this measures time sharing, not scaling"
 
     def summary(self) -> list[dict]:
         """One row per rank count: median wall time, speedup, efficiency."""
@@ -100,7 +118,7 @@ class Sweep:
         by_n = {r["ranks"]: r for r in self.summary()}
         f = self.serial_fraction
         return [{"program": self.program, "mode": self.mode, **{k: rec.get(k) for k in
-                 ("ranks", "trial", "work", "wall_s", "passed", "backend")},
+                 ("ranks", "trial", "work", "wall_s", "passed", "backend", "ranks_per_gpu", "shared_gpu")},
                  "median_wall_s": by_n[rec["ranks"]]["median_wall_s"], "speedup": by_n[rec["ranks"]]["speedup"],
                  "efficiency": by_n[rec["ranks"]]["efficiency"], "serial_fraction": f}
                 for rec in sorted(self.records, key=lambda r: (r["ranks"], r["trial"]))]
@@ -117,8 +135,11 @@ class Sweep:
     def figure(self, title: str | None = None):
         from . import plot
 
+        title = title or f"{self.program}: {self.mode} scaling"
+        if self.shared_gpu:
+            title += f"\n({self.sharing_note()})"
         return plot.scaling_figure(self.summary(), mode=self.mode, serial_fraction=self.serial_fraction,
-                                   title=title or f"{self.program}: {self.mode} scaling")
+                                   title=title)
 
     def table(self) -> str:
         lines = [f"{'ranks':>5}  {'work':>16}  {'median wall (s)':>15}  {'speedup':>8}  {'efficiency':>10}  trials  check"]
@@ -128,6 +149,8 @@ class Sweep:
                          f"{r['trials']:>6}  {'PASSED' if r['passed'] else 'FAILED'}")
         law = "Amdahl" if self.mode == "strong" else "Gustafson"
         lines.append(f"serial fraction ({law} fit): {self.serial_fraction:.4f}")
+        if self.shared_gpu:
+            lines.append(f"note: {self.sharing_note()}")
         return "\n".join(lines)
 
 
@@ -183,6 +206,9 @@ def program_args(program: str, argv: list[str]):
 # ---------------------------------------------------------------- route 1: mpiexec
 
 def default_mpiexec() -> list[str]:
+    """``$HPCLAB_MPIEXEC`` (a whole command line), else the mpiexec beside this Python, else on PATH."""
+    if os.environ.get("HPCLAB_MPIEXEC", "").strip():
+        return shlex.split(os.environ["HPCLAB_MPIEXEC"])
     here = Path(sys.executable).parent / "mpiexec"
     found = str(here) if here.exists() else shutil.which("mpiexec") or shutil.which("mpirun")
     if not found:
@@ -231,8 +257,10 @@ def _record(rec: dict, ranks: int, trial: int, work, timing: str, option: str | 
                            f"(it has {sorted(rec.get('timings', {}))}); choose one with --timing")
     if work is None and option:
         work = rec.get("result", {}).get(option.lstrip("-"))
+    per_gpu = int(rec.get("ranks_per_gpu") or 1)
     return {"ranks": ranks, "trial": trial, "work": work, "wall_s": float(rec["timings"][timing]),
-            "passed": bool(rec.get("passed")), "backend": rec.get("backend")}
+            "passed": bool(rec.get("passed")), "backend": rec.get("backend"),
+            "ranks_per_gpu": per_gpu, "shared_gpu": per_gpu > 1}
 
 
 # ---------------------------------------------------------------- route 2: ipyparallel engines
@@ -243,7 +271,7 @@ def engine_trial(program: str, argv: list[str], ranks: int):
     Returns the report's record on the sub-communicator's rank 0, None elsewhere.
     """
     from . import backend, runner
-    from .device import select_gpu
+    from .device import ranks_per_gpu, select_gpu
     from .mpi import MPI, world
 
     mpi = MPI()
@@ -254,12 +282,13 @@ def engine_trial(program: str, argv: list[str], ranks: int):
         return None
     try:
         args = program_args(program, argv)
+        per_gpu = ranks_per_gpu(sub)     # this sub-communicator's own sharing
         ctx = runner.Context(sub, dataclasses.replace(placement, rank=sub.rank, size=sub.size), backend.name())
         report = runner.load(program).run(args, ctx)
         if sub.rank != 0:
             return None
         return {"exercise": program, "ranks": sub.size, "backend": backend.name(), "result": report.result,
-                "passed": bool(report.passed), "timings": report.timings}
+                "passed": bool(report.passed), "timings": report.timings, "ranks_per_gpu": per_gpu}
     finally:
         sub.Free()
 
@@ -327,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=3, help="runs per rank count; the median counts (default 3)")
     parser.add_argument("--mpiexec", default=None,
                         help='launcher command, e.g. "mpirun --allow-run-as-root --oversubscribe -x PYTHONPATH" '
-                             "(default: the mpiexec beside this Python, else on PATH)")
+                             "(default: $HPCLAB_MPIEXEC, else the mpiexec beside this Python, else on PATH)")
     parser.add_argument("--work-arg", default=None,
                         help="the program's size option (default: --samples for pi-mc, --bins for pi-midpoint)")
     parser.add_argument("--timing", default="wall_s", help="which timings key to use (default wall_s)")

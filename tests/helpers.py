@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -21,6 +22,22 @@ def mpiexec() -> str:
     return found
 
 
+def launcher() -> list[str]:
+    """The MPI launcher command: ``$HPCLAB_MPIEXEC``, else ``$MPIRUN`` (benchmarks/offline_env.sh
+    sets it for Open MPI's mpirun as root on the GPU machines), else :func:`mpiexec`."""
+    for var in ("HPCLAB_MPIEXEC", "MPIRUN"):
+        if os.environ.get(var, "").strip():
+            return shlex.split(os.environ[var])
+    return [mpiexec()]
+
+
+def gpus() -> int:
+    """GPUs the driver reports here (0 on a machine without one)."""
+    from hpclab import backend
+
+    return backend.count_gpus()
+
+
 def env(**extra) -> dict:
     e = dict(os.environ)
     e.setdefault("HPCLAB_BACKEND", "sim")
@@ -31,7 +48,7 @@ def env(**extra) -> dict:
 
 def run_mpi(n: int, *args: str, timeout: float = 120, **extra_env) -> subprocess.CompletedProcess:
     """``mpiexec -n n python -m hpclab ARGS``; fails the test if it outlives timeout."""
-    cmd = [mpiexec(), "-n", str(n), sys.executable, "-m", "hpclab", *args]
+    cmd = [*launcher(), "-n", str(n), sys.executable, "-m", "hpclab", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env(**extra_env),
                           cwd=ROOT)
 

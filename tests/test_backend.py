@@ -10,11 +10,20 @@ from hpclab import backend
 from .helpers import ROOT, env
 
 
+@pytest.mark.requires_sim("checks the simulator's selection and sizes")
 def test_simulator_selected_without_gpu():
     assert backend.select() == "sim"
     assert os.environ["NUMBA_ENABLE_CUDASIM"] == "1"
     assert backend.auto_size(gpu=10**9, sim=7) == 7
     assert "simulator" in backend.describe()
+
+
+@pytest.mark.requires_gpu("checks the GPU's selection and sizes")
+def test_gpu_selected_with_hpclab_backend_gpu():
+    assert backend.select() == "gpu" and backend.count_gpus() >= 1
+    assert os.environ["NUMBA_ENABLE_CUDASIM"] == "0"
+    assert backend.auto_size(gpu=10**9, sim=7) == 10**9
+    assert "real GPU" in backend.describe()
 
 
 def test_unknown_backend_name_is_a_clear_error():
@@ -44,14 +53,15 @@ def test_numba_cuda_imported_first_is_detected():
 
 
 def test_switching_backend_in_a_process_is_refused():
-    backend.select()
+    other = "gpu" if backend.select() == "sim" else "sim"
     with pytest.raises(backend.BackendError, match="restart"):
-        backend.select("gpu")
+        backend.select(other)
 
 
 def test_info_reports_everything():
     proc = subprocess.run([sys.executable, "-m", "hpclab", "info"], capture_output=True, text=True,
                           timeout=60, env=env(), cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
-    for key in ("backend", "GPUs (driver)", "MPI ", "CUDA-aware MPI", "NCCL", "ipyparallel"):
+    for key in ("backend", "GPUs (driver)", "MPI ", "CUDA-aware MPI", "NCCL", "ipyparallel",
+                "ranks per GPU", "comm backend (auto)"):
         assert key in proc.stdout

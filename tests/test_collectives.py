@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 
+from hpclab import backend
 from hpclab.check import collectives as check
 from hpclab.comm import ring_bytes_per_rank
 
@@ -13,7 +14,7 @@ def test_collectives_program_passes_under_mpiexec(n):
     assert proc.returncode == 0, proc.stderr
     out = last_json(proc)
     assert out["passed"] is True and out["ranks"] == n and out["exercise"] == "collectives"
-    assert out["backend"] == "sim"
+    assert out["backend"] == backend.name()
     total = n * (n + 1) / 2
     ex0 = out["result"]["exercise0"]
     assert ex0["allreduce"] == [[total]] * n

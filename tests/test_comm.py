@@ -1,9 +1,12 @@
-"""Communication backends, the all-reduce benchmark, and Exercises 3 and 4, on the simulator.
+"""Communication backends, the all-reduce benchmark, and Exercises 3 and 4.
 
-mpi-host is the backend the simulator really has; mpi-cuda runs its real
-code path there with HPCLAB_MPI_CUDA_AWARE=1, because simulated device memory
-is host memory. nccl needs GPUs: here only its refusal is tested (the GPU
-checks are in benchmarks/comm/gpu_run.sh, which runs mpi_scripts/comm_ops.py with nccl).
+On the simulator: mpi-host is the backend the simulator really has; mpi-cuda
+runs its real code path there with HPCLAB_MPI_CUDA_AWARE=1, because simulated
+device memory is host memory. On a GPU (make test-gpu) the backends that run
+there are checked the same way, nccl among them when every rank has a GPU of
+its own. Ranks that share a GPU (every rank of a node on the simulator; more
+ranks than GPUs on a GPU node) must never reach NCCL: auto takes another
+backend and says why once, an explicit nccl is refused on every rank.
 """
 from __future__ import annotations
 
@@ -11,10 +14,11 @@ import importlib.util
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
-from .helpers import ROOT, env, last_json, mpiexec, run_hpclab, run_mpi
+from .helpers import ROOT, env, gpus, last_json, launcher, run_hpclab, run_mpi
 
 OPS_SCRIPT = str(ROOT / "tests" / "mpi_scripts" / "comm_ops.py")
 # Exercises 3 and 4 use hpclab.kernels.pi.count_hits (the pi topic's kernel).
@@ -23,11 +27,13 @@ needs_pi = pytest.mark.skipif(not HAVE_PI, reason="hpclab.kernels.pi (count_hits
 
 
 def run_ops(n: int, *args: str, timeout: float = 90, **extra_env) -> subprocess.CompletedProcess:
-    cmd = [mpiexec(), "-n", str(n), sys.executable, OPS_SCRIPT, *args]
+    cmd = [*launcher(), "-n", str(n), sys.executable, OPS_SCRIPT, *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env(**extra_env), cwd=ROOT)
 
 
-# -- every operation of every simulator backend against NumPy ------------------------
+# -- every operation of every backend against NumPy ------------------------------------
+@pytest.mark.requires_sim("mpi-cuda is run on simulated device memory, which is host memory; on a GPU "
+                          "a non-CUDA-aware MPI given device pointers would crash")
 @pytest.mark.parametrize("n", [2, 3])
 def test_every_op_matches_numpy(n):
     proc = run_ops(n, "auto,mpi-host,mpi-cuda", HPCLAB_MPI_CUDA_AWARE=1)
@@ -41,6 +47,80 @@ def test_every_op_matches_numpy(n):
     # auto says plainly, once, why it chose mpi-host on the simulator
     said = [ln for ln in proc.stderr.splitlines() if "hpclab communication backend" in ln]
     assert len(said) == 1 and "mpi-host" in said[0] and "simulator" in said[0]
+
+
+@pytest.mark.requires_gpu("device buffers in GPU memory")
+def test_every_op_of_the_gpu_backends_matches_numpy():
+    """mpi-host and auto on 2 ranks; nccl too where each rank has a GPU of its own."""
+    own = gpus() >= 2
+    proc = run_ops(2, "auto,mpi-host" + (",nccl" if own else ""), timeout=180)
+    reports = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert reports[0]["backend"] == "nccl" if own else reports[0]["backend"] in ("mpi-host", "mpi-cuda")
+    for r in reports:
+        wrong = [op for op, ok in r["results"].items() if not ok]
+        assert not wrong and len(r["results"]) == 45, f"{r['backend']}: {wrong}"
+
+
+# -- ranks sharing a GPU: never NCCL ------------------------------------------------------
+@pytest.mark.requires_shared_gpu(2)
+def test_auto_on_a_shared_gpu_avoids_nccl_and_says_why_once():
+    proc = run_mpi(2, "run", "collectives", "--json", timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    said = [ln for ln in proc.stderr.splitlines() if "hpclab communication backend" in ln]
+    assert len(said) == 1, proc.stderr                                   # rank 0, once
+    assert "share GPU 0" in said[0] and "NCCL needs one GPU per rank" in said[0]
+    assert said[0].split(":")[1].split(",")[0].strip() in ("mpi-host", "mpi-cuda")
+    assert last_json(proc)["ranks_per_gpu"] == 2
+
+
+@pytest.mark.requires_shared_gpu(2)
+def test_explicit_nccl_on_a_shared_gpu_is_refused_on_every_rank():
+    t0 = time.monotonic()
+    proc = run_mpi(2, "run", "collectives", "--backend", "nccl", timeout=60)
+    assert proc.returncode != 0
+    # every rank says it (their stderr lines may interleave, so count the messages)
+    assert "[rank 0] error:" in proc.stderr and "[rank 1] error:" in proc.stderr
+    for said in ("ranks 0, 1 share GPU 0", "NCCL needs one GPU per rank",   # the ranks, the GPU, why
+                 "--backend auto or mpi-host", "one rank per GPU"):         # the alternatives
+        assert proc.stderr.count(said) == 2, (said, proc.stderr)
+    assert "NCCL_ERROR" not in proc.stderr and "Traceback" not in proc.stderr   # NCCL never touched
+    assert time.monotonic() - t0 < 45
+
+
+@pytest.mark.requires_gpu_per_rank(2)
+def test_auto_with_a_gpu_per_rank_takes_nccl():
+    proc = run_mpi(2, "run", "collectives", "--json", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    said = [ln for ln in proc.stderr.splitlines() if "hpclab communication backend" in ln]
+    assert len(said) == 1 and "backend: nccl, because GPUs and NCCL on every rank" in said[0], proc.stderr
+    assert last_json(proc)["ranks_per_gpu"] == 1
+
+
+def test_shared_gpu_decision_with_injected_uuids():
+    """2 GPUs, 4 ranks (GPU = local rank mod 2): ranks 0, 2 share one, ranks 1, 3 the other."""
+    from hpclab.comm.nccl import SharedGPUError
+    from hpclab.comm.select import decide
+    from hpclab.device import shared_devices
+
+    everyone = [(f"GPU-{'ab'[r % 2]}", "node1", r % 2, "NVIDIA H100") for r in range(4)]
+    shared = shared_devices(everyone)
+    assert [(g.ranks, g.gpu, g.uuid) for g in shared] == [([0, 2], 0, "GPU-a"), ([1, 3], 1, "GPU-b")]
+    name, why = decide(shared, simulator=False, nccl_ok=True, nccl_why="NCCL 2.28.9",
+                       aware=False, how="MPIX_Query_cuda_support() = 0")
+    assert name == "mpi-host"
+    assert "ranks 0, 2 share GPU 0 of node1 (NVIDIA H100, GPU-a)" in why
+    assert "ranks 1, 3 share GPU 1 of node1 (NVIDIA H100, GPU-b)" in why
+    assert "NCCL needs one GPU per rank" in why and "not CUDA-aware" in why
+    assert decide(shared, False, True, "", True, "forced")[0] == "mpi-cuda"
+    # one GPU per rank: NCCL; the simulator: host staging
+    assert decide([], False, True, "NCCL 2.28.9", False, "")[0] == "nccl"
+    assert decide([], True)[0] == "mpi-host"
+    err = SharedGPUError(shared, 4)
+    assert str(err).startswith("NCCL backend failed on rank 0, 1, 2, 3 of 4: ranks 0, 2 share GPU 0")
+    assert sorted(err.failures) == [0, 1, 2, 3] and "(and " not in str(err)
+    for alternative in ("--backend auto or mpi-host", "mpi-cuda", "one rank per GPU"):
+        assert alternative in str(err)
 
 
 # -- bad input: a clear message on every rank, non-zero exit, within seconds -------------
@@ -59,6 +139,7 @@ def test_unknown_backend_name():
     assert "mpi-host" in proc.stderr and "nccl" in proc.stderr  # the choices are named
 
 
+@pytest.mark.requires_sim("NCCL's refusal on a machine without a GPU")
 def test_nccl_without_gpu_fails_fast_naming_nccl():
     proc = run_mpi(2, "bench", "allreduce", "--backend", "nccl", "--sizes", "1K", timeout=30)
     assert proc.returncode != 0
@@ -79,9 +160,12 @@ def test_bench_rejects_bad_sizes():
     assert proc.returncode == 2 and "multiple of the element size (4 B)" in proc.stderr
 
 
+@pytest.mark.requires_shared_gpu(3)
 def test_nccl_bootstrap_check_tells_right_from_wrong():
-    """Notebook 05's exercise check, on the simulator's recording stand-in for NCCL."""
-    cmd = [mpiexec(), "-n", "3", sys.executable, str(ROOT / "tests" / "mpi_scripts" / "nccl_bootstrap.py")]
+    """Notebook 05's exercise check, on the recording stand-in for NCCL that serves where NCCL
+    cannot run (the simulator; ranks sharing a GPU). With a GPU per rank the wrong bootstraps
+    would leave real NCCL waiting for ids that never come."""
+    cmd = [*launcher(), "-n", "3", sys.executable, str(ROOT / "tests" / "mpi_scripts" / "nccl_bootstrap.py")]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env(), cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     v = last_json(proc)
@@ -98,14 +182,16 @@ def test_bench_rows_verified():
     out = last_json(proc)
     assert out["passed"] is True and out["ranks"] == 3
     assert [r["size_bytes"] for r in out["rows"]] == [1024, 65536]
+    chosen = next(n for n in out["notes"] if n.startswith("auto chose ")).split()[2].rstrip(":")
+    assert chosen == "mpi-host" or out["device"] == "gpu"
     for r in out["rows"]:
-        assert r["backend"] == "mpi-host" and r["verified"] is True
+        assert r["backend"] == chosen and r["verified"] is True
         assert r["count"] == r["size_bytes"] // 4
         assert r["algbw_GBps"] == pytest.approx(r["size_bytes"] / (r["time_us"] * 1e-6) / 1e9)
         assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * 2 * 2 / 3)
-    assert any("auto chose mpi-host" in n for n in out["notes"])
 
 
+@pytest.mark.requires_sim("what the simulator can run")
 def test_bench_all_on_the_simulator_is_mpi_host_only():
     proc = run_mpi(2, "bench", "allreduce", "--backend", "all", "--sizes", "8,256", "--dtype",
                    "float64", "--json", timeout=60)
@@ -115,6 +201,16 @@ def test_bench_all_on_the_simulator_is_mpi_host_only():
     assert [r["count"] for r in out["rows"]] == [1, 32]
     assert all(r["busbw_GBps"] == pytest.approx(r["algbw_GBps"]) for r in out["rows"])  # n = 2
     assert any("only mpi-host" in n for n in out["notes"])
+
+
+@pytest.mark.requires_gpu("the backends a GPU offers")
+@pytest.mark.requires_shared_gpu(2)
+def test_bench_all_on_a_shared_gpu_skips_nccl_saying_why():
+    proc = run_mpi(2, "bench", "allreduce", "--backend", "all", "--sizes", "1K", "--json", timeout=120)
+    out = last_json(proc)
+    assert proc.returncode == 0 and out["passed"], proc.stderr
+    assert {r["backend"] for r in out["rows"]} <= {"mpi-host", "mpi-cuda"}        # no nccl, no raw-nccl
+    assert any(n.startswith("nccl skipped: ranks 0, 1 share GPU 0") for n in out["notes"]), out["notes"]
 
 
 def test_size_parsing_and_bus_bandwidth():
@@ -148,25 +244,41 @@ def test_ratios_and_targets():
 # -- Exercises 3 and 4 (use hpclab.kernels.pi) ----------------------------------------------
 @needs_pi
 def test_exercises_3_and_4_agree_for_any_split():
-    """The total depends only on (samples, seed): 1 or 3 'GPUs' in one process, 2 or 3 ranks."""
+    """The total depends only on (samples, seed): 1 or 3 'GPUs' in one process (on a GPU node,
+    1 and all of its GPUs), 2 or 3 ranks. Hit counts are integers: equal exactly."""
     args = ("--samples", "3000", "--seed", "11", "--json")
-    results = [last_json(run_hpclab("run", "pi-nccl-node", "--gpus", "1", *args, timeout=60)),
-               last_json(run_hpclab("run", "pi-nccl-node", "--gpus", "3", *args, timeout=60)),
-               last_json(run_mpi(2, "run", "pi-nccl-mpi", *args, timeout=60)),
-               last_json(run_mpi(3, "run", "pi-nccl-mpi", *args, timeout=60))]
+    several = 3 if gpus() == 0 else gpus()          # the simulator counts any number of shares
+    results = [last_json(run_hpclab("run", "pi-nccl-node", "--gpus", "1", *args, timeout=90)),
+               last_json(run_hpclab("run", "pi-nccl-node", "--gpus", str(several), *args, timeout=90)),
+               last_json(run_mpi(2, "run", "pi-nccl-mpi", *args, timeout=90)),
+               last_json(run_mpi(3, "run", "pi-nccl-mpi", *args, timeout=90))]
     for out in results:
         assert out["passed"] is True
         assert out["result"]["samples"] == 3000
     assert len({out["result"]["hits"] for out in results}) == 1
-    assert results[1]["result"]["gpus"] == 3 and sum(results[1]["result"]["per_gpu_hits"]) == \
+    assert results[1]["result"]["gpus"] == several and sum(results[1]["result"]["per_gpu_hits"]) == \
         results[1]["result"]["hits"]
-    assert results[3]["result"]["comm_backend"] == "mpi-host"
+    # NCCL with a GPU per rank; host-staged MPI where ranks share one (or on the simulator)
+    for out, ranks in ((results[2], 2), (results[3], 3)):
+        own = out["backend"] == "gpu" and gpus() >= ranks
+        assert out["result"]["comm_backend"] == ("nccl" if own else "mpi-host")
     assert len(results[3]["result"]["per_rank_hits"]) == 3
 
 
 @needs_pi
-def test_exercise_3_refuses_several_ranks_and_4_refuses_nccl_on_the_simulator():
-    proc = run_mpi(2, "run", "pi-nccl-node", "--samples", "100", timeout=30)
+def test_exercise_3_refuses_several_ranks():
+    proc = run_mpi(2, "run", "pi-nccl-node", "--samples", "100", timeout=60)
     assert proc.returncode != 0 and proc.stderr.count("ONE process") == 2
-    proc = run_mpi(2, "run", "pi-nccl-mpi", "--backend", "nccl", "--samples", "100", timeout=30)
-    assert proc.returncode != 0 and "NCCL" in proc.stderr
+
+
+@needs_pi
+@pytest.mark.requires_shared_gpu(2)
+def test_exercise_4_on_a_shared_gpu_falls_back_unless_nccl_is_asked_for():
+    proc = run_mpi(2, "run", "pi-nccl-mpi", "--samples", "100", "--json", timeout=60)
+    out = last_json(proc)
+    assert out["passed"] and out["result"]["comm_backend"] == "mpi-host"
+    if out["backend"] == "gpu":                    # on the simulator the note is about the simulator
+        assert "share GPU 0" in proc.stdout and "one rank per GPU" in proc.stdout
+    proc = run_mpi(2, "run", "pi-nccl-mpi", "--backend", "nccl", "--samples", "100", timeout=60)
+    assert proc.returncode != 0
+    assert proc.stderr.count("NCCL needs one GPU per rank") == 2, proc.stderr     # on every rank

@@ -2,11 +2,11 @@ import subprocess
 import sys
 import time
 
-from .helpers import ROOT, env, mpiexec
+from .helpers import ROOT, env, launcher
 
 
 def _mpi_script(n, name, timeout=60):
-    cmd = [mpiexec(), "-n", str(n), sys.executable, str(ROOT / "tests" / "mpi_scripts" / name)]
+    cmd = [*launcher(), "-n", str(n), sys.executable, str(ROOT / "tests" / "mpi_scripts" / name)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env(), cwd=ROOT)
 
 
@@ -45,7 +45,7 @@ def test_runner_aborts_all_ranks_on_an_unexpected_failure(tmp_path):
     script = tmp_path / "crash.py"
     script.write_text(CRASHING_PROGRAM)
     t0 = time.monotonic()
-    cmd = [mpiexec(), "-n", "3", sys.executable, str(script)]
+    cmd = [*launcher(), "-n", "3", sys.executable, str(script)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env(), cwd=ROOT)
     assert proc.returncode != 0
     assert "rank 1 crashed" in proc.stderr

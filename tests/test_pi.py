@@ -9,7 +9,7 @@ import pytest
 
 from hpclab.comm import block_range
 from hpclab.kernels import pi as k
-from .helpers import last_json, run_hpclab, run_mpi
+from .helpers import gpus, last_json, run_hpclab, run_mpi
 
 cuda = k.cuda          # kernels below use the module's name, which the simulator replaces
 
@@ -259,3 +259,9 @@ def test_mpi_scaling_command_writes_csv_and_png(tmp_path):
     assert [int(r["ranks"]) for r in rows] == [1, 2]
     assert float(rows[0]["speedup"]) == 1.0 and all(r["passed"] == "True" for r in rows)
     assert (tmp_path / "pi-mc_strong.png").stat().st_size > 1000
+    # Two ranks share a GPU (the simulated one, or a machine's only GPU): the records and the
+    # table say that this measured time sharing, not scaling.
+    shared = rows[1]["ranks_per_gpu"] == "2"
+    assert [r["shared_gpu"] for r in rows] == ["False", str(shared)]
+    assert shared == (not (rows[0]["backend"] == "gpu" and gpus() >= 2))
+    assert ("time sharing, not scaling" in proc.stdout) == shared

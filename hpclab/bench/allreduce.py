@@ -167,8 +167,9 @@ class RawNcclCase:
         import cupy as cp
         from cupy.cuda import nccl
 
-        from ..comm.nccl import unique_id
+        from ..comm.nccl import require_one_gpu_per_rank, unique_id
 
+        require_one_gpu_per_rank(comm)     # NCCL refuses ranks that share a device
         self.cp, self.nccl, self.dtype = cp, nccl, np.dtype(dtype)
         cp.cuda.Device(backend.cuda().get_current_device().id).use()
         self.nccl_type = nccl.NCCL_FLOAT32 if self.dtype == np.float32 else nccl.NCCL_FLOAT64
@@ -222,8 +223,14 @@ def backends_to_run(requested: str, comm, notes: list[str]) -> list[str]:
         names.append("mpi-cuda")
     else:
         notes.append(f"mpi-cuda skipped: MPI is not CUDA-aware ({how})")
+    from ..comm.select import NEEDS_OWN_GPU, describe_sharing
+    from ..device import sharing
+
+    shared = sharing(comm)
     ok, why = nccl_available()
-    if comm.allreduce(ok, op=MPI.LAND):
+    if shared:
+        notes.append(f"nccl skipped: {describe_sharing(shared)}, and {NEEDS_OWN_GPU}")
+    elif comm.allreduce(ok, op=MPI.LAND):
         names.append("nccl")
     else:
         notes.append(f"nccl skipped: {why}")

@@ -5,7 +5,10 @@ rank creates its communicator with (number of ranks, that id, its rank).
 On GPUs the learner's function runs against ``cupy.cuda.nccl`` and the
 communicator it returns must all-reduce correctly. On the simulator there is
 no NCCL: the function gets :class:`StandInNccl`, which offers the same two
-calls and records them, so the check still judges the bootstrap itself.
+calls and records them, so the check still judges the bootstrap itself. The
+same stand-in serves where ranks share a GPU (one GPU, several ranks): NCCL
+refuses two ranks of one communicator on one device, so the learner's
+communicators could not be made there.
 """
 from __future__ import annotations
 
@@ -37,7 +40,8 @@ class StandInNccl:
     call and in every process, as NCCL's does.
     """
 
-    def __init__(self):
+    def __init__(self, reason: str = "the Numba CUDA simulator has no NCCL"):
+        self.reason = reason          # why the real NCCL is not used here, in words
         self.ids_made = 0
         self.communicators: list[tuple] = []
 
@@ -50,10 +54,17 @@ class StandInNccl:
         return StandInCommunicator(nranks, tuple(uid), rank)
 
 
-def nccl_module():
-    """``cupy.cuda.nccl`` on GPUs (when it imports), else a recording stand-in."""
+def nccl_module(comm=None):
+    """``cupy.cuda.nccl`` with one GPU per rank (when it imports), else a recording stand-in
+    whose ``reason`` says why. Collective (it asks every rank of ``comm`` which GPU it uses)."""
+    from ..comm.select import NEEDS_OWN_GPU, describe_sharing
+    from ..device import sharing
+
     if backend.is_simulator():
         return StandInNccl()
+    shared = sharing(comm)
+    if shared:
+        return StandInNccl(f"{describe_sharing(shared)}, and {NEEDS_OWN_GPU}")
     from ..comm.nccl import load
 
     return load()

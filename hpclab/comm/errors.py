@@ -22,8 +22,10 @@ class RankError(RuntimeError):
         self.size = size
         ranks = ", ".join(str(r) for r in failures)
         first = next(iter(failures.values()))
-        # A nested step's message already says how many other ranks failed.
-        others = "" if len(failures) == 1 or "(and " in first else f" (and {len(failures) - 1} more)"
+        # A nested step's message already says how many other ranks failed; the same
+        # message from every failing rank is said once.
+        same = len(set(failures.values())) == 1
+        others = "" if len(failures) == 1 or same or "(and " in first else f" (and {len(failures) - 1} more)"
         super().__init__(
             f"{what} failed on rank {ranks} of {size}: {first}{others}")
 

@@ -36,7 +36,7 @@ import numpy as np
 
 from .. import backend
 from .base import Backend
-from .errors import step
+from .errors import RankError, step
 
 INSTALL = ("install CuPy, which ships NCCL's Python binding: pip install 'hpclab[gpu]' "
            "(cupy-cuda13x; on a cluster load the CUDA module first)")
@@ -66,6 +66,38 @@ def load():
         raise NcclUnavailable(f"NCCL is not available: CuPy is installed but found no NCCL "
                               f"library; {INSTALL}")
     return nccl
+
+
+class SharedGPUError(RankError):
+    """NCCL asked for on ranks that share a GPU; raised on every rank, before NCCL is touched."""
+
+    def __init__(self, shared, size: int):
+        from ..device import describe_sharing
+        from .select import NEEDS_OWN_GPU
+
+        self.shared = shared
+        message = (f"{describe_sharing(shared)}, and {NEEDS_OWN_GPU}. Instead use --backend auto or "
+                   "mpi-host (host-staged MPI; works on a shared GPU), mpi-cuda where MPI is CUDA-aware, "
+                   "or start one rank per GPU (mpiexec -n <number of GPUs>; under Slurm "
+                   "--ntasks-per-node=<GPUs> --gpus-per-task=1).")
+        if backend.is_simulator():
+            message += " On the Numba CUDA simulator NCCL is not available at all: NCCL needs real NVIDIA GPUs."
+        # The same message for every rank that shares: RankError says it once.
+        super().__init__("NCCL backend", {r: message for r in sorted(r for g in shared for r in g.ranks)}, size)
+
+
+def require_one_gpu_per_rank(comm) -> None:
+    """Raise :class:`SharedGPUError` on every rank of ``comm`` if any two of them use one device.
+
+    Collective (one small allgather). NCCL would fail in ncclCommInitRank with
+    NCCL_ERROR_INVALID_USAGE on such ranks; asking first gives a message that
+    names the ranks, the GPU and what to do instead.
+    """
+    from ..device import sharing
+
+    shared = sharing(comm)
+    if shared:
+        raise SharedGPUError(shared, comm.size)
 
 
 def available() -> tuple[bool, str]:
@@ -154,6 +186,7 @@ class NcclBackend(Backend):
 
     def __init__(self, comm=None):
         super().__init__(comm)
+        require_one_gpu_per_rank(self.comm)    # before NCCL is touched: a clear refusal, not INVALID_USAGE
         with step(self.comm, "NCCL backend"):
             self._nccl = load()
         self.nccl_comm, self.device = communicator(self.comm)

@@ -3,37 +3,71 @@
 ``auto`` takes the fastest that works on every rank: NCCL on GPUs (when CuPy's
 NCCL imports; with one rank too, so that a one-GPU baseline does not pay
 for a trip through host memory that the multi-GPU runs do not make), else CUDA-aware MPI (when MPI
-says it is), else host staging. On the simulator only host staging applies;
-the choice and its reason are said once, by rank 0.
+says it is), else host staging. On the simulator only host staging applies.
+When ranks share a GPU (more ranks than GPUs on a node), NCCL is out: it
+refuses two ranks of one communicator on the same device, so ``auto`` takes
+CUDA-aware MPI or host staging, and an explicit ``nccl`` is refused on every
+rank before NCCL is touched (:func:`hpclab.comm.nccl.require_one_gpu_per_rank`).
+The choice and its reason are said once, by rank 0, in one line.
 """
 from __future__ import annotations
 
 import sys
 
 from .. import backend
+from ..device import describe_sharing
 from ..mpi import cuda_aware, world
 
 BACKENDS = ("auto", "mpi-host", "mpi-cuda", "nccl")
+NEEDS_OWN_GPU = "NCCL needs one GPU per rank (it refuses two ranks of one communicator on the same device)"
 _announced = False
+
+
+def decide(shared, simulator: bool, nccl_ok: bool | None = None, nccl_why: str = "",
+           aware: bool | None = None, how: str = "") -> tuple[str, str]:
+    """(backend, why) from what every rank reported; the same facts give the same answer everywhere.
+
+    ``shared``: the devices several ranks use (:func:`hpclab.device.sharing`);
+    ``nccl_ok``/``aware``: NCCL importable / MPI CUDA-aware on every rank.
+    """
+    if shared:
+        why = f"{describe_sharing(shared)}, and {NEEDS_OWN_GPU}"
+        if simulator:
+            return "mpi-host", (f"{why}; the Numba CUDA simulator has neither NCCL nor CUDA-aware MPI, "
+                                "so device data is staged through host memory")
+        if aware:
+            return "mpi-cuda", f"{why}; MPI is CUDA-aware on every rank ({how})"
+        return "mpi-host", f"{why}; MPI is not CUDA-aware ({how}): staging through host memory"
+    if simulator:
+        return "mpi-host", ("the Numba CUDA simulator is in use (no GPU): NCCL and CUDA-aware MPI "
+                            "need real GPUs, so device data is staged through host memory")
+    if nccl_ok:
+        return "nccl", f"GPUs and NCCL on every rank ({nccl_why})"
+    if aware:
+        return "mpi-cuda", f"MPI is CUDA-aware on every rank ({how})"
+    return "mpi-host", (f"NCCL is not importable on every rank, and MPI is not CUDA-aware ({how}): "
+                        "staging through host memory")
 
 
 def choose(comm=None) -> tuple[str, str]:
     """(backend name, why) for ``auto``; collective: the same answer on every rank."""
     from mpi4py import MPI
 
-    comm = comm or world()
-    if backend.is_simulator():
-        return "mpi-host", ("the Numba CUDA simulator is in use (no GPU): NCCL and CUDA-aware MPI "
-                            "need real GPUs, so device data is staged through host memory")
-    from .nccl import available as nccl_available
+    from ..device import sharing
 
-    ok, why = nccl_available()
-    if comm.allreduce(ok, op=MPI.LAND):
-        return "nccl", f"GPUs and NCCL on every rank ({why})"
-    aware, how = cuda_aware()
-    if comm.allreduce(aware, op=MPI.LAND):
-        return "mpi-cuda", f"MPI is CUDA-aware on every rank ({how})"
-    return "mpi-host", f"NCCL is not importable on every rank, and MPI is not CUDA-aware ({how}): staging through host memory"
+    comm = comm or world()
+    shared = sharing(comm)
+    simulator = backend.is_simulator()
+    nccl_ok, nccl_why, aware, how = None, "", None, ""
+    if not simulator and not shared:
+        from .nccl import available as nccl_available
+
+        ok, nccl_why = nccl_available()
+        nccl_ok = comm.allreduce(ok, op=MPI.LAND)
+    if not simulator and not nccl_ok:
+        mine, how = cuda_aware()
+        aware = comm.allreduce(mine, op=MPI.LAND)
+    return decide(shared, simulator, nccl_ok, nccl_why, aware, how)
 
 
 def get(name: str = "auto", comm=None, quiet: bool = False):
@@ -51,7 +85,7 @@ def get(name: str = "auto", comm=None, quiet: bool = False):
     if key == "auto":
         key, why = choose(comm)
         if not quiet and not _announced and comm.rank == 0:
-            print(f"hpclab communication backend: {key} ({why})", file=sys.stderr, flush=True)
+            print(f"hpclab communication backend: {key}, because {why}", file=sys.stderr, flush=True)
         _announced = True
     if key == "mpi-host":
         from .mpi_host import HostStagedMPI

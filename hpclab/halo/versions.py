@@ -2,7 +2,8 @@
 
 V1 serial NumPy (rank 0)          V2 MPI on CPUs: NumPy bands, halos by mpi4py
 V3 one GPU (rank 0)               V4 MPI + GPU, halos staged through host memory
-V5 MPI + GPU, GPU-to-GPU halos (NCCL or CUDA-aware MPI; host-staged where neither exists)
+V5 MPI + GPU, GPU-to-GPU halos (NCCL or CUDA-aware MPI; host-staged where neither exists,
+   e.g. where ranks share a GPU: NCCL needs one per rank, and the answer is V4's either way)
 
 Checks: max error relative to V1 (float32 sums in another order on the GPU),
 and a digest — FNV-1a 64 of the values rounded to 5 significant digits —
@@ -287,9 +288,10 @@ def scaling_point(mode: str, ranks: int, ops, shape, comm, version: str = "v4", 
                   repeats: int = 1, seed: int = 1) -> dict | None:
     """Time ``version`` on the first ``ranks`` ranks of ``comm`` (the others wait).
 
-    Returns, on the ranks that ran, {mode, ranks, height, wall_s, compute, halo, transfer}
-    (seconds, max over the ranks that ran; the split from a synchronised pass
-    on a GPU); None elsewhere.
+    Returns, on the ranks that ran, {mode, ranks, height, wall_s, compute, halo, transfer,
+    ranks_per_gpu} (seconds, max over the ranks that ran; the split from a synchronised pass
+    on a GPU; ranks_per_gpu > 1: they took turns on a GPU, time sharing, not scaling);
+    None elsewhere.
     """
     color = 0 if comm.rank < ranks else 1
     sub = comm.Split(color, comm.rank)
@@ -308,8 +310,11 @@ def scaling_point(mode: str, ranks: int, ops, shape, comm, version: str = "v4", 
         from mpi4py import MPI
 
         phases = max_phases(timer, sub)
+        from ..device import ranks_per_gpu
+
         return {"mode": mode, "ranks": ranks, "height": shape[2], "wall_s": statistics.median(walls),
-                **{k: phases.get(k, 0.0) for k in ("compute", "halo", "transfer")}}
+                **{k: phases.get(k, 0.0) for k in ("compute", "halo", "transfer")},
+                "ranks_per_gpu": ranks_per_gpu(sub)}
     finally:
         comm.Barrier()
         sub.Free()

@@ -6,7 +6,12 @@ MPI and every rank creates its NCCL communicator on its own GPU
 share of the samples; the counts are all-reduced by NCCL from GPU memory.
 
 On the simulator there is no NCCL: the hits go through host-staged MPI
-(``mpi-host``) instead, and the program says so. The count for a sample
+(``mpi-host``) instead, and the program says so. Where ranks share a GPU
+(one GPU, several ranks) NCCL cannot run either (it refuses two ranks of
+one communicator on one device): the exercise is about that NCCL path, but
+its answer is not, so by default the hits are added by host-staged MPI with
+a note saying why, and an explicit ``--backend nccl`` is refused on every
+rank with the ranks, the GPU and the alternatives. The count for a sample
 depends only on its global index, so the total is the same on any number
 of ranks.
 """
@@ -16,12 +21,15 @@ import numpy as np
 
 from .. import backend
 from ..comm import block_range, get, require_at_least, step
+from ..comm.select import NEEDS_OWN_GPU, describe_sharing
+from ..device import sharing
 from ..runner import Report, parse_count
 from ..timing import wall
 from ._pi_report import add_launch_arguments, estimate, final_lines
 
 HELP = ("Workshop Exercise 4: Monte Carlo pi with one MPI rank per GPU; MPI only bootstraps NCCL, "
-        "and the hit counts are all-reduced by NCCL (host-staged MPI on the simulator).")
+        "and the hit counts are all-reduced by NCCL (host-staged MPI on the simulator, or where "
+        "ranks share a GPU).")
 
 
 def add_arguments(parser) -> None:
@@ -29,7 +37,8 @@ def add_arguments(parser) -> None:
                         help="total samples over all ranks (default 1e11 on GPUs, 4096 on the simulator)")
     parser.add_argument("--seed", type=int, default=2024, help="random seed (default 2024)")
     parser.add_argument("--backend", default=None,
-                        help="communication backend (default: nccl on GPUs, mpi-host on the simulator)")
+                        help="communication backend (default: nccl with one GPU per rank; mpi-host where ranks "
+                             "share a GPU and on the simulator)")
     add_launch_arguments(parser)
 
 
@@ -41,10 +50,15 @@ def run(args, ctx) -> Report:
     with step(comm, "input check"):
         require_at_least(samples, size, "samples")
         from ..kernels.pi import count_hits
-    name = args.backend or ("mpi-host" if sim else "nccl")
+    shared = sharing(comm)  # collective: the same list on every rank
+    name = args.backend or ("mpi-host" if sim or shared else "nccl")
     if args.backend is None and sim:
         notes.append("Exercise 4 combines the hits with NCCL on GPUs; on the Numba CUDA simulator there "
                      "is no NCCL, so host-staged MPI (mpi-host) does it here.")
+    elif args.backend is None and shared:
+        notes.append(f"Exercise 4 combines the hits with NCCL, one rank per GPU; here {describe_sharing(shared)}, "
+                     f"and {NEEDS_OWN_GPU}, so host-staged MPI (mpi-host) adds them. Start one rank per "
+                     "GPU to run it over NCCL.")
     be = get(name, comm)  # collective; for nccl: unique id on rank 0, MPI broadcast, communicator
 
     lo, hi = block_range(samples, size, rank)

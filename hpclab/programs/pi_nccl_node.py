@@ -6,6 +6,11 @@ contiguous share of the samples (one host thread per GPU launches its
 kernel, so the GPUs work at the same time), then a single NCCL group
 all-reduces the per-GPU counts, GPU to GPU, with no copy through the host.
 
+One process holds every communicator, so ranks never share a GPU here: on a
+machine with one GPU it is one communicator over one device, the exercise at
+its smallest. Under mpiexec with several ranks it refuses (that would be
+Exercise 4), on every rank, saying so.
+
 On the simulator there is one simulated device and no NCCL: the same shares
 are counted one after another on it and added on the host, so the
 decomposition and the check still run. The count for a sample depends only
