@@ -14,17 +14,20 @@ import importlib
 import pkgutil
 import sys
 
+from .options import Parser, UsageError, count
+
 
 def _info(args) -> int:
     from . import backend
 
     rows = []
+    problem = None
     try:
         choice = backend.select()
         rows.append(("backend", backend.describe(choice)))
     except backend.BackendError as exc:
         rows.append(("backend", f"ERROR: {exc}"))
-        choice = None
+        choice, problem = None, f"hpclab info: error: {exc}"
     rows.append(("GPUs (driver)", str(backend.count_gpus())))
     if choice == "gpu":
         cuda = backend.cuda()
@@ -51,7 +54,9 @@ def _info(args) -> int:
     if _rank() == 0:
         for k, v in rows:
             print(f"{k:<{width}}  {v}")
-    return 0
+        if problem:
+            print(problem, file=sys.stderr)
+    return 2 if problem else 0
 
 
 def _nccl_status() -> str:
@@ -90,6 +95,11 @@ def _modules(package: str) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
+    except UsageError as exc:
+        # Bad input: one line, exit status 2 (``hpclab run`` reports its own, agreed across ranks).
+        if _rank() == 0:
+            print(exc, file=sys.stderr)
+        return 2
     except ModuleNotFoundError as exc:
         # A Python without hpclab's dependencies (not the project's .venv) fails on first use of one;
         # say which Python and how to get the environment instead of a bare traceback.
@@ -104,8 +114,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(prog="hpclab", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="hpclab", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="what this machine offers: backend, GPUs, MPI, NCCL")
     run = sub.add_parser("run", help="run a workshop program on every rank", add_help=False)
@@ -118,10 +127,10 @@ def _main(argv: list[str] | None) -> int:
     ex.add_argument("action", choices=["build", "check"])
     ex.add_argument("--root", default=".", help="project root (default .)")
     wb = sub.add_parser("workbook", help="execute every notebook on MPI engines into build/")
-    wb.add_argument("--engines", type=int, default=4)
+    wb.add_argument("--engines", type=count(1, 1024), default=4)
     wb.add_argument("--notebooks", default="notebooks")
     wb.add_argument("--out", default="build")
-    wb.add_argument("--timeout", type=int, default=1200, help="seconds per cell")
+    wb.add_argument("--timeout", type=count(1, 7 * 86400), default=1200, help="seconds per cell")
 
     args, rest = parser.parse_known_args(argv)
     if args.command == "info":
@@ -137,9 +146,8 @@ def _main(argv: list[str] | None) -> int:
 
             return run_main(args.name, rest)
         if args.name not in names:
-            print(f"hpclab bench: unknown benchmark {args.name!r}; choose one of: {', '.join(names)}",
-                  file=sys.stderr)
-            return 2
+            raise UsageError(f"hpclab bench: error: unknown benchmark {args.name!r}; choose one of: "
+                             f"{', '.join(names)}")
         return importlib.import_module(f"{package}.{args.name.replace('-', '_')}").main(rest)
     if args.command == "scaling":
         from . import scaling
