@@ -134,6 +134,8 @@ def _main(argv: list[str] | None) -> int:
 
     args, rest = parser.parse_known_args(argv)
     if args.command == "info":
+        if rest:
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
         return _info(args)
     if args.command in ("run", "bench"):
         package = "hpclab.programs" if args.command == "run" else "hpclab.bench"
@@ -154,7 +156,7 @@ def _main(argv: list[str] | None) -> int:
 
         return scaling.main(rest)
     if rest:
-        parser.error(f"unrecognised arguments: {' '.join(rest)}")
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "exercises":
         from . import exercises
 

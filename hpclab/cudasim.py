@@ -51,4 +51,5 @@ def install() -> None:
         return found
 
     array.hpclab_thread_safe = True
+    array.numba_original = shared.array        # kept for the test that shows the race
     shared.array = array

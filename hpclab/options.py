@@ -111,13 +111,13 @@ def seed(hi: int = (1 << 64) - 1):
 
 
 def _real_span(lo, hi, lo_open, hi_open) -> str:
-    parts = []
+    if lo is not None and hi is not None:
+        return f"a finite number with {lo:g} {'<' if lo_open else '<='} value {'<' if hi_open else '<='} {hi:g}"
     if lo is not None:
-        parts.append(f"{lo:g} {'<' if lo_open else '<='} ")
-    parts.append("value")
+        return f"a finite number {'above' if lo_open else 'of at least'} {lo:g}"
     if hi is not None:
-        parts.append(f" {'<' if hi_open else '<='} {hi:g}")
-    return "a finite number with " + "".join(parts) if (lo is not None or hi is not None) else "a finite number"
+        return f"a finite number {'below' if hi_open else 'of at most'} {hi:g}"
+    return "a finite number"
 
 
 def real(lo: float | None = None, hi: float | None = None, lo_open: bool = False, hi_open: bool = False):
@@ -182,9 +182,9 @@ def real_list(lo: float | None = None, hi: float | None = None, lo_open: bool = 
     return parse
 
 
-def choice_list(choices, alone: tuple[str, ...] = ()):
-    """argparse type: a comma list of ``choices`` (case-insensitive, no repeats needed), or one
-    of ``alone`` by itself (e.g. ``all``); a tuple of lower-case names."""
+def choice_list(choices, alone: tuple[str, ...] = (), noun: str = "item"):
+    """argparse type: a comma list of ``choices`` (case-insensitive), or one of ``alone`` by
+    itself (e.g. ``all``); a tuple of lower-case names, repeats dropped."""
     allowed = ", ".join(choices)
     hint = (f"{' or '.join(alone)}, or " if alone else "") + f"a comma list of {allowed}"
 
@@ -194,8 +194,7 @@ def choice_list(choices, alone: tuple[str, ...] = ()):
         items = [v.lower() for v in _items(text, ",".join(list(choices)[:2]))]
         bad = [v for v in items if v not in choices]
         if bad:
-            raise argparse.ArgumentTypeError(f"{', '.join(map(repr, bad))} in {text!r} is not known; "
-                                             f"give {hint}")
+            raise argparse.ArgumentTypeError(f"unknown {noun} {', '.join(bad)}; give {hint}")
         return tuple(dict.fromkeys(items))
 
     parse.__name__ = "list"

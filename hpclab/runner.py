@@ -181,10 +181,9 @@ def main(name: str, argv: list[str]) -> int:
         report = module.run(args, ctx)
         lines = comm.gather(report.rank_line, root=0)
     except RankError as exc:  # raised on every rank alike: all exit cleanly
-        if rank == 0:
-            print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
-            if want_json:
-                print(_error_json(name, comm.size, str(exc)), flush=True)
+        _say(rank, str(exc))
+        if rank == 0 and want_json:
+            print(_error_json(name, comm.size, str(exc)), flush=True)
         return 1
     except Exception as exc:  # this rank alone may have failed: never leave the rest waiting
         if isinstance(exc, (ValueError, backend.BackendError)):

@@ -372,8 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work-arg", default=None,
                         help="the program's size option (default: --samples for pi-mc, --bins for pi-midpoint)")
     parser.add_argument("--timing", default="wall_s", help="which timings key to use (default wall_s)")
-    parser.add_argument("--timeout", type=real(0, 30 * 86400, lo_open=True), default=600,
-                        help="seconds allowed per run (default 600)")
+    parser.add_argument("--timeout", type=real(0, 7 * 86400, lo_open=True), default=600,
+                        help="seconds allowed per run, up to a week (default 600)")
     parser.add_argument("--out", default="build/scaling", help="directory for the CSV and PNG")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     try:

@@ -37,7 +37,7 @@ def add_arguments(parser) -> None:
                              "of the block's convolution (instead of --height)")
     parser.add_argument("--width", type=count(1, MAX_SIDE), default=None, help="input width of the block")
     parser.add_argument("--batch", type=count(1, 1 << 20), default=1, help="images per batch (default 1)")
-    parser.add_argument("--version", type=choice_list(VERSIONS, alone=("all",)), default=("all",),
+    parser.add_argument("--version", type=choice_list(VERSIONS, alone=("all",), noun="version"), default=("all",),
                         help="all, or a comma list of v1..v5 (V1 and the serial twin always run as the check)")
     parser.add_argument("--comm", default="auto", choices=hcomm.BACKENDS,
                         help="backend for V5's GPU-to-GPU halos: auto, nccl, mpi-cuda or mpi-host")

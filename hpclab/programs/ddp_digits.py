@@ -57,10 +57,13 @@ def validate(args, launch) -> None:
     check_batch(train, cfg.global_batch, launch.ranks)
     layers = len(cfg.hidden) + 1
     steps = cfg.epochs * (train // cfg.global_batch)
-    per_step = 6 * layers * launch.fastest("launch_s")       # forward, backward, update per layer
-    budget.refuse_long("--epochs", cfg.epochs, steps * per_step,
-                       f"{steps:.3g} steps of at least {6 * layers} kernel launches each")
     params = count_parameters([64, *cfg.hidden, 10])
+    flops = 6 * params * cfg.global_batch / launch.ranks   # forward and backward of a rank's share
+    per_step = 6 * layers * launch.fastest("launch_s") + flops / launch.fastest("flops")
+    budget.refuse_long("--epochs", cfg.epochs, steps * per_step,
+                       f"{steps:.3g} steps, each at least {6 * layers} kernel launches and {flops:.3g} "
+                       "floating-point operations per rank",
+                       "use fewer --epochs, smaller --hidden layers or a larger --global-batch")
     activations = 4 * sum(cfg.hidden) * max(train, 1)          # a whole split through the model
     budget.refuse_large("--hidden", ",".join(map(str, cfg.hidden)),
                         launch.node_bytes(*(2 * (16 * params + activations),) * 2),

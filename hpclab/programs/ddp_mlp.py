@@ -46,13 +46,16 @@ def validate(args, launch) -> None:
     flag = "--per-rank-batch" if args.per_rank_batch else "--global-batch"
     check_batch(cfg.samples, batch, launch.ranks, flag)
     steps = cfg.epochs * (cfg.samples // batch)
-    per_step = 12 * launch.fastest("launch_s")            # two layers forward, backward, update
+    params = 9 * cfg.hidden + 2
+    flops = 6 * params * batch / launch.ranks             # forward and backward of a rank's share
+    per_step = 12 * launch.fastest("launch_s") + flops / launch.fastest("flops")
     budget.refuse_long("--epochs", cfg.epochs, steps * per_step,
-                       f"{steps:.3g} steps of at least 12 kernel launches each")
+                       f"{steps:.3g} steps of {batch} samples, each at least 12 kernel launches and "
+                       f"{flops:.3g} floating-point operations per rank",
+                       "use fewer --epochs or --samples, a smaller --hidden or a larger batch")
     item = 8 if cfg.dtype == "float64" else 4
     budget.refuse_large("--samples", cfg.samples, launch.node_bytes(*(3 * 8 * 8 * cfg.samples,) * 2),
                         f"{cfg.samples} samples of 6 inputs and 2 outputs, on the host and the device")
-    params = 9 * cfg.hidden + 2
     per_rank = item * (8 * params + 4 * cfg.hidden * (batch // launch.ranks))
     budget.refuse_large("--hidden", cfg.hidden, launch.node_bytes(per_rank, per_rank),
                         f"{params} parameters with gradients and optimizer state, and activations")
