@@ -35,6 +35,7 @@ class Launch:
     ranks: int = 1
     ranks_per_node: int = 1
     backend: str = "sim"            # "gpu" or "sim"
+    memory: float | None = None     # bytes available on a node; None: ask this node
 
     def fastest(self, what: str) -> float:
         return FASTEST[self.backend][what]
@@ -109,8 +110,9 @@ def memory_available() -> int | None:
     return min(found)
 
 
-def refuse_large(option: str, value, nbytes: float, what: str, available: int | None = None) -> None:
-    """Raise if ``option value`` needs more host memory on this node than is available."""
+def refuse_large(option: str, value, nbytes: float, what: str, available: float | None = None) -> None:
+    """Raise if ``option value`` needs more host memory on this node than is available
+    (``available``: bytes, as ``Launch.memory``; None asks this node)."""
     available = memory_available() if available is None else available
     if available is not None and nbytes > available:
         raise UsageError(

@@ -144,6 +144,8 @@ def main(name: str, argv: list[str]) -> int:
         problem = str(exc)
     except backend.BackendError as exc:
         problem = f"{prog}: error: {exc}"
+    except Exception as exc:  # noqa: BLE001 - e.g. a module missing on one node: the others must hear of it
+        problem = f"{prog}: error: {type(exc).__name__}: {exc}"
 
     from .comm import RankError, step
     from .device import select_gpu

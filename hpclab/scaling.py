@@ -174,17 +174,26 @@ def _work_plan(program, argv, ranks, weak, work_arg):
     return {n: scaled_args(argv, option, n if weak else 1) for n in ranks}
 
 
-def check_plan(program: str, plan: dict, backend_name: str | None = None) -> None:
+def check_plan(program: str, plan: dict) -> None:
     """Every run of the sweep parses and passes the program's own check, before the first starts.
 
-    Each rank count is checked as if it had a node to itself (the run checks memory again
-    where it lands), so a sweep over several nodes is not refused for one node's memory.
+    The runs may land elsewhere (``--mpiexec srun`` from a login node), so this check is the
+    lenient one: GPU speed and no memory limit; each run checks again where it runs. Where
+    this node cannot even choose a backend (HPCLAB_BACKEND=gpu on a login node), only the
+    options' types and ranges are checked here.
     """
+    import math
+
     from . import backend, runner
     from .budget import Launch
 
+    try:
+        backend.select()
+        lenient = True
+    except backend.BackendError:
+        lenient = False
     for n, (argv, _) in plan.items():
-        runner.parse_arguments(program, argv, Launch(n, 1, backend_name or backend.select()))
+        runner.parse_arguments(program, argv, Launch(n, 1, "gpu", math.inf) if lenient else None)
 
 
 def program_args(program: str, argv: list[str]):

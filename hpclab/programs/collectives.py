@@ -30,7 +30,8 @@ def validate(args, launch) -> None:
     budget.require_share("--count", n, launch.ranks, "elements")
     # float64 on every rank: its data, the ring's result and working copies, MPI's result
     budget.refuse_large("--count", n, launch.node_bytes(6 * 8 * n, 6 * 8 * n),
-                        f"six float64 buffers of {n} elements on each of {launch.ranks_per_node} rank(s) here")
+                        f"six float64 buffers of {n} elements on each of {launch.ranks_per_node} rank(s) here",
+                        available=launch.memory)
 
 
 def exercise0(be) -> dict[str, list[float]]:

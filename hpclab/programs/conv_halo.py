@@ -67,7 +67,8 @@ def validate(args, launch) -> None:
     table = alexnet.layer_table(ops, (c, h, w), n)
     nbytes = sum(row["bytes"] for row in table)          # every layer's input, output and weights
     budget.refuse_large(option, value, launch.node_bytes(2 * nbytes, 2 * nbytes / launch.ranks),
-                        f"the {args.layer} block on a {n}x{c}x{h}x{w} input, whole on rank 0 for the check")
+                        f"the {args.layer} block on a {n}x{c}x{h}x{w} input, whole on rank 0 for the check",
+                        available=launch.memory)
     flops = sum(row["flops"] for row in table) * len(versions) * (args.repeats or 1)
     rate = launch.fastest("flops")
     budget.refuse_long(option, value, flops / (rate * launch.ranks),

@@ -67,7 +67,8 @@ def validate(args, launch) -> None:
     activations = 4 * sum(cfg.hidden) * max(train, 1)          # a whole split through the model
     budget.refuse_large("--hidden", ",".join(map(str, cfg.hidden)),
                         launch.node_bytes(*(2 * (16 * params + activations),) * 2),
-                        f"{params:.3g} parameters with gradients and optimizer state, and activations")
+                        f"{params:.3g} parameters with gradients and optimizer state, and activations",
+                        available=launch.memory)
 
 
 def _mib(b) -> str:

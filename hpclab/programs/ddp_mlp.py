@@ -55,10 +55,12 @@ def validate(args, launch) -> None:
                        "use fewer --epochs or --samples, a smaller --hidden or a larger batch")
     item = 8 if cfg.dtype == "float64" else 4
     budget.refuse_large("--samples", cfg.samples, launch.node_bytes(*(3 * 8 * 8 * cfg.samples,) * 2),
-                        f"{cfg.samples} samples of 6 inputs and 2 outputs, on the host and the device")
+                        f"{cfg.samples} samples of 6 inputs and 2 outputs, on the host and the device",
+                        available=launch.memory)
     per_rank = item * (8 * params + 4 * cfg.hidden * (batch // launch.ranks))
     budget.refuse_large("--hidden", cfg.hidden, launch.node_bytes(per_rank, per_rank),
-                        f"{params} parameters with gradients and optimizer state, and activations")
+                        f"{params} parameters with gradients and optimizer state, and activations",
+                        available=launch.memory)
 
 
 def run(args, ctx) -> Report:

@@ -42,7 +42,8 @@ def validate(args, launch) -> None:
     mine = 2 * -(-n // launch.ranks) * n * item               # this rank's rows of A and C
     first = (3 * item + 8) * n * n + mine                      # A, B, C, and B in float64 for the check
     budget.refuse_large("--n", n, launch.node_bytes(first, item * n * n + mine),
-                        f"A, B and C ({n}x{n} {args.dtype}) on rank 0 and B on every rank")
+                        f"A, B and C ({n}x{n} {args.dtype}) on rank 0 and B on every rank",
+                        available=launch.memory)
     flops, rate = 2 * n ** 3 * args.repeats, launch.fastest("flops")
     budget.refuse_long("--n", n, flops / (rate * launch.ranks),
                        f"{flops:.3g} floating-point operations at under {rate:.0e} per second per rank")

@@ -58,7 +58,8 @@ def validate(args, launch) -> None:
     per_rank = 9 * n * n * item            # A, A^T, B, dC, C, the gradient, C on the host; A and B made on the host
     replay = (launch.ranks + 2) * n * n * 8 if args.init == "random" else 0   # rank 0's float64 check
     budget.refuse_large("--n", n, launch.node_bytes(per_rank + replay, per_rank),
-                        f"nine {n}x{n} {args.dtype} matrices per rank")
+                        f"nine {n}x{n} {args.dtype} matrices per rank",
+                        available=launch.memory)
     rate, launch_s = launch.fastest("flops"), launch.fastest("launch_s")
     per_iteration = 4 * n ** 3 / rate + 4 * launch_s          # two products, four launches
     budget.refuse_long("--iterations", args.iterations, args.iterations * per_iteration,

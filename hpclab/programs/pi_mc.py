@@ -23,7 +23,8 @@ SEED_LIMIT = 1 << 64          # seeds are 64-bit words
 def add_arguments(parser) -> None:
     parser.add_argument("--samples", type=count(1, MAX_SAMPLES), default=None,
                         help="number of samples (e.g. 1e12; default 1e11 on a GPU, 20000 on the simulator)")
-    parser.add_argument("--seed", type=seed_type(SEED_LIMIT - 1), default=123, help="generator seed, 0 to 2^64-1 (default 123)")
+    parser.add_argument("--seed", type=seed_type(SEED_LIMIT - 1), default=123,
+                        help="generator seed, 0 to 2^64-1 (default 123)")
     parser.add_argument("--generator", choices=GENERATORS, default="counter",
                         help="counter: Philox4x32-7 of the global sample index, identical on any number "
                              "of ranks (default); xoroshiro: numba.cuda.random per-thread streams, "

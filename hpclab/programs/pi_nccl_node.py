@@ -49,8 +49,8 @@ def validate(args, launch) -> None:
             "without mpiexec (python -m hpclab run pi-nccl-node); for one rank per GPU use "
             "mpiexec -n <GPUs> python -m hpclab run pi-nccl-mpi (Exercise 4).")
     gpus = args.gpus or 2
-    if launch.backend == "gpu":
-        available = backend.count_gpus()
+    available = backend.count_gpus() if launch.backend == "gpu" else 0
+    if available:                   # 0: checked where it will run (hpclab scaling on a login node)
         gpus = args.gpus or available
         if gpus > available:
             raise UsageError(f"--gpus {gpus} but this node has {available} GPU(s) visible; "
