@@ -10,8 +10,11 @@ type's message), exit status 2 and no traceback: :class:`Parser` raises
   ``2**20`` are accepted, ``inf``, ``nan``, ``2.5`` and ``1e400`` are not.
 - ``real(lo, hi)``: a finite number in a range (open or closed ends).
 - ``seed(hi)``: a whole number from 0 to ``hi``.
-- ``count_list`` / ``choice_list``: comma lists (``128,64``, ``v1,v4``) that
-  refuse empty items such as ``v1,``.
+- ``count_list`` / ``real_list`` / ``choice_list``: comma lists (``128,64``,
+  ``v1,v4``) that refuse empty items such as ``v1,``.
+- ``output_folder``: a folder this process can write into, checked before the work.
+
+Options that exclude each other go in argparse's mutually exclusive groups.
 """
 from __future__ import annotations
 

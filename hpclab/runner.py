@@ -167,6 +167,8 @@ def main(name: str, argv: list[str]) -> int:
             check_arguments(name, module, args, launch)
         except UsageError as exc:
             problem = str(exc)
+        except Exception as exc:  # noqa: BLE001 - whatever stops this rank must reach the others
+            problem = f"{prog}: error: {type(exc).__name__}: {exc}"
     problem = agree(comm, problem)
     if problem is not None:
         if rank == 0:

@@ -17,9 +17,12 @@ import time
 
 import pytest
 
-from hpclab import cli
+from hpclab import backend, cli
 
 from .helpers import ROOT, env, mpiexec
+
+# Cases that fail only because the simulator has no NCCL, or is slow enough to refuse the work.
+sim_only = pytest.mark.skipif(backend.name() != "sim", reason="refused on the simulator only")
 
 # (arguments of `hpclab`, words the one-line message must contain)
 RUN = [
@@ -76,7 +79,7 @@ RUN = [
     (["ddp-mlp", "--global-batch", "8", "--per-rank-batch", "4"],
      "argument --per-rank-batch: not allowed with argument --global-batch"),
     # values that fit their type but not the run: an estimate and the limit
-    (["pi-midpoint", "--bins", "4e15"], "--bins 4e+15 would run for at least"),
+    pytest.param(["pi-midpoint", "--bins", "4e15"], "--bins 4e+15 would run for at least", marks=sim_only),
     (["pi-mc", "--samples", "1e18"], "--samples 1e+18 would run for at least"),
     (["matmul-reduce", "--iterations", "1e30"], "--iterations 1e+30 would run for at least"),
     (["ddp-mlp", "--epochs", "1e30"], "--epochs 1e+30 would run for at least"),
@@ -131,12 +134,16 @@ def refused(code, out, err, seconds, words, status=2):
     assert seconds < 30                             # includes the first import of a program's kernels
 
 
-@pytest.mark.parametrize("argv, words", RUN, ids=[" ".join(a) for a, _ in RUN])
+def _ids(table):
+    return [" ".join((case.values if hasattr(case, "values") else case)[0]) for case in table]
+
+
+@pytest.mark.parametrize("argv, words", RUN, ids=_ids(RUN))
 def test_run_refuses(argv, words):
     refused(*call(["run", *argv]), words)
 
 
-@pytest.mark.parametrize("argv, words", OTHERS, ids=[" ".join(a) for a, _ in OTHERS])
+@pytest.mark.parametrize("argv, words", OTHERS, ids=_ids(OTHERS))
 def test_command_refuses(argv, words):
     refused(*call(argv), words)
 
@@ -178,6 +185,7 @@ def test_scaling_without_any_mpiexec_says_how_to_get_one(tmp_path, monkeypatch):
             "no mpiexec beside this Python or on PATH")
 
 
+@sim_only
 def test_scaling_of_a_failing_program_gives_the_programs_message(tmp_path):
     code, out, err, seconds = call(["scaling", "pi-nccl-mpi", "--backend", "nccl", "--ranks", "1",
                                     "--trials", "1", "--out", str(tmp_path), "--no-progress"])
@@ -265,6 +273,7 @@ def test_absurd_iterations_on_two_ranks_are_refused_with_the_estimate():
     assert seconds < 30
 
 
+@sim_only
 def test_a_failure_during_the_run_under_json_still_ends_with_a_json_line():
     proc, seconds = launch([mpiexec(), "-n", "2", *HPCLAB, "run", "pi-nccl-mpi", "--backend", "nccl",
                             "--samples", "100", "--json"])

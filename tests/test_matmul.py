@@ -227,7 +227,7 @@ def test_distributed_matmul_too_few_rows_fails_fast():
 def test_matmul_reduce_bad_learning_rate():
     proc = run_mpi(2, "run", "matmul-reduce", "--lr", "-1", timeout=60)
     assert proc.returncode == 2
-    assert "argument --lr: -1 is out of range; give a finite number with 0 <= value" in proc.stderr
+    assert "argument --lr: -1 is out of range; give a finite number of at least 0" in proc.stderr
 
 
 def test_large_products_are_checked_on_every_ranks_edge_rows():
