@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
+import tempfile
+from pathlib import Path
 
 
 class UsageError(ValueError):
@@ -204,12 +207,8 @@ def choice_list(choices, alone: tuple[str, ...] = (), noun: str = "item"):
     return parse
 
 
-def output_folder(path, option: str = "--out", prog: str = "hpclab") -> "Path":
+def output_folder(path, option: str = "--out", prog: str = "hpclab") -> Path:
     """Make ``path`` a folder this process can write into, or say why not (before any work)."""
-    import os
-    import tempfile
-    from pathlib import Path
-
     folder = Path(path)
     for part in [folder, *folder.parents]:
         if part.exists() and not part.is_dir():

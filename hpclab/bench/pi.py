@@ -12,7 +12,6 @@ mean nothing; the command then only shows that everything runs.
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import statistics
