@@ -71,6 +71,19 @@ def pytest_collection_finish(session):
         _session = cluster.connect(n=int(os.environ.get("HPCLAB_ENGINES", "4")), activate=False)
 
 
+_notebook = None
+
+
+def pytest_runtest_setup(item):
+    """Every notebook starts on empty engine namespaces, as on engines of its own: a name that
+    one notebook left on the engines cannot make another pass or fail, whatever the order."""
+    global _notebook
+    path = str(getattr(item, "fspath", ""))
+    if _session is not None and path.endswith(".ipynb") and path != _notebook:
+        _notebook = path
+        _session.view.clear(block=True)
+
+
 def pytest_sessionfinish(session, exitstatus):
     if _session is not None:
         _session.close()

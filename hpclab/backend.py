@@ -109,6 +109,11 @@ def _quiet_simulator() -> None:
         warnings.filterwarnings("ignore", category=category)
 
 
+def selected() -> str | None:
+    """The backend chosen so far in this process, or None (never selects one)."""
+    return _selected
+
+
 def name() -> str:
     """The selected backend, ``"gpu"`` or ``"sim"`` (selecting it if needed)."""
     return _selected or select()
@@ -125,7 +130,10 @@ def describe(choice: str | None = None) -> str:
 
 def cuda():
     """The ``numba.cuda`` module, imported after the backend is decided."""
-    select()
+    if select() == "sim":
+        from . import cudasim
+
+        cudasim.install()            # shared arrays that every thread of a block agrees on
     from numba import cuda as numba_cuda
 
     return numba_cuda

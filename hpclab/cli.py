@@ -15,17 +15,20 @@ import importlib
 import pkgutil
 import sys
 
+from .options import Parser, UsageError, count
+
 
 def _info(args) -> int:
     from . import backend
 
     rows = []
+    problem = None
     try:
         choice = backend.select()
         rows.append(("backend", backend.describe(choice)))
     except backend.BackendError as exc:
         rows.append(("backend", f"ERROR: {exc}"))
-        choice = None
+        choice, problem = None, f"hpclab info: error: {exc}"
     rows.append(("GPUs (driver)", str(backend.count_gpus())))
     if choice == "gpu":
         cuda = backend.cuda()
@@ -55,7 +58,9 @@ def _info(args) -> int:
     if _rank() == 0:
         for k, v in rows:
             print(f"{k:<{width}}  {v}")
-    return 0
+        if problem:
+            print(problem, file=sys.stderr)
+    return 2 if problem else 0
 
 
 def _placement_rows(comm) -> list[tuple[str, str]]:
@@ -126,6 +131,11 @@ def _modules(package: str) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
+    except UsageError as exc:
+        # Bad input: one line, exit status 2 (``hpclab run`` reports its own, agreed across ranks).
+        if _rank() == 0:
+            print(exc, file=sys.stderr)
+        return 2
     except ModuleNotFoundError as exc:
         # A Python without hpclab's dependencies (not the project's .venv) fails on first use of one;
         # say which Python and how to get the environment instead of a bare traceback.
@@ -140,8 +150,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(prog="hpclab", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="hpclab", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="what this machine offers: backend, GPUs, MPI, NCCL")
     run = sub.add_parser("run", help="run a workshop program on every rank", add_help=False)
@@ -154,13 +163,15 @@ def _main(argv: list[str] | None) -> int:
     ex.add_argument("action", choices=["build", "check", "copy"])
     ex.add_argument("--root", default=".", help="project root (default .)")
     wb = sub.add_parser("workbook", help="execute every notebook on MPI engines into build/")
-    wb.add_argument("--engines", type=int, default=4)
+    wb.add_argument("--engines", type=count(1, 1024), default=4)
     wb.add_argument("--notebooks", default="notebooks")
     wb.add_argument("--out", default="build")
-    wb.add_argument("--timeout", type=int, default=1200, help="seconds per cell")
+    wb.add_argument("--timeout", type=count(1, 7 * 86400), default=1200, help="seconds per cell")
 
     args, rest = parser.parse_known_args(argv)
     if args.command == "info":
+        if rest:
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
         return _info(args)
     if args.command in ("run", "bench"):
         package = "hpclab.programs" if args.command == "run" else "hpclab.bench"
@@ -173,16 +184,15 @@ def _main(argv: list[str] | None) -> int:
 
             return run_main(args.name, rest)
         if args.name not in names:
-            print(f"hpclab bench: unknown benchmark {args.name!r}; choose one of: {', '.join(names)}",
-                  file=sys.stderr)
-            return 2
+            raise UsageError(f"hpclab bench: error: unknown benchmark {args.name!r}; choose one of: "
+                             f"{', '.join(names)}")
         return importlib.import_module(f"{package}.{args.name.replace('-', '_')}").main(rest)
     if args.command == "scaling":
         from . import scaling
 
         return scaling.main(rest)
     if rest:
-        parser.error(f"unrecognised arguments: {' '.join(rest)}")
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "exercises":
         from . import exercises
 

@@ -15,10 +15,13 @@ by git) and never overwrites a notebook already there.
 """
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 import nbformat
+
+from .options import UsageError
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 STUB = 'raise NotImplementedError("exercise: write this part (see the instructions above)")'
@@ -26,6 +29,10 @@ STUB = 'raise NotImplementedError("exercise: write this part (see the instructio
 
 class MarkerError(ValueError):
     pass
+
+
+class NotebookError(ValueError):
+    """A notebook that cannot be read, or an output that cannot be written."""
 
 
 def strip_solution(source: str, where: str = "cell") -> str:
@@ -63,18 +70,62 @@ def _pairs(root: Path):
         yield solution, root / "exercises" / solution.name
 
 
+def _read(path: Path) -> nbformat.NotebookNode:
+    try:
+        return nbformat.read(path, as_version=4)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, nbformat.reader.NotJSONError,
+            nbformat.ValidationError, KeyError, AttributeError, TypeError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise NotebookError(f"{path} is not a readable notebook ({type(exc).__name__}: {reason[:200]}); "
+                            "restore it from git (git checkout -- FILE) or fix its JSON") from None
+
+
 def render(solution: Path) -> str:
-    nb = exercise_notebook(nbformat.read(solution, as_version=4), solution.name)
+    nb = exercise_notebook(_read(solution), solution.name)
     return nbformat.writes(nb) + "\n"
 
 
+def _folder(path: Path) -> Path:
+    """exercises/, made if missing; a file in its place is an error that says so."""
+    if path.exists() and not path.is_dir():
+        raise NotebookError(f"{path} is a file, but exercises are written into a folder of that name; "
+                            "move the file away")
+    try:
+        path.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise NotebookError(f"cannot make the folder {path}: {exc.strerror or exc}") from None
+    return path
+
+
+def _write(path: Path, text: str) -> None:
+    if path.is_dir():
+        raise NotebookError(f"{path} is a folder where the exercise notebook goes; move it away")
+    try:
+        path.write_text(text)
+    except OSError as exc:
+        raise NotebookError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def check_root(root: Path) -> Path:
+    """The project root given by --root must hold solutions/: say so before doing anything."""
+    if not root.is_dir():
+        raise UsageError(f"hpclab exercises: error: --root {root}: no such folder; give the project root "
+                         "(the folder with solutions/ and exercises/)")
+    if not (root / "solutions").is_dir():
+        raise UsageError(f"hpclab exercises: error: --root {root} has no solutions/ folder; give the project "
+                         "root (the folder with solutions/ and exercises/)")
+    if not any((root / "solutions").glob("*.ipynb")):
+        raise UsageError(f"hpclab exercises: error: --root {root}: solutions/ holds no notebooks")
+    return root
+
+
 def build(root: Path) -> list[Path]:
-    (root / "exercises").mkdir(exist_ok=True)
+    _folder(root / "exercises")
     written = []
     for solution, exercise in _pairs(root):
         text = render(solution)
-        if not exercise.exists() or exercise.read_text() != text:
-            exercise.write_text(text)
+        if not exercise.exists() or exercise.is_dir() or exercise.read_text() != text:
+            _write(exercise, text)
             written.append(exercise)
     known = {s.name for s, _ in _pairs(root)}
     for stale in (root / "exercises").glob("*.ipynb"):
@@ -88,15 +139,19 @@ def check(root: Path) -> list[str]:
     """Problems that make exercises/ differ from what build() would write."""
     problems = []
     for solution, exercise in _pairs(root):
+        expected = render(solution)           # an unreadable solution stops the check: nothing to compare
         if BEGIN not in solution.read_text():
             problems.append(f"{solution} has no {BEGIN} marker: nothing for the learner to write")
-        if not exercise.exists():
+        if not exercise.is_file():
             problems.append(f"{exercise} is missing")
-        elif exercise.read_text() != render(solution):
+        elif exercise.read_text() != expected:
             problems.append(f"{exercise} is out of date with {solution}")
     known = {s.name for s, _ in _pairs(root)}
-    problems += [f"{p} has no solution" for p in (root / "exercises").glob("*.ipynb")
-                 if p.name not in known]
+    if (root / "exercises").exists() and not (root / "exercises").is_dir():
+        problems.append(f"{root / 'exercises'} is a file, not the exercises folder")
+    else:
+        problems += [f"{p} has no solution" for p in (root / "exercises").glob("*.ipynb")
+                     if p.name not in known]
     return problems
 
 
@@ -118,7 +173,7 @@ def copy(root: Path, dest: str = MY_WORK) -> list[tuple[Path, bool]]:
 
 
 def main(action: str, root: str = ".") -> int:
-    path = Path(root)
+    path = check_root(Path(root))          # UsageError: the hpclab command says it and exits with 2
     try:
         if action == "copy":
             for target, copied in copy(path):
@@ -131,7 +186,7 @@ def main(action: str, root: str = ".") -> int:
             print("exercises/ is up to date")
             return 0
         problems = check(path)
-    except MarkerError as exc:
+    except (MarkerError, NotebookError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     for p in problems:

@@ -1,15 +1,23 @@
 """Run one workshop program on every MPI rank (``hpclab run NAME``).
 
 A program is a module ``hpclab.programs.<name with _ for ->`` defining
-``HELP`` (one line), ``add_arguments(parser)`` and ``run(args, ctx) -> Report``.
+``HELP`` (one line), ``add_arguments(parser)``, optionally
+``validate(args, launch)`` and ``run(args, ctx) -> Report``.
 The runner does everything around it, the same way for all programs:
-backend and GPU selection, the per-rank lines in rank order, the FINAL
-RESULTS block (the workshop's format), the JSON line, and errors reported on
-every rank with a non-zero exit instead of a hang.
+input checks, backend and GPU selection, the per-rank lines in rank order,
+the FINAL RESULTS block (the workshop's format), the JSON line, and errors
+reported on every rank with a non-zero exit instead of a hang.
+
+Input is checked once, before any work: the parser's types (``hpclab.options``)
+and the program's ``validate`` (ranges that depend on the rank count, what the
+arguments would cost: ``hpclab.budget``). MPI is started even when a rank's
+check failed, and one ``allgather`` of the outcomes follows: a rank whose
+environment or arguments differ from the others' (an MPMD launch, a node
+without a GPU) stops every rank with its message, instead of leaving them
+waiting in their first collective. Bad input exits with status 2.
 """
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
 import pkgutil
@@ -18,6 +26,8 @@ import traceback
 from dataclasses import dataclass, field
 
 from . import backend
+from .budget import Launch
+from .options import Parser, UsageError, count
 
 
 @dataclass
@@ -39,10 +49,6 @@ class Context:
     backend: str
 
 
-class UsageError(ValueError):
-    """Bad input detected identically on every rank (so no communication needed)."""
-
-
 def program_names() -> list[str]:
     from . import programs
 
@@ -53,21 +59,63 @@ def program_names() -> list[str]:
 def load(name: str):
     names = program_names()
     if name not in names:
-        raise UsageError(f"unknown exercise {name!r}; choose one of: {', '.join(names)}")
+        raise UsageError(f"hpclab run: error: unknown program {name!r}; choose one of: {', '.join(names)}")
     return importlib.import_module(f"hpclab.programs.{name.replace('-', '_')}")
 
 
-def parse_count(text: str) -> int:
-    """Accept 1e10, 10000000000, 1_000 or 2**20 style counts (argparse type)."""
+# Counts of things (samples, bins, elements, iterations): 1e10, 10000000000, 1_000 or 2**20.
+parse_count = count(1)
+
+
+def make_parser(name: str, module) -> Parser:
+    parser = Parser(prog=f"hpclab run {name}", description=module.HELP)
+    module.add_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="end rank 0's output with one JSON line")
+    return parser
+
+
+def check_arguments(name: str, module, args, launch: Launch) -> None:
+    """The program's own check of its parsed arguments for ``launch`` (ranks, backend)."""
+    validate = getattr(module, "validate", None)
+    if validate is None:
+        return
     try:
-        value = float(text.replace("_", "")) if "**" not in text else float(eval(text, {"__builtins__": {}}))
-    except (ValueError, SyntaxError, TypeError, NameError):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number (e.g. 1e10 or 1000000)") from None
-    if value != int(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
-    return int(value)
+        validate(args, launch)
+    except ValueError as exc:          # UsageError, or a check shared with the library
+        raise UsageError(f"hpclab run {name}: error: {exc}") from None
+
+
+def parse_arguments(name: str, argv: list[str], launch: Launch | None = None):
+    """(module, args) as ``hpclab run NAME ARGV`` gets them; with ``launch``, also checked
+    against it. Raises :class:`UsageError` naming the option, the value and what is allowed."""
+    module = load(name)
+    args = make_parser(name, module).parse_args(argv)
+    if launch is not None:
+        check_arguments(name, module, args, launch)
+    return module, args
+
+
+def launch_of(comm) -> Launch:
+    """Ranks, ranks on this node and backend (a collective: every rank calls it)."""
+    from .mpi import MPI
+
+    local = comm.Split_type(MPI().COMM_TYPE_SHARED)
+    per_node = local.size
+    local.Free()
+    return Launch(comm.size, per_node, backend.selected() or "sim")
+
+
+def agree(comm, problem: str | None) -> str | None:
+    """Every rank's start-up outcome, gathered; the first failure in words (None if none)."""
+    outcomes = comm.allgather(problem)
+    failures = {r: p for r, p in enumerate(outcomes) if p is not None}
+    if not failures:
+        return None
+    first_rank, first = next(iter(failures.items()))
+    if len(failures) == comm.size and len(set(failures.values())) == 1:
+        return first
+    where = f"rank {first_rank}" if len(failures) == 1 else "ranks " + ", ".join(map(str, failures))
+    return f"{first} (on {where} of {comm.size})"
 
 
 def _format_final(final: list[tuple[str, str]]) -> str:
@@ -79,32 +127,56 @@ def _say(rank: int, message: str) -> None:
     print(f"[rank {rank}] error: {message}", file=sys.stderr, flush=True)
 
 
+def _error_json(name: str, size: int, message: str, **extra) -> str:
+    return json.dumps({"exercise": name, "ranks": size, "backend": backend.selected(), "result": {},
+                       "passed": False, "timings": {}, "error": message, **extra})
+
+
 def main(name: str, argv: list[str]) -> int:
-    # Input the same on every rank is checked before any communication, so
-    # every rank raises the same error on its own: nobody is left waiting.
-    rank = _env_rank()
+    prog = f"hpclab run {name}"
+    want_json = "--json" in argv
+    problem, module, args = None, None, None
     try:
-        module = load(name)
-        parser = argparse.ArgumentParser(prog=f"hpclab run {name}", description=module.HELP)
-        module.add_arguments(parser)
-        parser.add_argument("--json", action="store_true",
-                            help="end rank 0's output with one JSON line")
-        args = parser.parse_args(argv)
+        module, args = parse_arguments(name, argv)
+        want_json = args.json
         backend.select()
-    except (UsageError, backend.BackendError) as exc:
-        _say(rank, str(exc))
-        return 2
+    except UsageError as exc:
+        problem = str(exc)
+    except backend.BackendError as exc:
+        problem = f"{prog}: error: {exc}"
+    except Exception as exc:  # noqa: BLE001 - e.g. a module missing on one node: the others must hear of it
+        problem = f"{prog}: error: {type(exc).__name__}: {exc}"
 
     from .comm import RankError, step
     from .device import select_gpu
     from .mpi import MPIUnavailable, world
 
+    # MPI starts even when this rank's check failed: the other ranks may have passed theirs
+    # (an MPMD launch, an environment that differs between nodes) and must hear of it.
     try:
         comm = world()
     except MPIUnavailable as exc:
-        _say(rank, str(exc))
+        print(problem or f"{prog}: error: {exc}", file=sys.stderr, flush=True)
+        if want_json:
+            print(_error_json(name, 1, problem or str(exc)), flush=True)
         return 2
     rank = comm.rank
+    launch = launch_of(comm)
+    if problem is None:
+        try:
+            check_arguments(name, module, args, launch)
+        except UsageError as exc:
+            problem = str(exc)
+        except Exception as exc:  # noqa: BLE001 - whatever stops this rank must reach the others
+            problem = f"{prog}: error: {type(exc).__name__}: {exc}"
+    problem = agree(comm, problem)
+    if problem is not None:
+        if rank == 0:
+            print(problem, file=sys.stderr, flush=True)
+            if want_json:
+                print(_error_json(name, comm.size, problem), flush=True)
+        return 2
+
     try:
         with step(comm, "GPU selection"):
             placement = select_gpu(comm)
@@ -114,12 +186,18 @@ def main(name: str, argv: list[str]) -> int:
         lines = comm.gather(report.rank_line, root=0)
     except RankError as exc:  # raised on every rank alike: all exit cleanly
         _say(rank, str(exc))
+        if rank == 0 and want_json:
+            print(_error_json(name, comm.size, str(exc)), flush=True)
         return 1
     except Exception as exc:  # this rank alone may have failed: never leave the rest waiting
         if isinstance(exc, (ValueError, backend.BackendError)):
             _say(rank, str(exc))
         else:
             traceback.print_exc()
+            _say(rank, f"{type(exc).__name__}: {exc}")
+        if want_json:   # rank 0 may be waiting in a collective: the failing rank writes the line
+            print(_error_json(name, comm.size, f"{type(exc).__name__} on rank {rank}: {exc}", rank=rank),
+                  flush=True)
         _say(rank, "aborting all ranks")
         sys.stderr.flush()
         comm.Abort(1)

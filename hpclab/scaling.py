@@ -172,48 +172,93 @@ def _find_value(argv: list[str], option: str) -> tuple[int, str] | None:
 
 def scaled_args(argv: list[str], option: str | None, factor: int) -> tuple[list[str], int | None]:
     """argv with option's count multiplied by factor, and the new count (None if absent)."""
-    from .runner import parse_count
+    from .options import UsageError, count
 
     found = _find_value(argv, option) if option else None
     if not found:
         return list(argv), None
     i, text = found
-    value = parse_count(text) * factor
+    try:
+        value = count(1, None)(text) * factor
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(f"hpclab scaling: error: argument {option}: {exc}") from None
     out = list(argv)
     out[i] = str(value) if out[i] == text else f"{option}={value}"
     return out, value
 
 
 def _work_plan(program, argv, ranks, weak, work_arg):
+    from .options import UsageError
+
     option = work_arg_for(program, work_arg)
     if weak and not (option and _find_value(argv, option)):
-        raise ValueError(f"a weak sweep scales the work with the ranks: give the per-rank work, e.g. "
-                         f"{option or '--work-arg --size'} N (for pi-mc: --samples 1e9)")
+        raise UsageError(f"hpclab scaling: error: a weak sweep scales the work with the ranks: give the "
+                         f"per-rank work, e.g. {option or '--work-arg --size'} N (for pi-mc: --samples 1e9)")
     return {n: scaled_args(argv, option, n if weak else 1) for n in ranks}
+
+
+def check_plan(program: str, plan: dict) -> None:
+    """Every run of the sweep parses and passes the program's own check, before the first starts.
+
+    The runs may land elsewhere (``--mpiexec srun`` from a login node), so this check is the
+    lenient one: GPU speed and no memory limit; each run checks again where it runs. Where
+    this node cannot even choose a backend (HPCLAB_BACKEND=gpu on a login node), only the
+    options' types and ranges are checked here.
+    """
+    import math
+
+    from . import backend, runner
+    from .budget import Launch
+
+    try:
+        backend.select()
+        lenient = True
+    except backend.BackendError:
+        lenient = False
+    for n, (argv, _) in plan.items():
+        runner.parse_arguments(program, argv, Launch(n, 1, "gpu", math.inf) if lenient else None)
 
 
 def program_args(program: str, argv: list[str]):
     """The argparse namespace ``hpclab run PROGRAM ARGV`` would give (for the engines route)."""
     from . import runner
 
-    module = runner.load(program)
-    parser = argparse.ArgumentParser(prog=f"hpclab run {program}", description=module.HELP)
-    module.add_arguments(parser)
-    parser.add_argument("--json", action="store_true")
-    return parser.parse_args(argv)
+    return runner.parse_arguments(program, argv)[1]
 
 
 # ---------------------------------------------------------------- route 1: mpiexec
 
 def default_mpiexec() -> list[str]:
+    from .options import UsageError
+
     """``$HPCLAB_MPIEXEC`` (a whole command line), else the mpiexec beside this Python, else on PATH."""
     if os.environ.get("HPCLAB_MPIEXEC", "").strip():
         return shlex.split(os.environ["HPCLAB_MPIEXEC"])
     here = Path(sys.executable).parent / "mpiexec"
     found = str(here) if here.exists() else shutil.which("mpiexec") or shutil.which("mpirun")
     if not found:
-        raise RuntimeError("no mpiexec found: install MPI (pip install 'hpclab[mpi]') or pass --mpiexec")
+        raise UsageError("hpclab scaling: error: no mpiexec beside this Python or on PATH: install MPI "
+                         "(pip install 'hpclab[mpi]', or module load openmpi) or name the launcher with "
+                         "--mpiexec")
     return [found]
+
+
+def launcher(text: str | list[str] | None) -> list[str]:
+    """The launcher command from --mpiexec (default: mpiexec beside this Python, else on PATH);
+    its program must exist."""
+    from .options import UsageError
+
+    if text is None:
+        return default_mpiexec()
+    try:
+        cmd = shlex.split(text) if isinstance(text, str) else list(text)
+    except ValueError as exc:
+        raise UsageError(f"hpclab scaling: error: --mpiexec {text!r}: {exc}") from None
+    if not cmd or not (shutil.which(cmd[0]) or Path(cmd[0]).is_file()):
+        raise UsageError(f"hpclab scaling: error: --mpiexec {text!r}: no program "
+                         f"{cmd[0] if cmd else ''!r} found (not a file, not on PATH); give the launcher "
+                         "of your MPI, e.g. --mpiexec mpirun")
+    return cmd
 
 
 def run_once(program: str, argv: list[str], ranks: int, mpiexec: list[str] | None = None,
@@ -224,11 +269,19 @@ def run_once(program: str, argv: list[str], ranks: int, mpiexec: list[str] | Non
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise RuntimeError(f"{shlex.join(cmd)} ran longer than {timeout:.0f} s; use a smaller size "
+        raise RuntimeError(f"{shlex.join(cmd)} ran longer than {timeout:g} s; use a smaller size "
                            "or a larger --timeout") from None
+    except OSError as exc:
+        raise RuntimeError(f"cannot start {shlex.join(cmd)}: {exc.strerror or exc}") from None
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith("{"):
-            return json.loads(line)
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if record.get("error"):
+                raise RuntimeError(f"{program} on {ranks} rank(s) failed: {record['error']}")
+            return record
     tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-8:])
     raise RuntimeError(f"{shlex.join(cmd)} exited with {proc.returncode} and no JSON line:\n{tail}")
 
@@ -239,9 +292,9 @@ def sweep_mpiexec(program: str, argv: list[str], ranks: list[int], weak: bool = 
     """Run the program under mpiexec for each rank count, ``trials`` times each."""
     from tqdm.auto import tqdm
 
-    if isinstance(mpiexec, str):
-        mpiexec = shlex.split(mpiexec)
+    mpiexec = launcher(mpiexec)
     plan = _work_plan(program, argv, ranks, weak, work_arg)
+    check_plan(program, plan)
     sweep = Sweep(program, "weak" if weak else "strong")
     steps = [(n, t) for n in ranks for t in range(trials)]
     for n, t in tqdm(steps, desc=f"{program} {sweep.mode} scaling", unit="run", disable=not progress):
@@ -309,6 +362,8 @@ def sweep_engines(view, program: str, argv: list[str] | str = (), sizes: list[in
     if sizes[0] < 1 or sizes[-1] > n_engines:
         raise ValueError(f"sub-communicator sizes must be 1..{n_engines} (the engines), not {sizes}")
     plan = _work_plan(program, argv, sizes, weak, work_arg)
+    for n in sizes:          # the types of every option, before anything is queued on the engines
+        program_args(program, plan[n][0])
     jobs = [(n, t, view.apply_async(engine_trial, program, plan[n][0], n)) for n in sizes for t in range(trials)]
     everything = AsyncResult(view.client, [f for _, _, ar in jobs for f in ar._children],
                              fname=f"{program} {'weak' if weak else 'strong'} scaling")
@@ -332,52 +387,51 @@ def _powers_of_two(n: int) -> list[int]:
 
 # ---------------------------------------------------------------- the command
 
-def _ranks(text: str) -> list[int]:
-    try:
-        ranks = sorted({int(x) for x in text.split(",") if x.strip()})
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--ranks {text!r}: give rank counts like 1,2,4") from None
-    if not ranks or ranks[0] < 1:
-        raise argparse.ArgumentTypeError(f"--ranks {text!r}: rank counts must be at least 1")
-    return ranks
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    from . import plot, runner
+    from .options import Parser, UsageError, count, count_list, output_folder, real
+
+    parser = Parser(
         prog="hpclab scaling",
         allow_abbrev=False,  # the program's own options (e.g. --n) must not match ours (--no-progress)
         description="Strong or weak scaling sweep of an hpclab program: one mpiexec per rank count and "
                     "trial, medians, speedup, efficiency, serial fraction; CSV and PNG into --out. "
                     "Options not listed here go to the program (e.g. --samples 1e12 --seed 123).")
     parser.add_argument("program", help="an hpclab run program, e.g. pi-mc")
-    parser.add_argument("--ranks", type=_ranks, default=[1, 2, 4], help="rank counts, e.g. 1,2,4 (default)")
+    parser.add_argument("--ranks", type=count_list(1, 1 << 16), default=(1, 2, 4),
+                        help="rank counts, e.g. 1,2,4 (default)")
     parser.add_argument("--weak", action="store_true",
                         help="weak scaling: the work option's value is per rank (multiplied by the ranks)")
-    parser.add_argument("--trials", type=int, default=3, help="runs per rank count; the median counts (default 3)")
+    parser.add_argument("--trials", type=count(1, 1000), default=3,
+                        help="runs per rank count; the median counts (default 3)")
     parser.add_argument("--mpiexec", default=None,
                         help='launcher command, e.g. "mpirun --allow-run-as-root --oversubscribe -x PYTHONPATH" '
                              "(default: $HPCLAB_MPIEXEC, else the mpiexec beside this Python, else on PATH)")
     parser.add_argument("--work-arg", default=None,
                         help="the program's size option (default: --samples for pi-mc, --bins for pi-midpoint)")
     parser.add_argument("--timing", default="wall_s", help="which timings key to use (default wall_s)")
-    parser.add_argument("--timeout", type=float, default=600, help="seconds allowed per run (default 600)")
+    parser.add_argument("--timeout", type=real(0, 7 * 86400, lo_open=True), default=600,
+                        help="seconds allowed per run, up to a week (default 600)")
     parser.add_argument("--out", default="build/scaling", help="directory for the CSV and PNG")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    args, program_argv = parser.parse_known_args(argv)
-    if args.trials < 1:
-        parser.error("--trials must be at least 1")
-    from . import runner
-
     try:
+        args, program_argv = parser.parse_known_args(argv)
+        ranks = sorted(set(args.ranks))
         runner.load(args.program)
-        sweep = sweep_mpiexec(args.program, program_argv, args.ranks, args.weak, args.trials, args.mpiexec,
-                              args.work_arg, args.timing, args.timeout, progress=not args.no_progress)
-    except (ValueError, RuntimeError) as exc:
-        print(f"hpclab scaling: {exc}", file=sys.stderr)
+        out = output_folder(args.out, "--out", "hpclab scaling")     # before hours of runs, not after
+        mpiexec = launcher(args.mpiexec)
+    except UsageError as exc:
+        print(exc, file=sys.stderr)
         return 2
-    from . import plot
-
-    out = Path(args.out)
+    try:
+        sweep = sweep_mpiexec(args.program, program_argv, ranks, args.weak, args.trials, mpiexec,
+                              args.work_arg, args.timing, args.timeout, progress=not args.no_progress)
+    except UsageError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except (ValueError, RuntimeError) as exc:
+        print(f"hpclab scaling: error: {exc}", file=sys.stderr)
+        return 1
     stem = f"{args.program}_{sweep.mode}"
     csv_path = sweep.write_csv(out / f"{stem}.csv")
     png_path = plot.save(sweep.figure(), stem, directory=out)

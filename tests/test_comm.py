@@ -134,8 +134,8 @@ def test_mismatched_buffers_name_the_rank():
 
 def test_unknown_backend_name():
     proc = run_mpi(2, "run", "collectives", "--backend", "carrier-pigeon", timeout=30)
-    assert proc.returncode != 0
-    assert proc.stderr.count("unknown communication backend 'carrier-pigeon'") == 2
+    assert proc.returncode == 2
+    assert proc.stderr.count("argument --backend: invalid choice: 'carrier-pigeon'") == 1, proc.stderr
     assert "mpi-host" in proc.stderr and "nccl" in proc.stderr  # the choices are named
 
 
@@ -150,7 +150,7 @@ def test_nccl_without_gpu_fails_fast_naming_nccl():
 def test_mpi_cuda_on_a_non_aware_mpi_is_refused():
     proc = run_mpi(2, "run", "collectives", "--backend", "mpi-cuda", timeout=30, HPCLAB_MPI_CUDA_AWARE=0)
     assert proc.returncode != 0
-    assert proc.stderr.count("not CUDA-aware") >= 2 and "mpi-host" in proc.stderr
+    assert "not CUDA-aware" in proc.stderr and "mpi-host" in proc.stderr
 
 
 def test_bench_rejects_bad_sizes():
@@ -267,8 +267,8 @@ def test_exercises_3_and_4_agree_for_any_split():
 
 @needs_pi
 def test_exercise_3_refuses_several_ranks():
-    proc = run_mpi(2, "run", "pi-nccl-node", "--samples", "100", timeout=60)
-    assert proc.returncode != 0 and proc.stderr.count("ONE process") == 2
+    proc = run_mpi(2, "run", "pi-nccl-node", "--samples", "100", timeout=30)
+    assert proc.returncode == 2 and proc.stderr.count("ONE process") == 1, proc.stderr
 
 
 @needs_pi

@@ -32,8 +32,7 @@ BACKEND_CHOICES = ("auto", "mpi-host", "mpi-cuda", "nccl", "all")
 RAW = "raw-nccl"
 
 
-class UsageError(ValueError):
-    pass
+from ..options import Parser, UsageError, count  # noqa: E402  (UsageError: kept importable from here)
 
 
 def parse_size(text: str) -> int:
@@ -45,9 +44,10 @@ def parse_size(text: str) -> int:
 
 
 def parse_sizes(text: str, itemsize: int) -> list[int]:
-    sizes = [parse_size(t) for t in text.split(",") if t.strip()]
-    if not sizes:
-        raise UsageError("--sizes is empty; give sizes like 4,1K,1M,256M")
+    items = [t.strip() for t in text.split(",")]
+    if not text.strip() or not all(items):
+        raise UsageError(f"{text!r} has an empty item; give sizes like 4,1K,1M,256M")
+    sizes = [parse_size(t) for t in items]
     for s in sizes:
         if s <= 0 or s % itemsize:
             raise UsageError(f"size {s} B is not a positive multiple of the element size "
@@ -67,16 +67,16 @@ def busbw_factor(n: int) -> float:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="hpclab bench allreduce", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="hpclab bench allreduce", description=__doc__,
+               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default=None,
                    help="message sizes in bytes, comma-separated, K/M/G = 1024^k "
                         "(default 4,1K,64K,1M,16M,256M on a GPU; 1K,64K on the simulator)")
     p.add_argument("--backend", default="auto", choices=BACKEND_CHOICES,
                    help="which backend(s) to measure; all = every one that runs here")
-    p.add_argument("--repeats", type=int, default=None,
+    p.add_argument("--repeats", type=count(1, 10**6), default=None,
                    help="timed calls per size (default: as many as fit ~0.3 s, 3..50 on a GPU; 3 on the simulator)")
-    p.add_argument("--warmup", type=int, default=None,
+    p.add_argument("--warmup", type=count(0, 10**6), default=None,
                    help="untimed calls after the first one (default 2, none for calls over 50 ms or on the simulator)")
     p.add_argument("--dtype", default="float32", choices=("float32", "float64"))
     p.add_argument("--no-raw", action="store_true", help="skip the raw-NCCL baseline")
@@ -337,13 +337,14 @@ def main(argv: list[str]) -> int:
     from ..runner import _env_rank
 
     rank = _env_rank()
-    args = parser().parse_args(argv)
+    args = parser().parse_args(argv)       # a UsageError here: the hpclab command says it, exit 2
     try:
-        sizes = parse_sizes(args.sizes or "", np.dtype(args.dtype).itemsize) if args.sizes else None
+        sizes = parse_sizes(args.sizes, np.dtype(args.dtype).itemsize) if args.sizes is not None else None
+    except UsageError as exc:
+        raise UsageError(f"hpclab bench allreduce: error: argument --sizes: {exc}") from None
+    try:
         backend.select()
-        if args.repeats is not None and args.repeats < 1:
-            raise UsageError("--repeats must be at least 1")
-    except (UsageError, backend.BackendError) as exc:
+    except backend.BackendError as exc:
         print(f"[rank {rank}] error: {exc}", file=sys.stderr, flush=True)
         return 2
 

@@ -314,25 +314,29 @@ def summarize(args) -> int:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="hpclab bench conv", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    from ..comm import BACKENDS
+    from ..options import Parser, count
+
+    side = count(1, (1 << 31) - 1)
+    parser = Parser(prog="hpclab bench conv", description=__doc__,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what", required=True)
     t = sub.add_parser("throughput", help="C2 at batch 32 against cuDNN")
-    t.add_argument("--batch", type=int, default=32)
-    t.add_argument("--repeats", type=int, default=10)
+    t.add_argument("--batch", type=count(1, 1 << 16), default=32)
+    t.add_argument("--repeats", type=count(1, 10**4), default=10)
     s = sub.add_parser("scaling", help="strong and weak scaling of one large layer (run under mpirun)")
-    s.add_argument("--height", type=int, default=32768, help="strong scaling: input rows")
-    s.add_argument("--rows-per-rank", type=int, default=8192, help="weak scaling: rows per rank")
-    s.add_argument("--width", type=int, default=256)
-    s.add_argument("--channels", type=int, default=96)
-    s.add_argument("--out-channels", type=int, default=256)
-    s.add_argument("--kernel", type=int, default=5)
-    s.add_argument("--batch", type=int, default=1)
-    s.add_argument("--repeats", type=int, default=5)
-    s.add_argument("--warmup", type=int, default=2)
+    s.add_argument("--height", type=side, default=32768, help="strong scaling: input rows")
+    s.add_argument("--rows-per-rank", type=side, default=8192, help="weak scaling: rows per rank")
+    s.add_argument("--width", type=side, default=256)
+    s.add_argument("--channels", type=count(1, 1 << 16), default=96)
+    s.add_argument("--out-channels", type=count(1, 1 << 16), default=256)
+    s.add_argument("--kernel", type=count(1, 1 << 10), default=5)
+    s.add_argument("--batch", type=count(1, 1 << 16), default=1)
+    s.add_argument("--repeats", type=count(1, 10**4), default=5)
+    s.add_argument("--warmup", type=count(0, 10**4), default=2)
     s.add_argument("--method", default="auto", choices=("auto", "direct", "gemm"),
                    help="convolution on the GPU (auto: gemm on a GPU)")
-    s.add_argument("--comm", default="auto", help="V5's backend: auto, nccl, mpi-cuda")
+    s.add_argument("--comm", default="auto", choices=BACKENDS, help="V5's backend: auto, nccl, mpi-cuda")
     m = sub.add_parser("summarize", help="scaling JSON lines -> CSV with speedup and efficiency")
     m.add_argument("files", nargs="+")
     m.add_argument("--csv", default="conv_scaling.csv")

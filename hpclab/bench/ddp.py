@@ -28,35 +28,29 @@ FIELDS = ["sweep", "gpus", "width", "layers", "parameters", "global_batch", "per
           "comm_share", "device"]
 
 
-def _numbers(kind):
-    def parse(text: str) -> list:
-        try:
-            return [kind(float(v)) for v in text.split(",") if v.strip()]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-    return parse
+def _parser():
+    from ..comm import BACKENDS
+    from ..options import Parser, count, count_list, real_list
 
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="hpclab bench ddp", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="hpclab bench ddp", description=__doc__,
+               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mode", choices=("digits", "scaling", "sweep"), default=None)
     p.add_argument("--summarize", metavar="CSV", help="print speedup and efficiency from a scaling CSV")
-    p.add_argument("--width", type=int, default=4096)
-    p.add_argument("--layers", type=int, default=3)
-    p.add_argument("--global-batch", type=int, default=2048, help="strong scaling: fixed global batch")
-    p.add_argument("--per-gpu-batch", type=int, default=1024, help="weak scaling: fixed per-GPU batch")
-    p.add_argument("--steps", type=int, default=5, help="timed steps per point (after warm-up)")
-    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--width", type=count(1, 1 << 20), default=4096)
+    p.add_argument("--layers", type=count(1, 1000), default=3)
+    p.add_argument("--global-batch", type=count(1, 1 << 24), default=2048, help="strong scaling: fixed global batch")
+    p.add_argument("--per-gpu-batch", type=count(1, 1 << 24), default=1024, help="weak scaling: fixed per-GPU batch")
+    p.add_argument("--steps", type=count(1, 10**6), default=5, help="timed steps per point (after warm-up)")
+    p.add_argument("--warmup", type=count(0, 10**6), default=2)
     p.add_argument("--precision", choices=("fp32", "mixed"), default="fp32")
-    p.add_argument("--comm", default="auto")
+    p.add_argument("--comm", default="auto", choices=BACKENDS)
     p.add_argument("--csv", help="append scaling rows to this CSV (rank 0)")
     p.add_argument("--json-out", help="write the digits results to this JSON file")
-    p.add_argument("--batches", type=_numbers(int), default=None,
+    p.add_argument("--batches", type=count_list(1, 1 << 24, example="32,128"), default=None,
                    help="sweep: global batches (default 32,128,512; 20,40 on the simulator)")
-    p.add_argument("--lrs", type=_numbers(float), default=None,
+    p.add_argument("--lrs", type=real_list(0, lo_open=True, example="1e-3,4e-3"), default=None,
                    help="sweep: learning rates (default 1e-3,4e-3,1.6e-2; 2e-2,5e-2 on the simulator)")
-    p.add_argument("--epochs", type=int, default=None,
+    p.add_argument("--epochs", type=count(1, None), default=None,
                    help="sweep: epochs per run (default that of ddp-digits: 20; 1 on the simulator)")
     return p
 
@@ -206,5 +200,6 @@ def main(argv) -> int:
         return scaling(args)
     if args.mode == "sweep":
         return sweep_bench(args)
-    print("hpclab bench ddp: give --mode digits, scaling or sweep, or --summarize CSV", file=sys.stderr)
-    return 2
+    from ..options import UsageError
+
+    raise UsageError("hpclab bench ddp: error: give --mode digits, scaling or sweep, or --summarize CSV")

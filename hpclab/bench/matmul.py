@@ -23,6 +23,7 @@ import sys
 import numpy as np
 
 from .. import backend
+from ..options import Parser, count, count_list
 
 # Candidate tile shapes for the sweep: (bm, bn, bk, tm, tn, vec, pad).
 CANDIDATES = [
@@ -40,24 +41,18 @@ KNOWN_BOOST_GHZ = {"H100": 1.98, "H200": 1.98, "A100": 1.41}   # if the driver d
 FP32_LANES_PER_SM = {(7, 0): 64, (8, 0): 64}   # others (Turing excepted) have 128
 
 
-def _sizes(text: str) -> list[int]:
-    try:
-        sizes = [int(float(s)) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--sizes {text!r}: give comma-separated sizes, e.g. 4096,8192") from None
-    if not sizes or min(sizes) <= 0:
-        raise argparse.ArgumentTypeError("--sizes must be positive integers")
-    return sizes
+_sizes = count_list(1, 1 << 17, example="4096,8192")
 
 
 def parse(argv):
-    p = argparse.ArgumentParser(prog="hpclab bench matmul", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="hpclab bench matmul", description=__doc__,
+               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", type=_sizes, default=None,
                    help="comma-separated N (default 4096,8192 on a GPU, 32 on the simulator)")
-    p.add_argument("--repeats", type=int, default=None, help="timed runs per kernel (median; default 10 / 3 naive)")
+    p.add_argument("--repeats", type=count(1, 10**6), default=None,
+                   help="timed runs per kernel (median; default 10 / 3 naive)")
     p.add_argument("--no-sweep", action="store_true", help="only the default fast configuration")
-    p.add_argument("--naive-max", type=int, default=4096, help="largest N for the naive kernel")
+    p.add_argument("--naive-max", type=count(1, 1 << 17), default=4096, help="largest N for the naive kernel")
     p.add_argument("--json", action="store_true", help="print one JSON line at the end")
     p.add_argument("--out", default=None, help="also write the JSON to this file")
     return p.parse_args(argv)
@@ -144,7 +139,7 @@ def main(argv=None) -> int:
 
     cuda = mm.cuda
     sim = backend.is_simulator()
-    sizes = args.sizes or ([32] if sim else [4096, 8192])
+    sizes = list(args.sizes or ([32] if sim else [4096, 8192]))
     dev = device_info(cuda)
     cp = None
     if not sim:

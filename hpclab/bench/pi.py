@@ -12,7 +12,6 @@ mean nothing; the command then only shows that everything runs.
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import statistics
@@ -124,10 +123,14 @@ def format_table(r: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="hpclab bench pi", description=__doc__.splitlines()[0])
+    from ..options import Parser, count, real
+
+    parser = Parser(prog="hpclab bench pi", description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
-    parser.add_argument("--seconds", type=float, default=1.0, help="target seconds per timed run (default 1)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs per figure; the median counts")
+    parser.add_argument("--seconds", type=real(0, 3600, lo_open=True), default=1.0,
+                        help="target seconds per timed run (default 1)")
+    parser.add_argument("--repeats", type=count(1, 1000), default=3,
+                        help="timed runs per figure; the median counts")
     parser.add_argument("--no-shapes", action="store_true", help="skip the launch-shape scan")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     from .. import backend

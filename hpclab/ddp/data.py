@@ -18,6 +18,20 @@ def synthetic(n: int = 1024, features: int = 6, outputs: int = 2, seed: int = 0)
     return x, y
 
 
+DIGITS = 1797          # images in scikit-learn's digits
+
+
+def split_sizes(subset: int | None = None, val_fraction: float = 0.15, test_fraction: float = 0.15) -> dict:
+    """How many images :func:`digits` puts in each part, without loading them
+    (scikit-learn's rule: the test part is the fraction rounded up)."""
+    import math
+
+    n = subset if subset is not None and subset < DIGITS else DIGITS
+    test = math.ceil(test_fraction * n)
+    val = math.ceil(val_fraction / (1 - test_fraction) * (n - test))
+    return {"train": n - test - val, "val": val, "test": test}
+
+
 def digits(seed: int = 0, subset: int | None = None, val_fraction: float = 0.15,
            test_fraction: float = 0.15):
     """scikit-learn's bundled 8x8 handwritten digits (1797 images, no download).

@@ -3,15 +3,28 @@ from __future__ import annotations
 
 import math
 
-from ..runner import parse_count
+from .. import budget
+from ..options import count
+
+MAX_BLOCKS = (1 << 31) - 1                 # CUDA's limit on gridDim.x
+THREADS = tuple(1 << k for k in range(11))  # powers of two up to 1024, CUDA's block limit
 
 
 def add_launch_arguments(parser) -> None:
     """--blocks and --threads, whose defaults come from ``hpclab.kernels.pi.launch_shape``."""
-    parser.add_argument("--blocks", type=parse_count, default=None,
+    parser.add_argument("--blocks", type=count(1, MAX_BLOCKS), default=None,
                         help="blocks per launch (default: 2 per SM on a GPU, fewer for little work)")
-    parser.add_argument("--threads", type=parse_count, default=None,
+    parser.add_argument("--threads", type=count(1, 1024), choices=THREADS, default=None, metavar="THREADS",
                         help="threads per block, a power of two up to 1024 (default 1024 on a GPU)")
+
+
+def check_work(option: str, work: int, unit: str, shares: int, launch) -> None:
+    """Every rank (or GPU) gets at least one of ``work``, and the run ends within the day."""
+    budget.require_share(option, work, shares, unit)
+    rate = launch.fastest(unit)
+    budget.refuse_long(option, work, work / (rate * shares),
+                       f"{work:.3g} {unit} at under {rate:.0e} {unit}/s on each of {shares} "
+                       f"{'GPU' if launch.backend == 'gpu' else 'simulated GPU'}(s)")
 
 
 def estimate(hits: int, samples: int) -> dict:

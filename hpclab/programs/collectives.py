@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import backend, comm as hcomm
+from .. import backend, budget, comm as hcomm
 from ..check import collectives as check
 from ..kernels.basic import fill
-from ..runner import Report, parse_count
+from ..options import count
+from ..runner import Report
 from ..timing import wall
 
 HELP = ("Workshop Exercise 0: Send/Recv, Bcast, Scatter, Gather, Reduce, Allreduce, "
@@ -14,9 +15,23 @@ HELP = ("Workshop Exercise 0: Send/Recv, Bcast, Scatter, Gather, Reduce, Allredu
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--count", type=parse_count, default=None,
+    parser.add_argument("--count", type=count(1, (1 << 63) - 1), default=None,
                         help="elements in the ring all-reduce buffer (default: 1M on a GPU, 1000 on the simulator)")
-    parser.add_argument("--backend", default="auto", help="communication backend (default auto)")
+    parser.add_argument("--backend", default="auto", choices=hcomm.BACKENDS,
+                        help="communication backend (default auto)")
+
+
+def default_count() -> int:
+    return backend.auto_size(gpu=1 << 20, sim=1000)
+
+
+def validate(args, launch) -> None:
+    n = args.count or default_count()
+    budget.require_share("--count", n, launch.ranks, "elements")
+    # float64 on every rank: its data, the ring's result and working copies, MPI's result
+    budget.refuse_large("--count", n, launch.node_bytes(6 * 8 * n, 6 * 8 * n),
+                        f"six float64 buffers of {n} elements on each of {launch.ranks_per_node} rank(s) here",
+                        available=launch.memory)
 
 
 def exercise0(be) -> dict[str, list[float]]:
@@ -42,7 +57,7 @@ def exercise0(be) -> dict[str, list[float]]:
 
 def run(args, ctx) -> Report:
     comm, size, rank = ctx.comm, ctx.comm.size, ctx.comm.rank
-    count = args.count or backend.auto_size(gpu=1 << 20, sim=1000)
+    count = args.count or default_count()
     with hcomm.step(comm, "input check"):
         hcomm.require_at_least(count, size, "elements")
         be = hcomm.get(args.backend, comm)

@@ -6,12 +6,13 @@ import time
 
 import numpy as np
 
-from .. import backend, comm as hcomm
+from .. import backend, budget, comm as hcomm
 from ..halo import alexnet
 from ..halo.executors import Conv, check_chain, shapes
 from ..halo.geometry import min_input_height, plan_bands
 from ..halo.versions import (TWIN, VERSIONS, digest, max_rel_error, parse_versions, run_version)
-from ..runner import Report, parse_count
+from ..options import choice_list, count, seed
+from ..runner import Report
 
 HELP = ("Convolution with halo exchange: an AlexNet block (or the whole trunk) split by output rows "
         "across ranks, in five versions (serial, MPI CPUs, one GPU, MPI+GPU host-staged, GPU-to-GPU), "
@@ -23,31 +24,56 @@ SIM_SCALE = 32            # channels / 32 on the simulator
 SIM_INPUT = {"c1": (35, 19), "c2": (11, 7), "c3": (7, 5), "c4": (7, 5), "c5": (7, 5), "trunk": (67, 67)}
 
 
+MAX_SIDE = (1 << 31) - 1
+
+
 def add_arguments(parser) -> None:
     parser.add_argument("--layer", default="c2", choices=alexnet.LAYERS,
                         help="c1 (conv+pool), c2 (conv+pool+LRN), c3, c4, c5 (conv+pool) or the whole trunk")
-    parser.add_argument("--height", type=parse_count, default=None, help="input height (rows) of the block")
-    parser.add_argument("--width", type=parse_count, default=None, help="input width of the block")
-    parser.add_argument("--batch", type=parse_count, default=1, help="images per batch (default 1)")
-    parser.add_argument("--rows-per-rank", type=parse_count, default=None,
+    height = parser.add_mutually_exclusive_group()
+    height.add_argument("--height", type=count(1, MAX_SIDE), default=None, help="input height (rows) of the block")
+    height.add_argument("--rows-per-rank", type=count(1, MAX_SIDE), default=None,
                         help="weak scaling: choose the height so each rank owns this many output rows "
-                             "of the block's convolution")
-    parser.add_argument("--version", default="all",
+                             "of the block's convolution (instead of --height)")
+    parser.add_argument("--width", type=count(1, MAX_SIDE), default=None, help="input width of the block")
+    parser.add_argument("--batch", type=count(1, 1 << 20), default=1, help="images per batch (default 1)")
+    parser.add_argument("--version", type=choice_list(VERSIONS, alone=("all",), noun="version"), default=("all",),
                         help="all, or a comma list of v1..v5 (V1 and the serial twin always run as the check)")
-    parser.add_argument("--comm", default="auto",
+    parser.add_argument("--comm", default="auto", choices=hcomm.BACKENDS,
                         help="backend for V5's GPU-to-GPU halos: auto, nccl, mpi-cuda or mpi-host")
-    parser.add_argument("--scale", type=parse_count, default=None,
+    parser.add_argument("--scale", type=count(1, 1024), default=None,
                         help="divide channel counts by this (default 1 on a GPU, 32 on the simulator)")
     parser.add_argument("--no-overlap", action="store_true",
                         help="exchange halos first, then compute every row (no overlap)")
-    parser.add_argument("--repeats", type=parse_count, default=None,
+    parser.add_argument("--repeats", type=count(1, 1000), default=None,
                         help="timed runs per version, median reported (default 3 on a GPU, 1 on the simulator)")
     parser.add_argument("--method", default="auto", choices=("auto", "direct", "gemm"),
                         help="GPU convolution: direct tiled kernel or im2col + GEMM "
                              "(auto: gemm on a GPU, direct on the simulator)")
     parser.add_argument("--progress", action="store_true",
                         help="rank 0 prints a line to stderr as each version starts and ends")
-    parser.add_argument("--seed", type=int, default=2012)
+    parser.add_argument("--seed", type=seed(), default=2012)
+
+
+def validate(args, launch) -> None:
+    """The block fits the ranks (a row of every layer's output per rank), the memory and the day."""
+    versions = parse_versions(",".join(args.version))
+    ops, shape, _ = _setup(args, launch.ranks)
+    n, c, h, w = shape
+    option = "--rows-per-rank" if args.rows_per_rank else "--height" if args.height else "--width" \
+        if args.width else "--batch"
+    value = getattr(args, option[2:].replace("-", "_"))
+    check_chain(ops, (c, h, w), launch.ranks, what="in the trunk, " if args.layer == "trunk" else "")
+    table = alexnet.layer_table(ops, (c, h, w), n)
+    nbytes = sum(row["bytes"] for row in table)          # every layer's input, output and weights
+    budget.refuse_large(option, value, launch.node_bytes(2 * nbytes, 2 * nbytes / launch.ranks),
+                        f"the {args.layer} block on a {n}x{c}x{h}x{w} input, whole on rank 0 for the check",
+                        available=launch.memory)
+    flops = sum(row["flops"] for row in table) * len(versions) * (args.repeats or 1)
+    rate = launch.fastest("flops")
+    budget.refuse_long(option, value, flops / (rate * launch.ranks),
+                       f"{flops:.3g} floating-point operations over {len(versions)} versions at under "
+                       f"{rate:.0e} per second per rank")
 
 
 def _setup(args, size):
@@ -88,7 +114,7 @@ def run(args, ctx) -> Report:
     comm, size, rank = ctx.comm, ctx.comm.size, ctx.comm.rank
     sim = backend.is_simulator()
     with hcomm.step(comm, "input check"):
-        versions = parse_versions(args.version)
+        versions = parse_versions(",".join(args.version))
         ops, shape, scale = _setup(args, size)
         n, c, h, w = shape
         check_chain(ops, (c, h, w), size, what="in the trunk, " if args.layer == "trunk" else "")
@@ -130,7 +156,7 @@ def run(args, ctx) -> Report:
     passed = bool(comm.bcast(all(ch["ok"] for ch in checks.values()) if rank == 0 else None, root=0))
     report.passed = passed
     # The version whose time is reported as wall_s: the last one asked for.
-    primary = "v5" if args.version == "all" else [v.strip().lower() for v in args.version.split(",")][-1]
+    primary = "v5" if args.version == ("all",) else args.version[-1]
     p = outcomes[primary]
     report.timings = {"wall_s": p.wall_s, "version": primary,
                       **{f"{k}_s": x for k, x in p.phases.items()},

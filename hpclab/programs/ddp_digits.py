@@ -1,36 +1,74 @@
 """Exercise 6 without PyTorch: data-parallel MLP classifier on scikit-learn's digits."""
 from __future__ import annotations
 
+from .. import budget
+from ..comm import BACKENDS
+from ..ddp.data import DIGITS, split_sizes
 from ..ddp.digits import DigitsConfig, train_digits
-from ..runner import Report, parse_count
+from ..ddp.model import count_parameters
+from ..ddp.sampler import check_batch
+from ..options import UsageError, count, count_list, real, seed
+from ..runner import Report
 
 HELP = ("Workshop Exercise 6 on real data: an MLP classifier for scikit-learn's 8x8 digits trained "
         "data-parallel (per-epoch train/validation loss and accuracy, final test accuracy).")
-
-
-def _widths(text: str) -> tuple:
-    return tuple(parse_count(v) for v in text.split(","))
+KEEP_OUT = 10       # a subset leaves out at least one image of each digit (stratified split)
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--hidden", type=_widths, default=None,
+    parser.add_argument("--hidden", type=count_list(1, 1 << 16, example="128,64"), default=None,
                         help="hidden layer widths, e.g. 128,64 (default 128,64; 16 on the simulator)")
-    parser.add_argument("--epochs", type=parse_count, default=None, help="default 20 (2 on the simulator)")
-    parser.add_argument("--global-batch", type=parse_count, default=None, help="default 64 (20 on the simulator)")
-    parser.add_argument("--lr", type=float, default=None, help="default 2e-3 (2e-2 on the simulator)")
+    parser.add_argument("--epochs", type=count(1, None), default=None, help="default 20 (2 on the simulator)")
+    parser.add_argument("--global-batch", type=count(1, DIGITS), default=None,
+                        help="default 64 (20 on the simulator)")
+    parser.add_argument("--lr", type=real(0, lo_open=True), default=None,
+                        help="default 2e-3 (2e-2 on the simulator)")
     parser.add_argument("--optimizer", choices=("sgd", "adam"), default=None, help="default adam")
     parser.add_argument("--precision", choices=("fp32", "mixed"), default=None,
                         help="mixed: float16 compute, float32 master weights, dynamic loss scaling")
-    parser.add_argument("--subset", type=parse_count, default=None,
-                        help="use this many of the 1797 images (default all; 400 on the simulator)")
-    parser.add_argument("--threshold", type=float, default=None,
-                        help="test accuracy needed to pass (default 0.95; 0.75 on the simulator)")
-    parser.add_argument("--comm", default=None, help="communication backend (default auto)")
+    parser.add_argument("--subset", type=count(100, DIGITS), default=None,
+                        help=f"use this many of the {DIGITS} images (default all; 400 on the simulator)")
+    parser.add_argument("--threshold", type=real(0, 1, lo_open=True), default=None,
+                        help="test accuracy needed to pass, above 0 and at most 1 (default 0.95; 0.75 on "
+                             "the simulator)")
+    parser.add_argument("--comm", default=None, choices=BACKENDS, help="communication backend (default auto)")
     parser.add_argument("--scale-lr", action="store_true", default=None,
                         help="multiply the learning rate by the number of ranks")
     parser.add_argument("--monitor", action="store_true", default=None,
                         help="sample GPU utilisation and memory (NVML) while training")
-    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--seed", type=seed((1 << 32) - 1), default=None,
+                        help="data split, weights and shuffling (scikit-learn takes 0 to 2^32 - 1)")
+
+
+def config(args) -> DigitsConfig:
+    return DigitsConfig.for_backend(
+        hidden=args.hidden, epochs=args.epochs, global_batch=args.global_batch, lr=args.lr,
+        optimizer=args.optimizer, precision=args.precision, subset=args.subset,
+        threshold=args.threshold, comm=args.comm, scale_lr=args.scale_lr, monitor=args.monitor,
+        seed=args.seed)
+
+
+def validate(args, launch) -> None:
+    cfg = config(args)
+    if cfg.subset is not None and DIGITS - KEEP_OUT < cfg.subset < DIGITS:
+        raise UsageError(f"--subset {cfg.subset} leaves fewer than {KEEP_OUT} images out, one per digit, as the "
+                         f"stratified split needs; use --subset {DIGITS - KEEP_OUT} or less, or all {DIGITS}")
+    train = split_sizes(cfg.subset)["train"]
+    check_batch(train, cfg.global_batch, launch.ranks)
+    layers = len(cfg.hidden) + 1
+    steps = cfg.epochs * (train // cfg.global_batch)
+    params = count_parameters([64, *cfg.hidden, 10])
+    flops = 6 * params * cfg.global_batch / launch.ranks   # forward and backward of a rank's share
+    per_step = 6 * layers * launch.fastest("launch_s") + flops / launch.fastest("flops")
+    budget.refuse_long("--epochs", cfg.epochs, steps * per_step,
+                       f"{steps:.3g} steps, each at least {6 * layers} kernel launches and {flops:.3g} "
+                       "floating-point operations per rank",
+                       "use fewer --epochs, smaller --hidden layers or a larger --global-batch")
+    activations = 4 * sum(cfg.hidden) * max(train, 1)          # a whole split through the model
+    budget.refuse_large("--hidden", ",".join(map(str, cfg.hidden)),
+                        launch.node_bytes(*(2 * (16 * params + activations),) * 2),
+                        f"{params:.3g} parameters with gradients and optimizer state, and activations",
+                        available=launch.memory)
 
 
 def _mib(b) -> str:
@@ -38,11 +76,7 @@ def _mib(b) -> str:
 
 
 def run(args, ctx) -> Report:
-    cfg = DigitsConfig.for_backend(
-        hidden=args.hidden, epochs=args.epochs, global_batch=args.global_batch, lr=args.lr,
-        optimizer=args.optimizer, precision=args.precision, subset=args.subset,
-        threshold=args.threshold, comm=args.comm, scale_lr=args.scale_lr, monitor=args.monitor,
-        seed=args.seed)
+    cfg = config(args)
     comm, rank = ctx.comm, ctx.comm.rank
     if rank == 0 and cfg.reduced:
         print(f"simulator: reduced configuration (hidden {list(cfg.hidden)}, {cfg.subset} images, "

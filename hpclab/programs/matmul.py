@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import backend, comm as hcomm
+from .. import backend, budget, comm as hcomm
 from ..kernels import matmul as mm
-from ..runner import Report, parse_count
+from ..options import count, seed
+from ..runner import Report
 from ..timing import Phases
 
 HELP = ("Distributed GEMM: rows of A scattered (uneven splits allowed), B broadcast, C = A @ B "
@@ -21,13 +22,31 @@ HELP = ("Distributed GEMM: rows of A scattered (uneven splits allowed), B broadc
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--n", type=parse_count, default=None,
+    parser.add_argument("--n", type=count(1, (1 << 31) - 1), default=None,
                         help="matrix size N (default 4096 on a GPU, 24 on the simulator)")
     parser.add_argument("--kernel", choices=mm.KERNELS, default="fast")
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--repeats", type=parse_count, default=1,
+    parser.add_argument("--seed", type=seed(), default=0)
+    parser.add_argument("--repeats", type=count(1, 10**6), default=1,
                         help="times the whole scatter-multiply-gather is run (the fastest is reported)")
+
+
+def default_n() -> int:
+    return backend.auto_size(gpu=4096, sim=24)
+
+
+def validate(args, launch) -> None:
+    n = args.n or default_n()
+    budget.require_share("--n", n, launch.ranks, "rows")
+    item = np.dtype(args.dtype).itemsize
+    mine = 2 * -(-n // launch.ranks) * n * item               # this rank's rows of A and C
+    first = (3 * item + 8) * n * n + mine                      # A, B, C, and B in float64 for the check
+    budget.refuse_large("--n", n, launch.node_bytes(first, item * n * n + mine),
+                        f"A, B and C ({n}x{n} {args.dtype}) on rank 0 and B on every rank",
+                        available=launch.memory)
+    flops, rate = 2 * n ** 3 * args.repeats, launch.fastest("flops")
+    budget.refuse_long("--n", n, flops / (rate * launch.ranks),
+                       f"{flops:.3g} floating-point operations at under {rate:.0e} per second per rank")
 
 
 def tolerance(dtype, k: int) -> float:
@@ -62,7 +81,7 @@ def distributed_matmul(a, b, n: int, dtype, kernel: str, comm, phases: Phases):
 
 def run(args, ctx) -> Report:
     comm, size, rank = ctx.comm, ctx.comm.size, ctx.comm.rank
-    n = args.n or backend.auto_size(gpu=4096, sim=24)
+    n = args.n or default_n()
     dtype = np.dtype(args.dtype)
     with hcomm.step(comm, "input check"):
         hcomm.require_at_least(n, size, "rows (--n)")

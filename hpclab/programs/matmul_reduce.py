@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import backend, comm as hcomm
+from .. import backend, budget, comm as hcomm
 from ..kernels import matmul as mm
-from ..runner import Report, parse_count
+from ..options import count, real, seed
+from ..runner import Report
 from ..timing import Phases
 
 HELP = ("The tutorial's MPI+CUDA matrix multiply: A = 1 + rank, B = 0.5, per-rank sum of C reduced "
@@ -33,18 +34,37 @@ TUTORIAL_PRINTED = 8388608.0      # the tutorial's "Aggregated global sum" for 2
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--n", type=parse_count, default=None,
+    parser.add_argument("--n", type=count(1, (1 << 31) - 1), default=None,
                         help=f"matrix size N (default {TUTORIAL_N} as in the tutorial on a GPU; "
                              "32 on the simulator, where N=256 takes minutes)")
     parser.add_argument("--init", choices=("tutorial", "random"), default="tutorial",
                         help="tutorial: A = 1 + rank, B = 0.5; random: uniform [0, 1) from --seed")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (rank r uses seed + r for A)")
-    parser.add_argument("--iterations", type=parse_count, default=1,
+    parser.add_argument("--seed", type=seed(), default=0, help="random seed (rank r uses seed + r for A)")
+    parser.add_argument("--iterations", type=count(1, None), default=1,
                         help="forward passes, each followed by a reduction and a gradient step")
-    parser.add_argument("--lr", type=float, default=0.1, help="learning rate of the gradient step")
+    parser.add_argument("--lr", type=real(0), default=0.1, help="learning rate of the gradient step (>= 0)")
     parser.add_argument("--kernel", choices=mm.KERNELS, default="naive",
                         help="matmul kernel (default naive: the tutorial's one thread per output)")
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+
+
+def default_n() -> int:
+    return backend.auto_size(gpu=TUTORIAL_N, sim=32)
+
+
+def validate(args, launch) -> None:
+    n = args.n or default_n()
+    item = np.dtype(args.dtype).itemsize
+    per_rank = 9 * n * n * item            # A, A^T, B, dC, C, the gradient, C on the host; A and B made on the host
+    replay = (launch.ranks + 2) * n * n * 8 if args.init == "random" else 0   # rank 0's float64 check
+    budget.refuse_large("--n", n, launch.node_bytes(per_rank + replay, per_rank),
+                        f"nine {n}x{n} {args.dtype} matrices per rank",
+                        available=launch.memory)
+    rate, launch_s = launch.fastest("flops"), launch.fastest("launch_s")
+    per_iteration = 4 * n ** 3 / rate + 4 * launch_s          # two products, four launches
+    budget.refuse_long("--iterations", args.iterations, args.iterations * per_iteration,
+                       f"each iteration is two {n}x{n} products and four kernel launches, at least "
+                       f"{per_iteration:.2g} s")
 
 
 def closed_form_sum(n: int, ranks: int, b: float = 0.5) -> float:
@@ -129,11 +149,9 @@ def train(a_host, b_host, kernel: str, iterations: int, lr: float, comm, be):
 
 def run(args, ctx) -> Report:
     comm, size, rank = ctx.comm, ctx.comm.size, ctx.comm.rank
-    n = args.n or backend.auto_size(gpu=TUTORIAL_N, sim=32)
+    n = args.n or default_n()
     dtype = np.dtype(args.dtype)
     with hcomm.step(comm, "input check"):
-        if args.lr < 0 or not np.isfinite(args.lr):
-            raise ValueError(f"--lr {args.lr} must be a finite number >= 0")
         be = hcomm.get("auto", comm)
         a_host, b_host = make_inputs(n, rank, args.init, args.seed, dtype)
     with hcomm.step(comm, f"compiling the {args.kernel} kernel"):

@@ -1,14 +1,14 @@
 """Workshop Exercise 2: pi by Monte Carlo, samples split among ranks, hits added with MPI."""
 from __future__ import annotations
 
-import argparse
 import math
 
 from .. import backend
 from ..comm import block_range, require_at_least, step
-from ..runner import Report, parse_count
+from ..options import count, seed as seed_type
+from ..runner import Report
 from ..timing import timed, wall
-from ._pi_report import add_launch_arguments
+from ._pi_report import add_launch_arguments, check_work
 
 HELP = ("Workshop Exercise 2: pi by Monte Carlo; each rank counts hits for its share of the "
         "samples on its GPU. The default counter-based generator makes the estimate depend only "
@@ -19,27 +19,25 @@ MAX_SAMPLES = (1 << 63) - 1
 SEED_LIMIT = 1 << 64          # seeds are 64-bit words
 
 
-def parse_seed(text: str) -> int:
-    """argparse type: a whole number 0 <= seed < 2^64."""
-    try:
-        value = int(text.replace("_", ""), 0)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"seed {text!r} is not a whole number (e.g. --seed 123)") from None
-    if not 0 <= value < SEED_LIMIT:
-        raise argparse.ArgumentTypeError(f"seed {value} is out of range: use 0 to 2^64 - 1 "
-                                         f"({SEED_LIMIT - 1})")
-    return value
-
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--samples", type=parse_count, default=None,
+    parser.add_argument("--samples", type=count(1, MAX_SAMPLES), default=None,
                         help="number of samples (e.g. 1e12; default 1e11 on a GPU, 20000 on the simulator)")
-    parser.add_argument("--seed", type=parse_seed, default=123, help="generator seed, 0 to 2^64-1 (default 123)")
+    parser.add_argument("--seed", type=seed_type(SEED_LIMIT - 1), default=123,
+                        help="generator seed, 0 to 2^64-1 (default 123)")
     parser.add_argument("--generator", choices=GENERATORS, default="counter",
                         help="counter: Philox4x32-7 of the global sample index, identical on any number "
                              "of ranks (default); xoroshiro: numba.cuda.random per-thread streams, "
                              "which depend on the ranks and the launch shape")
     add_launch_arguments(parser)
+
+
+def default_samples() -> int:
+    return backend.auto_size(gpu=10**11, sim=20_000)
+
+
+def validate(args, launch) -> None:
+    check_work("--samples", args.samples or default_samples(), "samples", launch.ranks, launch)
 
 
 def check_samples(samples: int, size: int) -> None:
@@ -54,7 +52,7 @@ def run(args, ctx) -> Report:
     from ..kernels import pi as kernels   # loads numba.cuda: not needed to reject bad arguments
 
     comm, size, rank = ctx.comm, ctx.comm.size, ctx.comm.rank
-    samples = args.samples or backend.auto_size(gpu=10**11, sim=20_000)
+    samples = args.samples or default_samples()
     seed = args.seed
     with step(comm, "input check"):
         check_samples(samples, size)

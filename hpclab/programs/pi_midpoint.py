@@ -5,9 +5,10 @@ import math
 
 from .. import backend
 from ..comm import block_range, require_at_least, step
-from ..runner import Report, parse_count
+from ..options import count
+from ..runner import Report
 from ..timing import timed, wall
-from ._pi_report import add_launch_arguments
+from ._pi_report import add_launch_arguments, check_work
 
 HELP = ("Workshop Exercise 1: pi by the midpoint rule in float64; each rank integrates a "
         "contiguous slice of the bins on its GPU, then an MPI reduction adds the slices.")
@@ -16,9 +17,17 @@ MAX_BINS = (1 << 52) - 1      # bin midpoints (i + 1/2) stay exact in float64
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--bins", type=parse_count, default=None,
+    parser.add_argument("--bins", type=count(1, MAX_BINS), default=None,
                         help="number of bins (e.g. 1e11; default 1e11 on a GPU, 10000 on the simulator)")
     add_launch_arguments(parser)
+
+
+def default_bins() -> int:
+    return backend.auto_size(gpu=10**11, sim=10_000)
+
+
+def validate(args, launch) -> None:
+    check_work("--bins", args.bins or default_bins(), "bins", launch.ranks, launch)
 
 
 def check_bins(bins: int, size: int) -> None:
@@ -45,9 +54,9 @@ def run(args, ctx) -> Report:
     from ..kernels import pi as kernels   # loads numba.cuda: not needed to reject bad arguments
 
     comm, size, rank = ctx.comm, ctx.comm.size, ctx.comm.rank
-    bins = args.bins or backend.auto_size(gpu=10**11, sim=10_000)
+    bins = args.bins or default_bins()
     with step(comm, "input check"):
-        check_bins(bins, size)
+        check_bins(bins, size)             # also checked by validate; kept for callers of run()
         start, stop = block_range(bins, size, rank)
         blocks, threads = kernels.launch_shape(stop - start, args.blocks, args.threads)
     with step(comm, "kernel compilation (warm-up)"):

@@ -20,12 +20,13 @@ from __future__ import annotations
 import numpy as np
 
 from .. import backend
-from ..comm import block_range, get, require_at_least, step
+from ..comm import BACKENDS, block_range, get, require_at_least, step
 from ..comm.select import NEEDS_OWN_GPU, describe_sharing
 from ..device import sharing
-from ..runner import Report, parse_count
+from ..options import count, seed
+from ..runner import Report
 from ..timing import wall
-from ._pi_report import add_launch_arguments, estimate, final_lines
+from ._pi_report import add_launch_arguments, check_work, estimate, final_lines
 
 HELP = ("Workshop Exercise 4: Monte Carlo pi with one MPI rank per GPU; MPI only bootstraps NCCL, "
         "and the hit counts are all-reduced by NCCL (host-staged MPI on the simulator, or where "
@@ -33,19 +34,27 @@ HELP = ("Workshop Exercise 4: Monte Carlo pi with one MPI rank per GPU; MPI only
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--samples", type=parse_count, default=None,
+    parser.add_argument("--samples", type=count(1, (1 << 63) - 1), default=None,
                         help="total samples over all ranks (default 1e11 on GPUs, 4096 on the simulator)")
-    parser.add_argument("--seed", type=int, default=2024, help="random seed (default 2024)")
-    parser.add_argument("--backend", default=None,
+    parser.add_argument("--seed", type=seed((1 << 64) - 1), default=2024, help="random seed (default 2024)")
+    parser.add_argument("--backend", default=None, choices=BACKENDS,
                         help="communication backend (default: nccl with one GPU per rank; mpi-host where ranks "
                              "share a GPU and on the simulator)")
     add_launch_arguments(parser)
 
 
+def default_samples() -> int:
+    return backend.auto_size(gpu=10**11, sim=4096)
+
+
+def validate(args, launch) -> None:
+    check_work("--samples", args.samples or default_samples(), "samples", launch.ranks, launch)
+
+
 def run(args, ctx) -> Report:
     comm, rank, size = ctx.comm, ctx.comm.rank, ctx.comm.size
     sim = backend.is_simulator()
-    samples = args.samples or backend.auto_size(gpu=10**11, sim=4096)
+    samples = args.samples or default_samples()
     notes = []
     with step(comm, "input check"):
         require_at_least(samples, size, "samples")

@@ -25,21 +25,42 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .. import backend
-from ..comm import block_range, check, require_at_least, step
-from ..runner import Report, parse_count
-from ._pi_report import add_launch_arguments, estimate, final_lines
+from ..comm import block_range, require_at_least, step
+from ..options import UsageError, count, seed
+from ..runner import Report
+from ._pi_report import add_launch_arguments, check_work, estimate, final_lines
 
 HELP = ("Workshop Exercise 3: Monte Carlo pi with ONE process driving all GPUs of the node; "
         "the per-GPU hit counts are combined by an NCCL all-reduce (ncclCommInitAll).")
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--samples", type=parse_count, default=None,
+    parser.add_argument("--samples", type=count(1, (1 << 63) - 1), default=None,
                         help="total samples over all GPUs (default 1e10 on GPUs, 4096 on the simulator)")
-    parser.add_argument("--seed", type=int, default=2024, help="random seed (default 2024)")
-    parser.add_argument("--gpus", type=parse_count, default=None,
+    parser.add_argument("--seed", type=seed((1 << 64) - 1), default=2024, help="random seed (default 2024)")
+    parser.add_argument("--gpus", type=count(1, 1024), default=None,
                         help="GPUs to drive (default: all of this node's; 2 shares on the simulator)")
     add_launch_arguments(parser)
+
+
+def default_samples() -> int:
+    return backend.auto_size(gpu=10**10, sim=4096)
+
+
+def validate(args, launch) -> None:
+    if launch.ranks != 1:
+        raise UsageError(
+            f"Exercise 3 is ONE process driving every GPU, but {launch.ranks} ranks started it. Run it "
+            "without mpiexec (python -m hpclab run pi-nccl-node); for one rank per GPU use "
+            "mpiexec -n <GPUs> python -m hpclab run pi-nccl-mpi (Exercise 4).")
+    gpus = args.gpus or 2
+    available = backend.count_gpus() if launch.backend == "gpu" else 0
+    if available:                   # 0: checked where it will run (hpclab scaling on a login node)
+        gpus = args.gpus or available
+        if gpus > available:
+            raise UsageError(f"--gpus {gpus} but this node has {available} GPU(s) visible; "
+                             f"use --gpus {available} or fewer")
+    check_work("--samples", args.samples or default_samples(), "samples", gpus, launch)
 
 
 def _count_share(cuda, count_hits, device, lo, hi, args):
@@ -117,11 +138,7 @@ def _simulated(shares, args, notes):
 def run(args, ctx) -> Report:
     comm = ctx.comm
     sim = backend.is_simulator()
-    check(comm.size == 1,
-          f"Exercise 3 is ONE process driving every GPU, but {comm.size} ranks started it. Run it "
-          "without mpiexec (python -m hpclab run pi-nccl-node); for one rank per GPU use "
-          "mpiexec -n <GPUs> python -m hpclab run pi-nccl-mpi (Exercise 4).", comm)
-    samples = args.samples or backend.auto_size(gpu=10**10, sim=4096)
+    samples = args.samples or default_samples()
     with step(comm, "input check"):
         available = len(backend.cuda().gpus)
         ndev = args.gpus or (2 if sim else available)

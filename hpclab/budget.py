@@ -1,0 +1,120 @@
+"""Refuse, before it starts, work that could not finish in a day or fit in memory.
+
+``--iterations 1e30`` or ``--samples 1e18`` parse as fine numbers, then run until
+killed; ``--n 1e6`` asks for terabytes. A program's input check estimates what
+its arguments cost and calls :func:`refuse_long` / :func:`refuse_large`, which
+raise a :class:`~hpclab.options.UsageError` giving the estimate and the limit.
+
+The time estimates are lower bounds: the work divided by the fastest rate per
+rank in :data:`FASTEST` (several times what hpclab has measured), so a refused
+run could not have finished within :data:`MAX_SECONDS` anyway.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from .options import UsageError
+
+MAX_SECONDS = 24 * 3600
+
+# Per rank and second, faster than anything measured: on a GPU, over 2x the H200 figures in
+# the README (8.2e11 samples/s, 2.1e12 bins/s, 67 TFLOP/s FP32 peak, a launch in ~5 us); on
+# the simulator (one Python thread per CUDA thread) several times what it does on a CI-class
+# CPU (4.5e4 samples/s, 1.6e5 bins/s, 7e5 FLOP/s in the naive matmul, ~1e-2 s per launch).
+FASTEST = {
+    "gpu": {"samples": 2e12, "bins": 5e12, "flops": 2e15, "launch_s": 2e-6},
+    "sim": {"samples": 3e5, "bins": 2e6, "flops": 2e6, "launch_s": 1e-3},
+}
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Where a program is about to run: what its input check may depend on."""
+
+    ranks: int = 1
+    ranks_per_node: int = 1
+    backend: str = "sim"            # "gpu" or "sim"
+    memory: float | None = None     # bytes available on a node; None: ask this node
+
+    def fastest(self, what: str) -> float:
+        return FASTEST[self.backend][what]
+
+    def node_bytes(self, first: float, other: float) -> float:
+        """Memory of the ranks on one node: rank 0's share and the others'."""
+        return first + (self.ranks_per_node - 1) * other
+
+
+def require_share(option: str, value: int, shares: int, what: str) -> None:
+    """Every rank (or GPU) needs at least one of ``value`` items: name the option if not."""
+    from .comm.decomp import require_at_least
+
+    try:
+        require_at_least(value, shares, what)
+    except ValueError as exc:
+        raise UsageError(f"{option} {shown(value)}: {exc}") from None
+
+
+def duration(seconds: float) -> str:
+    for unit, length in (("year", 365 * 86400), ("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= length:
+            value = seconds / length
+            return f"{value:.3g} {unit}{'' if f'{value:.3g}' == '1' else 's'}"
+    return f"{seconds:.3g} s"
+
+
+def shown(value) -> str:
+    """A count as given on a command line: 1024, or 1e+18 rather than nineteen digits."""
+    return f"{value:.3g}" if isinstance(value, (int, float)) and abs(value) >= 10 ** 7 else str(value)
+
+
+def size(nbytes: float) -> str:
+    for unit, length in (("EiB", 2 ** 60), ("PiB", 2 ** 50), ("TiB", 2 ** 40), ("GiB", 2 ** 30), ("MiB", 2 ** 20)):
+        if nbytes >= length:
+            return f"{nbytes / length:.3g} {unit}"
+    return f"{nbytes:.0f} bytes"
+
+
+def refuse_long(option: str, value, seconds: float, how: str, fix: str | None = None) -> None:
+    """Raise if the work of ``option value`` needs more than MAX_SECONDS at the fastest rate."""
+    if seconds > MAX_SECONDS:
+        raise UsageError(
+            f"{option} {shown(value)} would run for at least {duration(seconds)} ({how}); the limit is "
+            f"{duration(MAX_SECONDS)}: {fix or f'use a smaller {option}'}, or split the work into several runs")
+
+
+def memory_available() -> int | None:
+    """Bytes this process could still allocate on its node (None when unknown)."""
+    found = []
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    found.append(int(line.split()[1]) * 1024)
+    except OSError:
+        pass
+    try:                                           # a container's or a Slurm job's cgroup limit
+        with open("/sys/fs/cgroup/memory.max") as fh:
+            limit = fh.read().strip()
+        with open("/sys/fs/cgroup/memory.current") as fh:
+            used = int(fh.read())
+        if limit != "max":
+            found.append(max(0, int(limit) - used))
+    except (OSError, ValueError):
+        pass
+    if not found:
+        try:
+            found.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+        except (ValueError, OSError, AttributeError):
+            return None
+    return min(found)
+
+
+def refuse_large(option: str, value, nbytes: float, what: str, available: float | None = None) -> None:
+    """Raise if ``option value`` needs more host memory on this node than is available
+    (``available``: bytes, as ``Launch.memory``; None asks this node)."""
+    available = memory_available() if available is None else available
+    if available is not None and nbytes > available:
+        raise UsageError(
+            f"{option} {shown(value)} needs about {size(nbytes)} of memory ({what}), but this node has "
+            f"{size(available)} available: use a smaller {option}")

@@ -1,0 +1,82 @@
+"""The simulator's shared arrays: one per block and call site, whatever the thread switches."""
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from hpclab import backend, cudasim
+
+pytestmark = pytest.mark.skipif(backend.name() != "sim", reason="the CUDA simulator's own threads")
+
+
+class _SecondCallerWaits:
+    """np.empty whose first caller waits (up to 0.5 s) until a second caller is inside it too:
+    the interleaving that a thread switch right after the allocation produces."""
+
+    def __init__(self):
+        self.calls, self.lock, self.second = 0, threading.Lock(), threading.Event()
+
+    def empty(self, *args, **kwargs):
+        with self.lock:
+            self.calls += 1
+            first = self.calls == 1
+        if first:
+            self.second.wait(0.5)
+        else:
+            self.second.set()
+        return np.empty(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+
+def _allocate_from_two_threads(method):
+    from numba.cuda.simulator.kernelapi import FakeCUDAShared
+
+    shared = FakeCUDAShared(0)
+    got = [None, None]
+
+    def allocate(i):
+        got[i] = method(shared, 4, np.float64)          # the same call site in both threads
+
+    threads = [threading.Thread(target=allocate, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return got
+
+
+def test_two_threads_of_a_block_get_one_shared_array(monkeypatch):
+    backend.cuda()                                      # installs the thread-safe method
+    from numba.cuda.simulator import kernelapi
+
+    ours = kernelapi.FakeCUDAShared.array
+    assert ours.hpclab_thread_safe
+    monkeypatch.setattr(cudasim, "np", _SecondCallerWaits())
+    a, b = _allocate_from_two_threads(ours)
+    assert a is b
+
+    # Numba's own method under the same interleaving gives each thread its own array.
+    monkeypatch.setattr(kernelapi, "np", _SecondCallerWaits())
+    a, b = _allocate_from_two_threads(ours.numba_original)
+    assert a is not b
+
+
+class _Sleepy:
+    """np.empty that gives the interpreter up for 2 ms: other threads run in the middle."""
+
+    def empty(self, *args, **kwargs):
+        time.sleep(0.002)
+        return np.empty(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+
+def test_block_reduction_is_exact_when_allocation_switches_threads(monkeypatch):
+    from hpclab.kernels import pi
+
+    monkeypatch.setattr(cudasim, "np", _Sleepy())
+    assert pi.count_hits(0, 1000, 1000) == pi.count_hits_reference(0, 1000, 1000)
