@@ -38,8 +38,12 @@ test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q --nbval-lax --nbval-cell-timeout=900 -p no:cacheprovider \
 		tests notebooks solutions
 
+# A profile written by `hpclab cluster init --slurm` submits its engines as a Slurm job (its own
+# size); otherwise $(ENGINES) MPI engines start on this machine.
+LAB_ENGINES = $(shell $(BIN)/python -c "import hpclab.slurm as s; print('' if s.profile_is_slurm() else '--engines=MPI -n $(ENGINES)')")
+
 lab: $(VENV)/.installed-run
-	$(BIN)/ipcluster start --engines=MPI -n $(ENGINES) --daemonize
+	$(BIN)/ipcluster start $(LAB_ENGINES) --daemonize
 	$(BIN)/jupyter lab notebooks
 
 stop:
