@@ -171,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     except _Stop as stop:
         say(f"{stop}: stopping the engines and the controller")
         code = 0
+    except Exception as exc:  # noqa: BLE001 - the job log must say what failed, then the job fails
+        say(f"starting the cluster failed: {type(exc).__name__}: {exc}")
+        code = 1
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, signal.SIG_IGN)
