@@ -377,3 +377,18 @@ def test_the_login_side_sees_an_engine_job_by_its_job_id_and_stops_it_with_scanc
     fake_slurm(72, "FAILED", exit_code="1:0")
     assert ipp.Cluster.from_file(str(cfile)).controller is None
     assert not cfile.exists()
+
+
+# ---------------------------------------------------------------- when the Slurm tier cannot run
+
+def test_the_slurm_tier_says_in_one_line_why_it_cannot_run(monkeypatch, tmp_path):
+    from . import slurm_local
+
+    monkeypatch.setattr(slurm_local.os, "geteuid", lambda: 1000)
+    assert slurm_local.unavailable() == ("the Slurm tier needs root (it runs slurmctld, slurmd and munged in a "
+                                         "network namespace)")
+    monkeypatch.setattr(slurm_local.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(slurm_local, "_installed", lambda: False)
+    monkeypatch.setenv("PATH", str(fake_bin(tmp_path, ip="exit 0\n", nsenter="exit 0\n")))
+    assert slurm_local.unavailable() == ("Slurm is not installed and there is no apt-get to install slurm-wlm "
+                                         "and munge")
