@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hpclab import slurm
-from hpclab.slurm import engines, guard, jobs
+from hpclab.slurm import engines, guard
 from hpclab.slurm import mpi as flavour
 from hpclab.slurm import profile as prof
 

@@ -56,7 +56,7 @@ Integration into ``connect(n, profile, timeout)`` (after the cluster-ownership r
 from __future__ import annotations
 
 from .guard import login_node_guard, profile_is_slurm
-from .jobs import describe, diagnose, job_info, job_report, submit_error
+from .jobs import diagnose, job_info, job_report, submit_error
 from .profile import SlurmSettings, read_settings
 
 __all__ = ["SlurmSettings", "cluster_job_id", "diagnose", "job_ended", "job_info", "job_report",
