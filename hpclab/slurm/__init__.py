@@ -29,29 +29,33 @@ What ``hpclab.cluster.connect()`` calls (small functions, no state):
 ``submit_failure(cluster)``
     Why sbatch refused the engine job (``sbatch --test-only`` on the generated script).
 
-Integration into ``connect(n, profile, timeout)`` (after the cluster-ownership rewrite):
+Integration into ``connect(n, profile, timeout)`` (after the cluster-ownership rewrite; a
+prototype of exactly these steps passed the tests marked ``needs_connect_integration`` in
+tests/test_slurm.py, which run as soon as ``hpclab.cluster`` has the attribute ``slurm``):
 
-1. Claiming a running cluster is unchanged: ``ipp.Cluster.from_file`` works for engine
-   jobs too, because their controller is a :class:`.launchers.JobControllerLauncher`
-   (running while the job runs; a file left by an ended job is removed by ipyparallel
-   itself). If ``job = cluster_job_id(cluster)``, print ``job_report(job)`` with the
-   engines found.
-2. No cluster to claim and ``profile_is_slurm(profile)``: start a private cluster from
-   the profile, ``ipp.Cluster(profile=profile, cluster_id=<own id>, n=n)`` (its config
-   holds the Slurm launcher), ``start_controller_sync()``, then ``start_engines_sync(n)``;
-   if that raises (sbatch refused: ``subprocess.CalledProcessError``), stop the
-   controller and raise ``ClusterError(submit_failure(cluster))``. Then
-   ``job = cluster_job_id(cluster)`` and wait for n engines with the progress bar: every
-   few seconds ``msg = job_ended(job)``; if ``msg``: stop the cluster, raise
-   ``ClusterError(msg)``; set the bar's description to ``job_report(job)``. At the
-   deadline: ``ClusterError(f"{k} of {n} engines after {timeout:.0f} s; " + diagnose(job))``
-   and ``cluster.stop_cluster_sync()`` (which scancels the job). A pending job needs a
-   longer deadline than local engines: use ``max(timeout, 300)`` for Slurm profiles.
-3. No cluster to claim and the profile is not Slurm: ``reason = login_node_guard(profile)``;
-   if ``reason``: raise ``ClusterError(reason)`` and start nothing; else start local MPI
+0. ``from . import slurm`` in hpclab/cluster.py.
+1. Claiming a running cluster: ``ipp.Cluster.from_file(profile=..., cluster_id=...)`` works for
+   engine jobs too, because their controller is a :class:`.launchers.JobControllerLauncher`
+   (running while the job runs; for a job that has ended ipyparallel sets ``controller`` to
+   None and removes the stale file itself). Treat ``cluster.controller is None`` as "nothing
+   to claim". If ``job = cluster_job_id(cluster)``, print ``"hpclab: " + job_report(job)``
+   with the engines found.
+2. Nothing to claim and ``profile_is_slurm(profile)``: a private cluster from the profile,
+   ``ipp.Cluster(profile=profile, cluster_id=<own id>, n=n)`` (its config holds the Slurm
+   launcher; ``n`` becomes the job's ``--ntasks``), ``start_controller_sync()``, then
+   ``start_engines_sync(n)``; if that raises ``subprocess.CalledProcessError`` (sbatch
+   refused), ``stop_cluster_sync()`` and raise ``ClusterError(submit_failure(cluster))``.
+   Then ``job = cluster_job_id(cluster)``; wait for n engines with the progress bar, every
+   2 s: ``msg = job_ended(job)``; if ``msg``: ``stop_cluster_sync()``, raise
+   ``ClusterError(msg)``; the bar's description ``job_report(job)``. Deadline
+   ``max(timeout, 300)`` (a job may queue): ``ClusterError(f"{k} of {n} engines after {t} s; "
+   + diagnose(job))`` after ``stop_cluster_sync()`` (which scancels the job). The Session
+   owns the cluster (``started=True``): ``close()`` stops it and so cancels the job.
+3. Nothing to claim and the profile is not Slurm: ``reason = login_node_guard(profile)``; if
+   ``reason``: raise ``ClusterError(reason)`` and start nothing; else start local MPI
    engines as before.
-4. The test suite's ``conftest.py`` sets ``HPCLAB_ALLOW_LOCAL_ENGINES=1`` (its machines may
-   have ``sbatch`` and no GPU, as CI does once the Slurm tier has installed Slurm).
+4. The test suite's conftest.py sets ``HPCLAB_ALLOW_LOCAL_ENGINES=1`` (its machines may have
+   ``sbatch`` and no GPU, as CI has once the Slurm tier has installed Slurm).
 """
 from __future__ import annotations
 
