@@ -29,9 +29,9 @@ What ``hpclab.cluster.connect()`` calls (small functions, no state):
 ``submit_failure(cluster)``
     Why sbatch refused the engine job (``sbatch --test-only`` on the generated script).
 
-Integration into ``connect(n, profile, timeout)`` (after the cluster-ownership rewrite; a
-prototype of exactly these steps passed the tests marked ``needs_connect_integration`` in
-tests/test_slurm.py, which run as soon as ``hpclab.cluster`` has the attribute ``slurm``):
+Integration into ``connect(n, profile, timeout)`` (after the cluster-ownership rewrite; the
+tests marked ``needs_connect_integration`` in tests/test_slurm.py check it and run as soon as
+``hpclab.cluster`` has the attribute ``slurm``):
 
 0. ``from . import slurm`` in hpclab/cluster.py.
 1. Claiming a running cluster: ``ipp.Cluster.from_file(profile=..., cluster_id=...)`` works for
