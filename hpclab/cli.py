@@ -7,6 +7,7 @@
   hpclab exercises build|check     exercises/ generated from solutions/
   hpclab exercises copy            your working copies in my-work/ (never overwritten)
   hpclab workbook [--engines N]    execute every notebook on MPI engines into build/
+  hpclab cluster init --slurm ...  an ipyparallel profile whose engines are a Slurm job
 """
 from __future__ import annotations
 
@@ -167,6 +168,11 @@ def _main(argv: list[str] | None) -> int:
     wb.add_argument("--notebooks", default="notebooks")
     wb.add_argument("--out", default="build")
     wb.add_argument("--timeout", type=count(1, 7 * 86400), default=1200, help="seconds per cell")
+    cluster = sub.add_parser("cluster", help="MPI engines for the notebooks (init --slurm: engines from Slurm)")
+    cluster_sub = cluster.add_subparsers(dest="cluster_command", required=True)
+    from .slurm.profile import add_cluster_init
+
+    add_cluster_init(cluster_sub)
 
     args, rest = parser.parse_known_args(argv)
     if args.command == "info":
@@ -197,6 +203,8 @@ def _main(argv: list[str] | None) -> int:
         from . import exercises
 
         return exercises.main(args.action, args.root)
+    if args.command == "cluster":
+        return args.func(args)
     if args.command == "workbook":
         from . import workbook
 

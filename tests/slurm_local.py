@@ -1,0 +1,322 @@
+"""A real single-node Slurm on loopback only, for the Slurm test tier.
+
+    slurm = LocalSlurm.create()        # or pytest.skip(LocalSlurm.unavailable())
+    slurm.start()
+    job = slurm.sbatch(["slurm/ex0_collectives.sbatch"], env=...)
+    slurm.wait(job)                    # {'JobState': 'COMPLETED', 'ExitCode': '0:0', ...}
+    slurm.stop()                       # scancel every job, stop every daemon by PID
+
+Everything lives in one private folder and one network namespace that holds
+only ``lo`` (127.0.0.1 and 127.0.0.2): slurmctld, slurmd, a private munged with
+its own key and socket, and every client command and job (run through
+``nsenter --net``). Nothing listens outside the namespace, and two runs never
+meet. One node with 32 CPUs and 8 GPUs, faked through GRES (``/dev/tty0..7``), so
+jobs that ask for GPUs are accepted (a job asking for 4 sees ``CUDA_VISIBLE_DEVICES=0,1,2,3``)
+and two 4-GPU jobs can run at once.
+
+Needs root and Slurm's Debian packages; ``install()`` runs ``apt-get install -y
+slurm-wlm munge`` only when ``slurmctld``/``slurmd``/``munged`` are missing.
+Run by hand: ``python -m tests.slurm_local`` starts one and prints how to use
+it, and stops it on Enter.
+"""
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+PACKAGES = ["slurm-wlm", "munge"]
+DAEMONS = ["slurmctld", "slurmd", "munged", "sbatch"]
+GPUS = 8
+
+SLURM_CONF = """\
+ClusterName=hpclab
+FirstJobId={first_job_id}
+SlurmctldHost=localhost(127.0.0.1)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket={root}/munge/munge.socket
+StateSaveLocation={root}/state
+SlurmdSpoolDir={root}/spool
+SlurmctldPidFile={root}/slurmctld.pid
+SlurmdPidFile={root}/slurmd.pid
+SlurmctldLogFile={root}/log/slurmctld.log
+SlurmdLogFile={root}/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MpiDefault=none
+ReturnToService=2
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SlurmdParameters=config_overrides
+GresTypes=gpu
+MinJobAge=600
+KillWait=5
+InactiveLimit=0
+NodeName=localhost NodeAddr=127.0.0.1 CPUs=32 RealMemory=20000 Gres=gpu:{gpus} State=UNKNOWN
+PartitionName=gpu Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+"""
+
+GRES_CONF = """\
+AutoDetect=off
+NodeName=localhost Name=gpu File=/dev/tty[0-{last}]
+"""
+
+
+class SlurmUnavailable(RuntimeError):
+    """This machine cannot run the local Slurm (the reason is the message)."""
+
+
+def unavailable() -> str | None:
+    """Why a local Slurm cannot run here (one line), or None when it can."""
+    if not sys.platform.startswith("linux"):
+        return f"the Slurm tier needs Linux (this is {sys.platform})"
+    if os.geteuid() != 0:
+        return "the Slurm tier needs root (it runs slurmctld, slurmd and munged in a network namespace)"
+    for tool in ("ip", "nsenter"):
+        if not shutil.which(tool):
+            return f"the Slurm tier needs `{tool}` (iproute2 / util-linux)"
+    if not _installed() and not shutil.which("apt-get"):
+        return "Slurm is not installed and there is no apt-get to install slurm-wlm and munge"
+    return None
+
+
+def _installed() -> bool:
+    return all(shutil.which(d) or os.path.exists(f"/usr/sbin/{d}") for d in DAEMONS)
+
+
+def install(timeout: float = 600) -> str:
+    """Install slurm-wlm and munge with apt-get unless they are there; says what it did."""
+    if _installed():
+        return "Slurm already installed"
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    t0 = time.monotonic()
+    for cmd in (["apt-get", "update", "-q"],
+                ["apt-get", "install", "-y", "-q", "--no-install-recommends", *PACKAGES]):
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        if proc.returncode != 0:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise SlurmUnavailable(f"`{' '.join(cmd)}` failed ({proc.returncode}): {tail[0]}")
+    if not _installed():
+        raise SlurmUnavailable(f"apt-get installed {' '.join(PACKAGES)} but {DAEMONS} are not all there")
+    return f"installed {' '.join(PACKAGES)} in {time.monotonic() - t0:.0f} s"
+
+
+def version() -> str:
+    return subprocess.run(["sinfo", "--version"], capture_output=True, text=True).stdout.strip()
+
+
+class LocalSlurm:
+    def __init__(self, root: Path, netns: str):
+        self.root = root
+        self.netns = netns
+        self.conf = root / "slurm.conf"
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    @classmethod
+    def create(cls) -> "LocalSlurm":
+        root = Path(tempfile.mkdtemp(prefix="hpclab-slurm-"))
+        return cls(root, f"hpclab-slurm-{os.getpid()}")
+
+    # ------------------------------------------------------------ running commands in the namespace
+    def env(self, **extra) -> dict:
+        e = dict(os.environ)
+        for k in [k for k in e if k.startswith(("SLURM_", "SBATCH_", "SRUN_"))]:
+            del e[k]  # a test run inside someone's allocation must not leak into ours
+        e["SLURM_CONF"] = str(self.conf)
+        e.update({k: str(v) for k, v in extra.items()})
+        return e
+
+    def wrap(self, cmd: list[str]) -> list[str]:
+        """``cmd`` run inside the namespace (nsenter execs it: same PID)."""
+        return ["nsenter", f"--net=/run/netns/{self.netns}", *cmd]
+
+    def run(self, cmd: list[str], env: dict | None = None, timeout: float = 60, check: bool = False,
+            **kwargs) -> subprocess.CompletedProcess:
+        return subprocess.run(self.wrap(cmd), capture_output=True, text=True, timeout=timeout,
+                              env=env or self.env(), check=check, **kwargs)
+
+    def popen(self, cmd: list[str], env: dict | None = None, **kwargs) -> subprocess.Popen:
+        return subprocess.Popen(self.wrap(cmd), env=env or self.env(), **kwargs)
+
+    # ------------------------------------------------------------ start / stop
+    def start(self, timeout: float = 90) -> None:
+        try:
+            self._network()
+            self._munge()
+            self._write_config()
+            self._daemon("slurmctld", ["slurmctld", "-D", "-i", "-f", str(self.conf)])
+            # slurmd and its jobs get their own PID namespace, as on a compute node: PIDs written by a
+            # job (ipyparallel's cluster file) mean nothing to the login side, as on a real cluster.
+            self._daemon("slurmd", ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child=SIGTERM",
+                                    "slurmd", "-D", "-N", "localhost", "-f", str(self.conf)])
+            self._wait_idle(timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _sh(self, cmd: list[str]) -> None:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+        if proc.returncode != 0:
+            raise SlurmUnavailable(f"`{' '.join(cmd)}` failed: {(proc.stderr or proc.stdout).strip()}")
+
+    def _network(self) -> None:
+        self._sh(["ip", "netns", "add", self.netns])
+        ns = ["ip", "-n", self.netns]
+        self._sh([*ns, "link", "set", "lo", "up"])
+        # Slurm resolves its host with AI_ADDRCONFIG, which ignores 127.0.0.1 when it is the only
+        # address: slurmctld then fails with `Unable to resolve "127.0.0.1"`.
+        self._sh([*ns, "addr", "add", "127.0.0.2/32", "dev", "lo"])
+
+    def _munge(self) -> None:
+        d = self.root / "munge"
+        d.mkdir()
+        os.chmod(self.root, 0o755)  # munged wants its socket's folders searchable by everyone
+        os.chmod(d, 0o755)
+        key = self.root / "munge.key"
+        self._sh(["mungekey", "-c", "-k", str(key)] if shutil.which("mungekey")
+                 else ["dd", "if=/dev/urandom", f"of={key}", "bs=1", "count=1024"])
+        os.chmod(key, 0o600)
+        self._daemon("munged", ["munged", "-F", f"--socket={d}/munge.socket", f"--key-file={key}",
+                                f"--pid-file={d}/munged.pid", f"--seed-file={d}/munged.seed",
+                                f"--log-file={self.root}/log/munged.log"])
+        deadline = time.monotonic() + 15
+        while not (d / "munge.socket").exists():
+            if time.monotonic() > deadline:
+                raise SlurmUnavailable(f"munged did not start: {self.log('munged')}")
+            time.sleep(0.1)
+
+    def _write_config(self) -> None:
+        for sub in ("state", "spool", "log"):
+            (self.root / sub).mkdir(exist_ok=True)
+        # Job ids never seen on this machine before: MPICH names its node-local shared-memory segment
+        # after the PMI job id (the Slurm step), and a segment left in /dev/shm by a killed step of an
+        # earlier Slurm with the same ids makes MPI_Init of the new step hang or fail.
+        first = 1000 + random.randrange(1 << 25)
+        self.conf.write_text(SLURM_CONF.format(root=self.root, gpus=GPUS, first_job_id=first))
+        (self.root / "gres.conf").write_text(GRES_CONF.format(last=GPUS - 1))
+
+    def _daemon(self, name: str, cmd: list[str]) -> None:
+        (self.root / "log").mkdir(exist_ok=True)
+        out = open(self.root / "log" / f"{name}.out", "w")
+        self.procs[name] = self.popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def _wait_idle(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        state = ""
+        while time.monotonic() < deadline:
+            for name, proc in self.procs.items():
+                if proc.poll() is not None:
+                    raise SlurmUnavailable(f"{name} exited with {proc.returncode}: {self.log(name)}")
+            state = self.run(["sinfo", "-h", "-o", "%t"], timeout=20).stdout.strip()
+            if state in ("idle", "mix", "alloc"):
+                return
+            time.sleep(0.5)
+        raise SlurmUnavailable(f"the node did not become idle in {timeout:.0f} s (sinfo: {state!r}); "
+                               f"slurmd: {self.log('slurmd')}")
+
+    def log(self, name: str, lines: int = 8) -> str:
+        text = ""
+        for suffix in (".log", ".out"):
+            path = self.root / "log" / f"{name}{suffix}"
+            if path.exists():
+                text += path.read_text(errors="replace")
+        return " | ".join(text.strip().splitlines()[-lines:]) or "(no log)"
+
+    def jobs(self) -> list[str]:
+        proc = self.run(["squeue", "-h", "-o", "%i"], timeout=20)
+        return proc.stdout.split() if proc.returncode == 0 else []
+
+    def stop(self) -> None:
+        """scancel every job, wait for them to end, then stop the daemons by PID and remove the namespace."""
+        if "slurmctld" in self.procs and self.procs["slurmctld"].poll() is None:
+            try:
+                jobs = self.jobs()
+                if jobs:
+                    self.run(["scancel", *jobs], timeout=20)
+                deadline = time.monotonic() + 30
+                while self.jobs() and time.monotonic() < deadline:
+                    time.sleep(0.5)
+            except subprocess.TimeoutExpired:
+                pass
+        for name in ("slurmd", "slurmctld", "munged"):
+            proc = self.procs.pop(name, None)
+            if proc is None or proc.poll() is not None:
+                continue
+            # unshare ignores SIGTERM: signal slurmd, its child (the namespace's init; when it ends,
+            # every process left in the namespace ends with it).
+            targets = [c.pid for c in psutil.Process(proc.pid).children()] if name == "slurmd" else [proc.pid]
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                for pid in targets:
+                    try:
+                        os.kill(pid, sig)
+                    except ProcessLookupError:
+                        pass
+                try:
+                    proc.wait(timeout=15)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        subprocess.run(["ip", "netns", "del", self.netns], capture_output=True, timeout=30)
+
+    # ------------------------------------------------------------ jobs
+    def sbatch(self, args: list[str], env: dict | None = None, cwd: Path | str | None = None) -> str:
+        proc = self.run(["sbatch", "--parsable", *args], env=env, cwd=cwd, timeout=30)
+        if proc.returncode != 0:
+            raise RuntimeError(f"sbatch {' '.join(args)} failed: {proc.stderr.strip()}")
+        return proc.stdout.strip().split(";")[0]
+
+    def job(self, job_id: str) -> dict[str, str]:
+        """``scontrol show job`` as a dict (finished jobs stay for MinJobAge)."""
+        out = self.run(["scontrol", "show", "job", "-o", str(job_id)], timeout=20).stdout
+        return dict(re.findall(r"(\w+)=(\S*)", out))
+
+    def wait(self, job_id: str, timeout: float = 300) -> dict[str, str]:
+        """Wait until the job has ended; its scontrol record."""
+        deadline = time.monotonic() + timeout
+        while True:
+            info = self.job(job_id)
+            state = info.get("JobState", "")
+            if state and state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"):
+                return info
+            if time.monotonic() > deadline:
+                self.run(["scancel", str(job_id)])
+                raise TimeoutError(f"job {job_id} still {state} after {timeout:.0f} s")
+            time.sleep(1)
+
+
+def main() -> int:
+    reason = unavailable()
+    if reason:
+        print(reason)
+        return 1
+    print(install())
+    slurm = LocalSlurm.create()
+    slurm.start()
+    print(f"{version()} up in {slurm.root}\n"
+          f"  export SLURM_CONF={slurm.conf}\n"
+          f"  nsenter --net=/run/netns/{slurm.netns} sinfo")
+    try:
+        input("Enter stops it ")
+    finally:
+        slurm.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,417 @@
+"""The Slurm tier: every slurm/*.sbatch template and both engine routes on a real Slurm.
+
+A single-node Slurm runs on loopback only (tests/slurm_local.py: a network namespace, fake GPU
+GRES, a private munged; slurmd and its jobs in their own PID namespace, like a compute node).
+Everything that talks to Slurm or to the engines runs inside that namespace, as it would on a
+login node. Skipped, with the reason, where this machine cannot run Slurm (not root, no apt-get).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from . import slurm_local
+from .helpers import ROOT
+
+pytestmark = pytest.mark.slurm
+
+NB = ROOT / "notebooks" / "01_collectives.ipynb"
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    reason = slurm_local.unavailable()
+    if reason:
+        pytest.skip(reason)
+    try:
+        note = slurm_local.install()
+    except (slurm_local.SlurmUnavailable, OSError) as exc:
+        pytest.skip(f"cannot install Slurm here: {exc}")
+    s = slurm_local.LocalSlurm.create()
+    s.start()
+    print(f"{note}; {s.run(['sinfo', '-V']).stdout.strip()} up in {s.root}")
+    try:
+        yield s
+    finally:
+        s.stop()
+        shutil.rmtree(s.root, ignore_errors=True)
+
+
+def job_env(slurm, tmp_path: Path, **extra) -> dict:
+    """What the submitting shell has: the simulator, a private IPython dir, this Python's environment."""
+    e = slurm.env(HPCLAB_BACKEND="sim", IPYTHONDIR=str(tmp_path / "ipython"), HPCLAB_ALLOW_LOCAL_ENGINES="0")
+    e["PYTHONPATH"] = str(ROOT) + os.pathsep + e.get("PYTHONPATH", "")
+    e["PATH"] = str(Path(sys.executable).parent) + os.pathsep + e["PATH"]
+    if sys.prefix != sys.base_prefix:
+        e["HPCLAB_ENV"] = sys.prefix  # the environment running these tests, wherever it lives
+    e.update({k: str(v) for k, v in extra.items()})
+    return e
+
+
+def submit(slurm, template: str, tmp_path: Path, *opts: str, output: bool = True, **env) -> str:
+    args = list(opts)
+    if output:  # keep test logs out of the checkout's slurm/logs/
+        args.append(f"--output={tmp_path}/%x-%j.out")
+    return slurm.sbatch([*args, f"slurm/{template}"], env=job_env(slurm, tmp_path, **env), cwd=ROOT)
+
+
+def log_of(info: dict) -> str:
+    return Path(info["StdOut"]).read_text(errors="replace") if Path(info["StdOut"]).exists() else ""
+
+
+def last_json(text: str) -> dict:
+    lines = [ln for ln in text.splitlines() if ln.startswith("{")]
+    assert lines, f"no JSON line in the job's log:\n{text[-3000:]}"
+    return json.loads(lines[-1])
+
+
+def completed(info: dict) -> str:
+    """An assertion message with the job's state and log tail."""
+    return f"job {info.get('JobId')} {info.get('JobState')} {info.get('ExitCode')}:\n{log_of(info)[-3000:]}"
+
+
+# ---------------------------------------------------------------- batch templates
+
+TWO_GPUS = ("--ntasks-per-node=2", "--gpus-per-node=2", "--cpus-per-task=1")
+
+
+@pytest.mark.parametrize("template,env", [
+    ("ex0_collectives.sbatch", {}),
+    ("ex1_pi_midpoint.sbatch", {"BINS": "1e4"}),
+    ("ex2_pi_mc.sbatch", {"SAMPLES": "1e5", "SEED": "7"}),
+])
+def test_template_runs_unchanged_as_one_mpi_job(slurm, tmp_path, template, env):
+    info = slurm.wait(submit(slurm, template, tmp_path, *TWO_GPUS, **env), timeout=240)
+    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", completed(info)
+    text = log_of(info)
+    # the flavour was chosen for the mpich wheel, and the ranks are one MPI job (not 2 singletons)
+    assert "launch: srun --mpi=pmi2 --kill-on-bad-exit=1 -n 2" in text, text[-2000:]
+    record = last_json(text)
+    assert record["passed"] is True and record["ranks"] == 2 and record["backend"] == "sim", record
+
+
+def test_template_output_goes_to_the_gitignored_logs_folder(slurm, tmp_path):
+    info = slurm.wait(submit(slurm, "ex0_collectives.sbatch", tmp_path, *TWO_GPUS, output=False), timeout=240)
+    log = Path(info["StdOut"])
+    try:
+        assert log.parent == ROOT / "slurm" / "logs" and log.name == f"hpclab-ex0-{info['JobId']}.out"
+        assert info["JobState"] == "COMPLETED", completed(info)
+    finally:
+        log.unlink(missing_ok=True)
+
+
+def test_scaling_template_writes_csv_and_figure_under_build(slurm, tmp_path):
+    out = tmp_path / "scaling"
+    info = slurm.wait(submit(slurm, "scaling.sbatch", tmp_path, *TWO_GPUS, TRIALS=1, HPCLAB_OUT=out,
+                             PROGRAM_ARGS="--samples 1e4 --seed 3"), timeout=300)
+    assert info["JobState"] == "COMPLETED", completed(info)
+    rows = list(csv.DictReader((out / "pi-mc_strong.csv").open()))
+    assert {r["ranks"] for r in rows} == {"1", "2"} and all(r["passed"] == "True" for r in rows), rows
+    assert list(out.glob("*.png")), list(out.iterdir())
+
+
+def test_template_default_result_folder_is_under_build(slurm, tmp_path):
+    """Without HPCLAB_OUT, results go to build/slurm/<job name>-<job id>/ (never the checkout's root)."""
+    info = slurm.wait(submit(slurm, "scaling.sbatch", tmp_path, *TWO_GPUS, TRIALS=1, RANKS="2",
+                             PROGRAM_ARGS="--samples 1e4"), timeout=300)
+    folder = ROOT / "build" / "slurm" / f"hpclab-scaling-{info['JobId']}"
+    try:
+        assert info["JobState"] == "COMPLETED", completed(info)
+        assert (folder / "pi-mc_strong.csv").exists(), list(folder.parent.iterdir())
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_failing_program_fails_the_job(slurm, tmp_path):
+    info = slurm.wait(submit(slurm, "ex1_pi_midpoint.sbatch", tmp_path, *TWO_GPUS, BINS="lots"), timeout=240)
+    assert info["JobState"] == "FAILED" and info["ExitCode"] != "0:0", completed(info)
+    assert "--bins" in log_of(info)
+
+
+def test_wrong_mpi_flavour_fails_the_job_and_diagnose_names_job_log_and_fix(slurm, tmp_path):
+    job = submit(slurm, "ex0_collectives.sbatch", tmp_path, *TWO_GPUS, HPCLAB_SRUN_MPI="pmix")
+    info = slurm.wait(job, timeout=240)
+    assert info["JobState"] == "FAILED", completed(info)
+    message = diagnose_in(slurm, job, tmp_path)
+    print(message)
+    assert f"Slurm job {job} (hpclab-ex0) FAILED" in message and info["StdOut"] in message, message
+    assert "pmix" in message.lower() and "pmi2" in message, message
+
+
+def diagnose_in(slurm, job: str, tmp_path: Path) -> str:
+    code = f"from hpclab import slurm; print(slurm.diagnose({job!r}))"
+    proc = slurm.run([sys.executable, "-c", code], env=job_env(slurm, tmp_path), timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+# ---------------------------------------------------------------- engines: helpers run "on the login node"
+
+PROBE = """
+import json, os, sys, ipyparallel as ipp
+client = ipp.Client(profile=sys.argv[1], timeout=30)
+client.wait_for_engines(int(sys.argv[2]), timeout=180)
+def where():
+    import os, socket
+    from hpclab.device import local_rank
+    from mpi4py import MPI
+    lrank, lsize = local_rank()
+    return dict(rank=MPI.COMM_WORLD.rank, size=MPI.COMM_WORLD.size, local_rank=lrank, local_size=lsize,
+                gpus=os.environ.get("CUDA_VISIBLE_DEVICES", ""), job=os.environ.get("SLURM_JOB_ID", ""),
+                pid=os.getpid())
+print(json.dumps(client[:].apply_sync(where)))
+client.close()
+"""
+
+
+def probe(slurm, tmp_path: Path, n: int, profile: str = "default") -> list[dict]:
+    proc = slurm.run([sys.executable, "-c", PROBE, profile, str(n)], env=job_env(slurm, tmp_path), timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def assert_one_gpu_per_rank(engines: list[dict], n: int) -> None:
+    """One MPI job of n ranks on one node, each picking GPU local_rank % visible GPUs: all different."""
+    assert sorted(e["rank"] for e in engines) == list(range(n)) and {e["size"] for e in engines} == {n}, engines
+    assert sorted(e["local_rank"] for e in engines) == list(range(n)), engines
+    visible = {len(e["gpus"].split(",")) for e in engines}
+    assert visible == {4}, engines  # the job's 4 (fake) GPUs, as Slurm sets CUDA_VISIBLE_DEVICES
+    assert len({e["local_rank"] % 4 for e in engines}) == n
+
+
+def run_notebook(slurm, tmp_path: Path, **env) -> None:
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax", "--nbval-cell-timeout=300",
+           "--rootdir", str(NB.parent), str(NB)]
+    proc = slurm.run(cmd, env=job_env(slurm, tmp_path, **env), timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+PULL = """
+import json, sys, ipyparallel as ipp
+client = ipp.Client(profile=sys.argv[1], timeout=30)
+print(json.dumps(client[:].pull("status", block=True)))
+client.close()
+"""
+
+
+def assert_notebook_ran_on_these_engines(slurm, tmp_path: Path, n: int, profile: str = "default") -> None:
+    """The notebook's last %%px cell left ``status`` on every engine of the cluster (not on engines of its own)."""
+    proc = slurm.run([sys.executable, "-c", PULL, profile], env=job_env(slurm, tmp_path), timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    statuses = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(statuses) == n and all("input.dat" in s for s in statuses), statuses
+
+
+def wait_for_log(info_path: Path, text: str, slurm, job: str, timeout: float = 180) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        log = info_path.read_text(errors="replace") if info_path.exists() else ""
+        if text in log:
+            return log
+        state = slurm.job(job).get("JobState")
+        if state not in ("PENDING", "RUNNING", "CONFIGURING"):
+            raise AssertionError(f"job {job} is {state} before {text!r}:\n{log[-3000:]}")
+        time.sleep(1)
+    raise AssertionError(f"no {text!r} in {info_path} after {timeout:.0f} s")
+
+
+def hpclab_in(slurm, tmp_path: Path, *args: str):
+    return slurm.run([sys.executable, "-m", "hpclab", *args], env=job_env(slurm, tmp_path), timeout=120, cwd=ROOT)
+
+
+# ---------------------------------------------------------------- engines as a batch job
+
+def stale_cluster_file(profile_dir: Path, job: str) -> Path:
+    """A cluster file as an engine job that ended long ago leaves it."""
+    sec = profile_dir / "security"
+    sec.mkdir(parents=True, exist_ok=True)
+    (sec / "ipcontroller-client.json").write_text("{}")
+    cfile = sec / "cluster-.json"
+    cfile.write_text(json.dumps({
+        "cluster": {"class": "ipyparallel.cluster.cluster.Cluster", "profile_dir": str(profile_dir), "cluster_id": "",
+                    "controller_ip": "*", "n": 4},
+        "controller": {"class": "hpclab.slurm.launchers.JobControllerLauncher",
+                       "state": {"job_id": job, "pid": 4242, "state": "running", "profile_dir": str(profile_dir),
+                                 "cluster_id": ""}},
+        "engines": {"class": "ipyparallel.cluster.launcher.MPIEngineSetLauncher", "sets": {}}}))
+    return cfile
+
+
+def test_engines_batch_job_serves_a_notebook_and_fails_when_its_engines_die(slurm, tmp_path):
+    pdir = tmp_path / "ipython" / "profile_default"
+    stale = stale_cluster_file(pdir, "987654")
+    job = submit(slurm, "ipcluster_engines.sbatch", tmp_path)
+    log = Path(slurm.job(job)["StdOut"])
+    text = wait_for_log(log, "4 engines up", slurm, job)
+    assert f"{stale} was left by Slurm job 987654 (no longer known): stale, removed" in text, text
+    assert "srun --mpi=pmi2" in text
+
+    engines = probe(slurm, tmp_path, 4)
+    assert_one_gpu_per_rank(engines, 4)
+    assert {e["job"] for e in engines} == {job}
+
+    # a second engine job for the same profile stops at once and names the first
+    second = slurm.wait(submit(slurm, "ipcluster_engines.sbatch", tmp_path, *TWO_GPUS), timeout=120)
+    assert second["JobState"] == "FAILED" and second["ExitCode"] == "3:0", completed(second)
+    assert f"the engines of job {job} are still running" in log_of(second)
+
+    # the notebook, on the login side, with today's cluster.connect(): it finds the job's cluster
+    run_notebook(slurm, tmp_path)
+    assert_notebook_ran_on_these_engines(slurm, tmp_path, 4)
+    assert slurm.job(job)["JobState"] == "RUNNING", "the notebook must leave engines it did not start"
+
+    # one engine dies: the job ends non-zero and says so
+    slurm.run([sys.executable, "-c", "import ipyparallel as ipp, os\n"
+               "c = ipp.Client(profile='default', timeout=30)\n"
+               "c[c.ids[-1]].apply_async(os._exit, 7)\n"
+               "import time; time.sleep(1)"], env=job_env(slurm, tmp_path), timeout=60)
+    info = slurm.wait(job, timeout=120)
+    assert info["JobState"] == "FAILED" and info["ExitCode"] != "0:0", completed(info)
+    assert "the engines ended with exit code" in log_of(info)
+    assert not (pdir / "security" / "cluster-.json").exists()
+    message = diagnose_in(slurm, job, tmp_path)
+    print(message)
+    assert f"Slurm job {job} (hpclab-engines) FAILED" in message and str(log) in message, message
+
+
+def test_ipcluster_stop_on_the_login_side_cancels_the_engine_job(slurm, tmp_path):
+    job = submit(slurm, "ipcluster_engines.sbatch", tmp_path, *TWO_GPUS)
+    log = Path(slurm.job(job)["StdOut"])
+    wait_for_log(log, "2 engines up", slurm, job)
+    stop = slurm.run(["ipcluster", "stop", "--profile=default"], env=job_env(slurm, tmp_path), timeout=120)
+    assert stop.returncode == 0, stop.stdout + stop.stderr
+    info = slurm.wait(job, timeout=60)
+    assert info["JobState"] == "CANCELLED", completed(info)
+    assert not (tmp_path / "ipython" / "profile_default" / "security" / "cluster-.json").exists()
+
+
+# ---------------------------------------------------------------- engines through ipyparallel's Slurm launcher
+
+def init_profile(slurm, tmp_path, *extra: str, profile: str = "default"):
+    proc = hpclab_in(slurm, tmp_path, "cluster", "init", "--slurm", "--partition", "gpu", "--gpus-per-node", "4",
+                     "--engines", "4", "--time", "00:10:00", "--controller-location", "127.0.0.1",
+                     "--profile", profile, *extra)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def engine_job_of(profile_dir: Path) -> str:
+    data = json.loads((profile_dir / "security" / "cluster-.json").read_text())
+    return next(s["job_id"] for s in data["engines"]["sets"].values())
+
+
+def test_slurm_launcher_profile_serves_a_notebook(slurm, tmp_path):
+    said = init_profile(slurm, tmp_path)
+    assert re.search(r"MPI launch: srun --mpi=pmi2 \(MPICH .*mpich wheel\) speaks pmi2; srun offers .*pmi2", said), said
+    e = job_env(slurm, tmp_path)
+    start = slurm.run(["ipcluster", "start", "--daemonize"], env=e, timeout=120, cwd=tmp_path)
+    assert start.returncode == 0, start.stdout + start.stderr
+    pdir = tmp_path / "ipython" / "profile_default"
+    job = engine_job_of(pdir)
+    try:
+        engines = probe(slurm, tmp_path, 4)
+        assert_one_gpu_per_rank(engines, 4)
+        assert {e["job"] for e in engines} == {job}
+        info = slurm.job(job)
+        assert info["Partition"] == "gpu" and info["NumTasks"] == "4" and "gpu:4" in info.get("TresPerNode", ""), info
+        assert Path(info["StdOut"]).parent == pdir / "log"  # the job's log in the profile, not the cwd
+        assert not list(tmp_path.glob("*.sbatch")) and list((pdir / "log").glob("slurm_engines_*.sbatch"))
+        run_notebook(slurm, tmp_path)
+        assert_notebook_ran_on_these_engines(slurm, tmp_path, 4)
+    finally:
+        stop = slurm.run(["ipcluster", "stop"], env=e, timeout=120)
+    assert stop.returncode == 0, stop.stdout + stop.stderr
+    assert slurm.wait(job, timeout=60)["JobState"] == "CANCELLED"
+
+
+def test_slurm_launcher_with_a_wrong_mpi_flavour_is_diagnosed(slurm, tmp_path):
+    init_profile(slurm, tmp_path, "--mpi", "pmix", profile="broken")
+    e = job_env(slurm, tmp_path)
+    start = slurm.run(["ipcluster", "start", "--profile=broken", "--daemonize"], env=e, timeout=120, cwd=tmp_path)
+    assert start.returncode == 0, start.stdout + start.stderr
+    pdir = tmp_path / "ipython" / "profile_broken"
+    job = engine_job_of(pdir)
+    try:
+        info = slurm.wait(job, timeout=120)
+        assert info["JobState"] == "FAILED", completed(info)
+        message = diagnose_in(slurm, job, tmp_path)
+        print(message)
+        assert f"Slurm job {job} (hpclab-engines) FAILED" in message and info["StdOut"] in message, message
+        assert "pmi2" in message, message
+    finally:
+        slurm.run(["ipcluster", "stop", "--profile=broken"], env=e, timeout=120)
+
+
+# ---------------------------------------------------------------- once connect() calls hpclab.slurm
+
+def _integrated() -> bool:
+    import hpclab.cluster
+
+    return hasattr(hpclab.cluster, "slurm")
+
+
+def needs_connect_integration(test):
+    """Tests of connect() calling hpclab.slurm; they run once hpclab.cluster imports it as ``slurm``."""
+    test = pytest.mark.needs_connect_integration(test)
+    return pytest.mark.skipif(not _integrated(), reason="needs cluster.connect integration")(test)
+
+
+def no_jobs_left(slurm, timeout: float = 60) -> bool:
+    deadline = time.monotonic() + timeout
+    while slurm.jobs() and time.monotonic() < deadline:
+        time.sleep(1)
+    return not slurm.jobs()
+
+
+def connect_in(slurm, tmp_path, code: str, timeout: float = 400):
+    return slurm.run([sys.executable, "-c", "from hpclab import cluster\n" + code], env=job_env(slurm, tmp_path),
+                     timeout=timeout, cwd=ROOT)
+
+
+@needs_connect_integration
+def test_connect_with_a_slurm_profile_gets_engines_from_a_job_and_runs_the_notebook(slurm, tmp_path):
+    init_profile(slurm, tmp_path)
+    run_notebook(slurm, tmp_path)  # the notebook's own connect(n=4) submits the job; its end cancels it
+    assert no_jobs_left(slurm)
+
+
+@needs_connect_integration
+def test_connect_with_a_broken_engine_job_names_job_and_log_within_its_deadline(slurm, tmp_path):
+    init_profile(slurm, tmp_path, "--mpi", "pmix")
+    t0 = time.monotonic()
+    proc = connect_in(slurm, tmp_path, "try:\n    cluster.connect(n=4, timeout=90)\n"
+                                       "except cluster.ClusterError as exc:\n    print('ERROR', exc)\n")
+    assert time.monotonic() - t0 < 150
+    assert re.search(r"ERROR .*Slurm job \d+ \(hpclab-engines\) FAILED", proc.stdout), proc.stdout + proc.stderr
+    assert "profile_default/log/" in proc.stdout and "pmi2" in proc.stdout
+    assert "started" not in proc.stdout.split("ERROR")[0]  # nothing started locally
+    assert no_jobs_left(slurm)
+
+
+@needs_connect_integration
+def test_connect_on_a_login_node_does_not_start_local_engines(slurm, tmp_path):
+    e = job_env(slurm, tmp_path)
+    e.pop("HPCLAB_ALLOW_LOCAL_ENGINES")
+    proc = slurm.run([sys.executable, "-c", "from hpclab import cluster\ntry:\n    cluster.connect(n=2, timeout=30)\n"
+                      "except cluster.ClusterError as exc:\n    print('ERROR', exc)\n"], env=e, timeout=120, cwd=ROOT)
+    assert "ERROR" in proc.stdout and "hpclab cluster init --slurm" in proc.stdout, proc.stdout + proc.stderr
+
+
+@needs_connect_integration
+def test_connect_reports_the_engine_job_it_found(slurm, tmp_path):
+    job = submit(slurm, "ipcluster_engines.sbatch", tmp_path, *TWO_GPUS)
+    wait_for_log(Path(slurm.job(job)["StdOut"]), "2 engines up", slurm, job)
+    try:
+        proc = connect_in(slurm, tmp_path, "s = cluster.connect(n=2, timeout=60)\ns.close()\n")
+        assert f"Slurm job {job} (hpclab-engines) RUNNING on localhost" in proc.stdout, proc.stdout + proc.stderr
+        assert slurm.job(job)["JobState"] == "RUNNING"
+    finally:
+        slurm.run(["scancel", job])
