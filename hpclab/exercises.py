@@ -106,16 +106,17 @@ def _write(path: Path, text: str) -> None:
         raise NotebookError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-def check_root(root: Path) -> Path:
-    """The project root given by --root must hold solutions/: say so before doing anything."""
+def check_root(root: Path, source: str = "solutions") -> Path:
+    """The project root given by --root must hold ``source``/ (solutions/ to build or check,
+    exercises/ to copy): say so before doing anything."""
     if not root.is_dir():
         raise UsageError(f"hpclab exercises: error: --root {root}: no such folder; give the project root "
                          "(the folder with solutions/ and exercises/)")
-    if not (root / "solutions").is_dir():
-        raise UsageError(f"hpclab exercises: error: --root {root} has no solutions/ folder; give the project "
+    if not (root / source).is_dir():
+        raise UsageError(f"hpclab exercises: error: --root {root} has no {source}/ folder; give the project "
                          "root (the folder with solutions/ and exercises/)")
-    if not any((root / "solutions").glob("*.ipynb")):
-        raise UsageError(f"hpclab exercises: error: --root {root}: solutions/ holds no notebooks")
+    if not any((root / source).glob("*.ipynb")):
+        raise UsageError(f"hpclab exercises: error: --root {root}: {source}/ holds no notebooks")
     return root
 
 
@@ -173,7 +174,7 @@ def copy(root: Path, dest: str = MY_WORK) -> list[tuple[Path, bool]]:
 
 
 def main(action: str, root: str = ".") -> int:
-    path = check_root(Path(root))          # UsageError: the hpclab command says it and exits with 2
+    path = check_root(Path(root), "exercises" if action == "copy" else "solutions")  # UsageError: the hpclab command says it and exits with 2
     try:
         if action == "copy":
             for target, copied in copy(path):
