@@ -1,5 +1,7 @@
 """Test-session setup: a private IPython profile directory, the simulator, and
-(when notebooks are collected) one set of MPI engines shared by all notebooks."""
+(when notebooks are collected) one shared cluster of MPI engines that the notebooks
+claim one after another (``hpclab.cluster``: each notebook's connect() claims it,
+its session.close() gives it back with an empty namespace)."""
 from __future__ import annotations
 
 import os
@@ -19,18 +21,18 @@ os.environ["PYTHONPATH"] = str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH",
 os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
 os.environ.setdefault("HPCLAB_FIGURES", tempfile.mkdtemp(prefix="hpclab-figures-"))
 
-_session = None
+_shared = None
 
 
 def pytest_collection_finish(session):
-    """Start 4 MPI engines once if any notebook is to be executed."""
-    global _session
+    """Start the shared cluster of 4 MPI engines once if any notebook is to be executed."""
+    global _shared
     if any(item.nodeid.endswith(".ipynb") or ".ipynb::" in item.nodeid for item in session.items):
         from hpclab import cluster
 
-        _session = cluster.connect(n=int(os.environ.get("HPCLAB_ENGINES", "4")), activate=False)
+        _shared = cluster.start_shared(n=int(os.environ.get("HPCLAB_ENGINES", "4")))
 
 
 def pytest_sessionfinish(session, exitstatus):
-    if _session is not None:
-        _session.close()
+    if _shared is not None:
+        _shared.stop()
