@@ -43,7 +43,7 @@ lab: $(VENV)/.installed-run
 	$(BIN)/jupyter lab notebooks
 
 stop:
-	-$(BIN)/ipcluster stop
+	-$(BIN)/python -m hpclab cluster stop
 
 exercises: $(VENV)/.installed-run
 	$(BIN)/python -m hpclab exercises build
