@@ -146,9 +146,9 @@ def _log_tail(cluster: ipp.Cluster, lines: int = 30) -> str:
     return "\n".join(out) or "(the engines wrote no output)"
 
 
-def _exit_code(cluster: ipp.Cluster) -> int | None:
+def _exit_code(cluster: ipp.Cluster | None) -> int | None:
     """The exit code of an engine set's launcher process (mpiexec) if it has ended."""
-    for engine_set in cluster.engines.values():
+    for engine_set in (cluster.engines.values() if cluster is not None else []):
         process = getattr(engine_set, "process", None)
         if process is None:
             continue
@@ -306,7 +306,7 @@ def _claim_shared(n: int, pdir: str, profile: str, record: dict, timeout: float,
              f"(`hpclab cluster stop` stops it); {instead}")
         return None
     try:
-        client = found.cluster.connect_client_sync(timeout=PROBE_S)
+        client = found.connect(timeout=PROBE_S)
     except Exception as exc:  # noqa: BLE001 - e.g. "Hub connection request timed out"
         _say(f"{where} does not answer ({exc}); stop it with `hpclab cluster stop`; {instead}")
         return None
@@ -358,7 +358,8 @@ def _claim_shared(n: int, pdir: str, profile: str, record: dict, timeout: float,
     profile_clusters.write_record(pdir, SHARED_ID, {"owner": record, "engines": _engine_table(infos)})
     asked = "" if len(infos) == n else f" (asked for {n}; it has {len(infos)})"
     _say(f"claimed {where} for this notebook{asked}; its namespace starts empty")
-    found.cluster.cluster_file = ""  # this copy only read it: its watcher threads must not rewrite it
+    if found.cluster is not None:
+        found.cluster.cluster_file = ""  # this copy only read it: its watcher threads must not rewrite it
     return None, client, infos
 
 
@@ -511,7 +512,7 @@ class Session:
         them. None if that cannot be done from here."""
         pdir = self.profile_dir
         found = profile_clusters.load(pdir, SHARED_ID, log)
-        if found.state != "running" or "engines" not in found.raw:  # engines not started by the cluster
+        if found.state != "running" or found.cluster is None or "engines" not in found.raw:
             return None
         try:
             found.cluster.start_engines_sync(self.n)

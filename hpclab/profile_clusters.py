@@ -181,25 +181,50 @@ def _alive(launcher) -> bool:
     return launcher is not None and (not processes or bool(_running(processes)))
 
 
+def controller_host(pdir: str, cluster_id: str) -> str | None:
+    """Where the cluster's controller runs, from its connection file ("location")."""
+    try:
+        with open(connection_files(pdir, cluster_id)[0]) as f:
+            return json.load(f).get("location") or None
+    except (OSError, ValueError):
+        return None
+
+
+def _here(host: str | None) -> bool:
+    return not host or host in (socket.gethostname(), socket.getfqdn(), "localhost") or host.startswith("127.")
+
+
 @dataclass
 class Found:
     """One cluster file: ``state`` is "none" (no file), "stale" (its controller is gone;
-    the files were removed, ``message`` says which) or "running"."""
+    the files were removed, ``message`` says which) or "running". A cluster whose controller
+    runs on another host (e.g. inside a batch job) has ``cluster`` None and ``host`` set:
+    the processes its file records are that host's, so only its controller can say how it is."""
 
     cluster_id: str
     state: str
     cluster: ipp.Cluster | None = None
     raw: dict = field(default_factory=dict)
     message: str = ""
+    host: str | None = None
+    profile_dir: str = ""
+
+    def connect(self, timeout: float) -> ipp.Client:
+        if self.cluster is not None:
+            return self.cluster.connect_client_sync(timeout=timeout)
+        return ipp.Client(profile_dir=self.profile_dir, cluster_id=self.cluster_id, timeout=timeout)
 
     @property
     def live_sets(self) -> list:
-        return [s for s in self.cluster.engines.values() if _alive(s)] if self.cluster else []
+        """Engine sets still running; on another host, those recorded (they cannot be checked)."""
+        if self.cluster is None:
+            return list(self.raw.get("engines", {}).get("sets", {}).values())
+        return [s for s in self.cluster.engines.values() if _alive(s)]
 
     @property
     def expected(self) -> int | None:
         """How many engines the running engine sets started, if they say."""
-        counts = [getattr(s, "n", None) for s in self.live_sets]
+        counts = [s.get("n") if isinstance(s, dict) else getattr(s, "n", None) for s in self.live_sets]
         return sum(counts) if counts and all(isinstance(c, int) for c in counts) else None
 
     @property
@@ -223,14 +248,17 @@ def load(pdir: str, cluster_id: str, log: logging.Logger) -> Found:
     except (OSError, ValueError) as exc:
         _remove([path, *connection_files(pdir, cluster_id)])
         return Found(cluster_id, "stale", message=f"removed the unreadable cluster file {path} ({exc})")
+    host = controller_host(pdir, cluster_id)
+    if not _here(host):  # loading it here would check (and drop) this host's processes of the same pids
+        return Found(cluster_id, "running", None, raw, host=host, profile_dir=pdir)
     # ipyparallel checks each recorded process; those that are gone are dropped.
     cluster = ipp.Cluster.from_file(path, log=log)
     if _alive(cluster.controller):
-        return Found(cluster_id, "running", cluster, raw)
+        return Found(cluster_id, "running", cluster, raw, profile_dir=pdir)
     pid = raw.get("controller", {}).get("state", {}).get("pid", "?")
     stop(cluster, log, polite=False)  # engines without their controller cannot be used
     _remove([path, *connection_files(pdir, cluster_id)])
-    return Found(cluster_id, "stale", raw=raw,
+    return Found(cluster_id, "stale", raw=raw, profile_dir=pdir,
                  message=f"removed the stale cluster file {path}: its controller (pid {pid}) is no "
                          "longer running")
 
@@ -296,6 +324,26 @@ def stop(cluster: ipp.Cluster, log: logging.Logger, grace: float = 2.0, polite: 
              *connection_files(pdir, cluster_id), os.path.join(pdir, "log", f"engines{cluster_id}.json")])
 
 
+def stop_remote(found: Found, log: logging.Logger) -> str:
+    """Stop a cluster whose controller runs on another host: ask it to shut down with its
+    engines; if it does not answer, its files are left over (e.g. its job has ended)."""
+    name = "the shared cluster" if found.cluster_id == SHARED_ID else found.cluster_id
+    pdir = found.profile_dir
+    files = [cluster_file(pdir, found.cluster_id), record_file(pdir, found.cluster_id),
+             *connection_files(pdir, found.cluster_id)]
+    try:
+        client = found.connect(timeout=5)
+    except Exception as exc:  # noqa: BLE001 - "Hub connection request timed out"
+        _remove(files)
+        return (f"removed the files of {name}: its controller on {found.host} does not answer ({exc}); "
+                "if its batch job is still queued or running, cancel it (e.g. scancel)")
+    client.shutdown(targets="all", hub=True, block=False)
+    client.close()
+    _remove(files)
+    log.info("asked %s on %s to shut down", name, found.host)
+    return f"asked {name} on {found.host} to shut down with its engines"
+
+
 def _output_files(launcher) -> list[str]:
     own = [launcher.output_file] if getattr(launcher, "output_file", "") else []
     return own + [p for sub in getattr(launcher, "launchers", {}).values() for p in _output_files(sub)]
@@ -317,7 +365,7 @@ def sweep(pdir: str, log: logging.Logger) -> list[str]:
         if owner is None:
             continue
         found = load(pdir, cluster_id, log)
-        if found.state == "running":
+        if found.state == "running" and found.cluster is not None:
             stop(found.cluster, log, polite=False)
             notes.append(f"stopped cluster {cluster_id}, left running by a notebook that is gone "
                          f"(kernel pid {owner.get('pid')})")
@@ -337,7 +385,7 @@ def status_lines(pdir: str, log: logging.Logger) -> list[str]:
             lines.append(f"{name}: {found.message}")
             continue
         owner = read_record(pdir, cluster_id).get("owner")
-        up = _engines_up(found.cluster)
+        up = _engines_up(found)
         engines = f"{up} of {found.expected or '?'} engines up"
         if owner is None:
             who = "free" if cluster_id == SHARED_ID else "no owner recorded"
@@ -348,9 +396,9 @@ def status_lines(pdir: str, log: logging.Logger) -> list[str]:
     return lines or [f"no clusters in {pdir}"]
 
 
-def _engines_up(cluster: ipp.Cluster) -> str:
+def _engines_up(found: Found) -> str:
     try:
-        client = cluster.connect_client_sync(timeout=3)
+        client = found.connect(timeout=3)
     except Exception:  # noqa: BLE001
         return "? (the controller does not answer)"
     try:
@@ -371,7 +419,9 @@ def stop_lines(pdir: str, log: logging.Logger, everything: bool = False) -> list
                          "which is still open (close it there, or use --all)")
             continue
         found = load(pdir, cluster_id, log)
-        if found.state == "running":
+        if found.state == "running" and found.cluster is None:
+            lines.append(stop_remote(found, log))
+        elif found.state == "running":
             stop(found.cluster, log)
             lines.append(f"stopped {'the shared cluster' if cluster_id == SHARED_ID else cluster_id}")
         elif found.state == "stale":
