@@ -278,6 +278,16 @@ def _describe(client: ipp.Client, ids: list[int], timeout: float) -> dict[int, d
     return infos
 
 
+def _mpi_size(client: ipp.Client, timeout: float) -> int:
+    """How many engines an MPI job of engines has, from the first one to register (engines
+    started by a batch job register one by one, and the cluster file may not say how many)."""
+    client.wait_for_engines(1, timeout=timeout, interactive=False)
+    first = _describe(client, client.ids[:1], timeout=PROBE_S)
+    if not first:
+        raise TimeoutError(f"its first engine did not answer within {PROBE_S} s")
+    return next(iter(first.values()))["size"]
+
+
 def _engine_table(infos: dict[int, dict]) -> dict[str, dict]:
     return {str(eid): {k: info[k] for k in ("rank", "pid", "host")} for eid, info in infos.items()}
 
@@ -314,8 +324,8 @@ def _claim_shared(n: int, pdir: str, profile: str, record: dict, timeout: float,
         _say(f"{where} has no engines running (`hpclab cluster stop` stops it); {instead}")
         client.close()
         return None
-    expected = found.expected or len(client.ids)
     try:
+        expected = found.expected or _mpi_size(client, timeout)
         _wait_for_engines(found.cluster, client, expected, timeout)
     except (TimeoutError, ipp.error.EngineError) as exc:
         _say(f"{where}: {exc}; {instead}")

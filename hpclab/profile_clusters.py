@@ -295,7 +295,7 @@ def stop(cluster: ipp.Cluster, log: logging.Logger, grace: float = 2.0, polite: 
             client = cluster.connect_client_sync(timeout=3)
             client.shutdown(targets="all", hub=True, block=False)
             client.close()
-            _wait_gone(processes, 5)
+            _wait_gone(processes, 3)  # engines exit in ~2 s; mpiexec waits for their nannies too
         except Exception as exc:  # noqa: BLE001 - busy or dead engines: the signals below end them
             log.info("polite shutdown of %r failed: %s", cluster.cluster_id, exc)
     for sig in (signal.SIGTERM, signal.SIGKILL):
