@@ -298,69 +298,32 @@ def _one_mpi_job(infos: dict[int, dict]) -> bool:
 
 
 def _claim_shared(n: int, pdir: str, profile: str, record: dict, timeout: float, log):
-    """Claim the free shared cluster: (cluster, client, infos), or None with a message why not."""
+    """Claim the profile's shared cluster if it is free and sound: (None, client, infos),
+    or None after saying why not."""
+    where = f"the shared cluster of profile {profile!r}"
+    instead = "starting a private cluster for this notebook instead"
     found = profile_clusters.load(pdir, SHARED_ID, log)
     if found.state == "stale":
         _say(f"{found.message}; going on")
     if found.state != "running":
         return None
-    where = f"the shared cluster of profile {profile!r}"
-    instead = "starting a private cluster for this notebook instead"
     prior = profile_clusters.read_record(pdir, SHARED_ID)
     holder = prior.get("owner")
-    if holder and holder["token"] != record["token"] and profile_clusters.alive(holder) is not False:  # checked first: its engines may be busy
+    # asked before the engines, which may be busy with the holder's cell
+    if holder and holder["token"] != record["token"] and profile_clusters.alive(holder) is not False:
         _say(f"{where} is in use by {profile_clusters.describe_owner(holder)}; {instead}")
         return None
-    if found.engines_gone:
-        _say(f"{where} cannot be used: {_dead_rank(found, prior)}. It is left as it is "
-             f"(`hpclab cluster stop` stops it); {instead}")
+    usable = _sound_engines(found, prior, timeout)
+    if isinstance(usable, str):
+        _say(f"{where} {usable}; {instead}")
         return None
-    try:
-        client = found.connect(timeout=PROBE_S)
-    except Exception as exc:  # noqa: BLE001 - e.g. "Hub connection request timed out"
-        _say(f"{where} does not answer ({exc}); stop it with `hpclab cluster stop`; {instead}")
-        return None
-    if not found.live_sets and not client.ids:
-        _say(f"{where} has no engines running (`hpclab cluster stop` stops it); {instead}")
-        client.close()
-        return None
-    try:
-        expected = found.expected or _mpi_size(client, timeout)
-        _wait_for_engines(found.cluster, client, expected, timeout)
-    except (TimeoutError, ipp.error.EngineError) as exc:
-        _say(f"{where}: {exc}; {instead}")
-        client.close()
-        return None
-    infos = _describe(client, client.ids, timeout=PROBE_S)
-    silent = [eid for eid in client.ids if eid not in infos]
-    if silent:
-        known = prior.get("engines", {})
-        names = ", ".join(f"rank {known[str(e)]['rank']}" if str(e) in known else f"engine {e}" for e in silent)
-        _say(f"{where}: {names} did not answer within {PROBE_S} s (dead, or stuck in a cell); {instead}")
-        client.close()
-        return None
-    if not _one_mpi_job(infos):
-        _say(f"{where}: its engines are not one MPI job (ranks/sizes "
-             f"{sorted((i['rank'], i['size']) for i in infos.values())}); {instead}")
-        client.close()
-        return None
+    client, infos = usable
     others = {i["owner"]["token"]: i["owner"] for i in infos.values()
               if i["owner"] and i["owner"]["token"] != record["token"]}
     live = [o for o in others.values() if profile_clusters.alive(o) is not False]
-    if live:
-        _say(f"{where} is in use by {profile_clusters.describe_owner(live[0])}; {instead}")
-        client.close()
-        return None
-    order = sorted(infos, key=lambda eid: infos[eid]["rank"])
-    gone = tuple(others)
-    held = client[order[0]].apply_sync(engine_owner.claim, record, gone)  # rank 0 decides who wins
-    if held is None and len(order) > 1:
-        refused = [h for h in client[order[1:]].apply_sync(engine_owner.claim, record, gone) if h]
-        if refused:
-            client[order].apply_sync(engine_owner.release, record["token"])
-            held = refused[0]
+    held = live[0] if live else _claim(client, infos, record, tuple(others))
     if held is not None:
-        _say(f"{where} was just claimed by {profile_clusters.describe_owner(held)}; {instead}")
+        _say(f"{where} is in use by {profile_clusters.describe_owner(held)}; {instead}")
         client.close()
         return None
     for owner in others.values():
@@ -371,6 +334,59 @@ def _claim_shared(n: int, pdir: str, profile: str, record: dict, timeout: float,
     if found.cluster is not None:
         found.cluster.cluster_file = ""  # this copy only read it: its watcher threads must not rewrite it
     return None, client, infos
+
+
+def _sound_engines(found: profile_clusters.Found, prior: dict, timeout: float):
+    """(client, infos) when all the cluster's engines run, answer and are one MPI job;
+    otherwise what is wrong, in words."""
+    if found.engines_gone:
+        return (f"cannot be used: {_dead_rank(found, prior)}. It is left as it is "
+                "(`hpclab cluster stop` stops it)")
+    try:
+        client = found.connect(timeout=PROBE_S)
+    except Exception as exc:  # noqa: BLE001 - e.g. "Hub connection request timed out"
+        return f"does not answer ({exc}); stop it with `hpclab cluster stop`"
+    try:
+        problem, infos = _engines_problem(client, found, prior, timeout)
+    except BaseException:
+        client.close()
+        raise
+    if problem:
+        client.close()
+        return problem
+    return client, infos
+
+
+def _engines_problem(client: ipp.Client, found: profile_clusters.Found, prior: dict, timeout: float):
+    if not found.live_sets and not client.ids:
+        return "has no engines running (`hpclab cluster stop` stops it)", {}
+    try:
+        _wait_for_engines(found.cluster, client, found.expected or _mpi_size(client, timeout), timeout)
+    except (TimeoutError, ipp.error.EngineError) as exc:
+        return f"is not ready: {exc}", {}
+    infos = _describe(client, client.ids, timeout=PROBE_S)
+    silent = [eid for eid in client.ids if eid not in infos]
+    if silent:
+        known = prior.get("engines", {})
+        names = ", ".join(f"rank {known[str(e)]['rank']}" if str(e) in known else f"engine {e}" for e in silent)
+        return f"cannot be used: {names} did not answer within {PROBE_S} s (dead, or stuck in a cell)", infos
+    if not _one_mpi_job(infos):
+        return (f"cannot be used: its engines are not one MPI job (ranks/sizes "
+                f"{sorted((i['rank'], i['size']) for i in infos.values())})"), infos
+    return None, infos
+
+
+def _claim(client: ipp.Client, infos: dict[int, dict], record: dict, gone: tuple[str, ...]) -> dict | None:
+    """Set ``record`` as owner on every engine, rank 0 first: whoever gets rank 0 gets all.
+    Returns None when claimed, else the owner that holds them."""
+    order = sorted(infos, key=lambda eid: infos[eid]["rank"])
+    held = client[order[0]].apply_sync(engine_owner.claim, record, gone)
+    if held is None and len(order) > 1:
+        refused = [h for h in client[order[1:]].apply_sync(engine_owner.claim, record, gone) if h]
+        if refused:
+            client[order].apply_sync(engine_owner.release, record["token"])
+            held = refused[0]
+    return held
 
 
 def _plural(word: str, items: list) -> str:
@@ -410,7 +426,6 @@ class Session:
     record: dict                   # the owner record (host, pid, start time, token)
     requested: int
     backend: str = ""
-    notes: list[str] = field(default_factory=list)
     activated: bool = False
     reaper: subprocess.Popen | None = None
     timeout: float = 60
