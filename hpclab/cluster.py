@@ -146,31 +146,33 @@ def _log_tail(cluster: ipp.Cluster, lines: int = 30) -> str:
     return "\n".join(out) or "(the engines wrote no output)"
 
 
-def _exit_code(cluster: ipp.Cluster | None) -> int | None:
+def _exit_code(engine_sets) -> int | None:
     """The exit code of an engine set's launcher process (mpiexec) if it has ended."""
-    for engine_set in (cluster.engines.values() if cluster is not None else []):
+    for engine_set in engine_sets:
         process = getattr(engine_set, "process", None)
         if process is None:
             continue
         try:
             code = process.wait(timeout=0)
         except psutil.TimeoutExpired:
-            continue
+            if process.status() != psutil.STATUS_ZOMBIE:  # (a zombie that is not our child has exited)
+                continue
+            code = None
         except psutil.NoSuchProcess:  # already reaped by ipyparallel's watcher
-            return -1
+            code = None
         return -1 if code is None else code
     return None
 
 
-def _wait_for_engines(cluster: ipp.Cluster, client: ipp.Client, n: int, timeout: float) -> None:
-    """Wait for n engines with ipyparallel's progress bar, but notice at once when
-    mpiexec has exited (the sync API only notices at the timeout)."""
+def _wait_for_engines(engine_sets, client: ipp.Client, n: int, timeout: float) -> None:
+    """Wait for n engines with ipyparallel's progress bar, but notice at once when the
+    mpiexec of one of ``engine_sets`` has exited (the sync API only notices at the timeout)."""
     bar = ipp.util.progress(widget=None, initial=len(client.ids), total=n, unit="engine",
                             disable=not _interactive() and not sys.stderr.isatty())
     deadline = time.monotonic() + timeout
     try:
         while len(client.ids) < n:
-            code = _exit_code(cluster)
+            code = _exit_code(engine_sets)
             if code is not None:
                 raise ipp.error.EngineError(f"mpiexec exited with code {code} before the engines registered")
             if time.monotonic() > deadline:
@@ -191,7 +193,7 @@ def _launch(cluster: ipp.Cluster, n: int, timeout: float, log) -> ipp.Client:
         cluster.start_controller_sync()
         cluster.start_engines_sync(n)
         client = cluster.connect_client_sync()
-        _wait_for_engines(cluster, client, n, timeout)
+        _wait_for_engines(list(cluster.engines.values()), client, n, timeout)
     except (ipp.error.EngineError, TimeoutError, OSError) as exc:
         tail = _log_tail(cluster)
         profile_clusters.stop(cluster, log, polite=False)
@@ -361,7 +363,7 @@ def _engines_problem(client: ipp.Client, found: profile_clusters.Found, prior: d
     if not found.live_sets and not client.ids:
         return "has no engines running (`hpclab cluster stop` stops it)", {}
     try:
-        _wait_for_engines(found.cluster, client, found.expected or _mpi_size(client, timeout), timeout)
+        _wait_for_engines(found.live_sets, client, found.expected or _mpi_size(client, timeout), timeout)
     except (TimeoutError, ipp.error.EngineError) as exc:
         return f"is not ready: {exc}", {}
     infos = _describe(client, client.ids, timeout=PROBE_S)
@@ -468,9 +470,7 @@ class Session:
                 if registered:  # (engines that have stopped hold no claim)
                     self.client[registered].apply_async(engine_owner.release, self.record["token"]).get(
                         timeout=PROBE_S)
-                shared = profile_clusters.read_record(self.profile_dir, SHARED_ID)
-                if (shared.get("owner") or {}).get("token") == self.record["token"]:
-                    profile_clusters.write_record(self.profile_dir, SHARED_ID, {**shared, "owner": None})
+                self._drop_claim()
                 message = f"released the shared cluster's {self.n} engines; they keep running for the next notebook"
             except (TimeoutError, ipp.error.RemoteError, OSError) as exc:
                 message = (f"could not release the shared cluster's engines ({type(exc).__name__}: they are "
@@ -483,6 +483,12 @@ class Session:
             message = f"stopped this notebook's {self.n} engines"
         if not quiet:
             _say(message)
+
+    def _drop_claim(self) -> None:
+        """Clear this notebook's name from the shared cluster's record."""
+        shared = profile_clusters.read_record(self.profile_dir, SHARED_ID)
+        if (shared.get("owner") or {}).get("token") == self.record["token"]:
+            profile_clusters.write_record(self.profile_dir, SHARED_ID, {**shared, "owner": None})
 
     def _stop_private(self, log, polite: bool) -> None:
         if self.reaper is not None:
@@ -508,6 +514,7 @@ class Session:
             self.client.close()
             replacement = self._restart_shared(log)
             if replacement is None:
+                self._drop_claim()
                 _say("the shared cluster's engines cannot be started again from here; "
                      "starting a private cluster for this notebook instead")
         else:
@@ -540,6 +547,7 @@ class Session:
         if found.state != "running" or found.cluster is None or "engines" not in found.raw:
             return None
         try:
+            profile_clusters.end_engine_sets(found.cluster, grace=KILL_GRACE_S)
             found.cluster.start_engines_sync(self.n)
         except Exception as exc:  # noqa: BLE001 - e.g. a launcher that cannot run from here
             log.warning("restarting the shared engines failed: %s", exc)
@@ -569,7 +577,8 @@ class Session:
 
     def _problem(self) -> str | None:
         """Why these engines cannot be used any more, or None."""
-        if self.kind == "private" and self.cluster is not None and _exit_code(self.cluster) is not None:
+        if self.kind == "private" and self.cluster is not None \
+                and _exit_code(self.cluster.engines.values()) is not None:
             engines = "\n".join(s.get_output() or "" for s in self.cluster.engines.values())
             controller = _read(getattr(self.cluster.controller, "output_file", ""))
             note = profile_clusters.dead_rank_note(engines, controller, dict(zip(self.view.targets, self.ranks)))

@@ -298,14 +298,7 @@ def stop(cluster: ipp.Cluster, log: logging.Logger, grace: float = 2.0, polite: 
             _wait_gone(processes, 3)  # engines exit in ~2 s; mpiexec waits for their nannies too
         except Exception as exc:  # noqa: BLE001 - busy or dead engines: the signals below end them
             log.info("polite shutdown of %r failed: %s", cluster.cluster_id, exc)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for process in _running(processes):
-            try:
-                process.send_signal(sig)
-            except psutil.NoSuchProcess:
-                pass
-        if not _wait_gone(processes, grace):
-            break
+    _terminate(processes, grace)
     try:  # batch jobs (no local process): ipyparallel's launchers cancel them
         for engine_set_id, engine_set in list(cluster.engines.items()):
             if not _processes(engine_set):
@@ -322,6 +315,24 @@ def stop(cluster: ipp.Cluster, log: logging.Logger, grace: float = 2.0, polite: 
     # (ipyparallel never removes the controller's engine-state file itself)
     _remove([path or cluster_file(pdir, cluster_id), record_file(pdir, cluster_id),
              *connection_files(pdir, cluster_id), os.path.join(pdir, "log", f"engines{cluster_id}.json")])
+
+
+def _terminate(processes: list[psutil.Process], grace: float) -> None:
+    """TERM, and KILL what is still running after ``grace`` seconds."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for process in _running(processes):
+            try:
+                process.send_signal(sig)
+            except psutil.NoSuchProcess:
+                pass
+        if not _wait_gone(processes, grace):
+            break
+
+
+def end_engine_sets(cluster: ipp.Cluster, grace: float = 2.0) -> None:
+    """Make sure no local engine set of ``cluster`` still runs (e.g. an mpiexec whose ranks
+    were killed, still exiting), so that new engines are not mistaken for old ones."""
+    _terminate([p for engine_set in cluster.engines.values() for p in _processes(engine_set)], grace)
 
 
 def stop_remote(found: Found, log: logging.Logger) -> str:

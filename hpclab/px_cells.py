@@ -88,7 +88,7 @@ def _show_composite(shell, etype, value, number: int, source: str):
         where = _ranks([engine for engine, _ in members])
         if ename == "NotImplementedError":
             lines.append(f"{ename} {where}: {evalue}")
-            lines.append(_stub_hint(shell, members[0][1], number))
+            lines.append(_stub_hint(shell, members[0][1]))
             continue
         lines.extend(members[0][1] or [f"{ename}: {evalue}"])
         lines.append(f"{ename} {where}: {evalue}")
@@ -107,7 +107,7 @@ def _current_cell(shell) -> tuple[int, str]:
     return len(raw) - 1, (raw[-1] if raw else "")
 
 
-def _stub_hint(shell, traceback: list[str], number: int) -> str:
+def _stub_hint(shell, traceback: list[str]) -> str:
     """Where the unfilled stub is: the cell that defines the function that raised, if earlier."""
     frames = re.findall(r", in (\w+)\(", _ANSI.sub("", "\n".join(traceback)))
     function = frames[-1] if frames else None

@@ -391,3 +391,24 @@ def _iso(stamp: str) -> float:
     from datetime import datetime
 
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def test_restart_of_a_hung_shared_cluster_starts_its_engines_again_and_keeps_the_claim(tmp_path, cleanup):
+    e = _ipython_env(tmp_path)
+    assert _hpclab("cluster", "start", "-n", "2", e=e).returncode == 0
+    proc = _python("""
+        import time
+        from hpclab import cluster
+        session = cluster.connect(n=2)
+        hung = session.view.execute("import numpy as np\\nfrom mpi4py import MPI\\n"
+                                    "MPI.COMM_WORLD.Recv(np.zeros(1), source=1 - MPI.COMM_WORLD.rank)", block=False)
+        time.sleep(1)
+        assert not hung.ready()
+        session.restart()
+        print("AFTER", session.kind, session.on_ranks(lambda: __import__("mpi4py.MPI", fromlist=["MPI"]).COMM_WORLD.allreduce(1)))
+        session.close()
+        """, e)
+    assert "AFTER shared [2, 2]" in proc.stdout, proc.stdout + proc.stderr
+    assert "restarted in" in proc.stdout
+    status = _hpclab("cluster", "status", e=e)
+    assert "shared cluster (id ''): 2 of 2 engines up; free" in status.stdout, status.stdout
