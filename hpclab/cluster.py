@@ -333,8 +333,6 @@ def _claim_shared(n: int, pdir: str, profile: str, record: dict, timeout: float,
     profile_clusters.write_record(pdir, SHARED_ID, {"owner": record, "engines": _engine_table(infos)})
     asked = "" if len(infos) == n else f" (asked for {n}; it has {len(infos)})"
     _say(f"claimed {where} for this notebook{asked}; its namespace starts empty")
-    if found.cluster is not None:
-        found.cluster.cluster_file = ""  # this copy only read it: its watcher threads must not rewrite it
     return None, client, infos
 
 
@@ -548,6 +546,7 @@ class Session:
             return None
         try:
             profile_clusters.end_engine_sets(found.cluster, grace=KILL_GRACE_S)
+            found.cluster.cluster_file = profile_clusters.cluster_file(pdir, SHARED_ID)  # records the new set
             found.cluster.start_engines_sync(self.n)
         except Exception as exc:  # noqa: BLE001 - e.g. a launcher that cannot run from here
             log.warning("restarting the shared engines failed: %s", exc)

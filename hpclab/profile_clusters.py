@@ -253,6 +253,9 @@ def load(pdir: str, cluster_id: str, log: logging.Logger) -> Found:
         return Found(cluster_id, "running", None, raw, host=host, profile_dir=pdir)
     # ipyparallel checks each recorded process; those that are gone are dropped.
     cluster = ipp.Cluster.from_file(path, log=log)
+    # This copy is for reading: its watcher threads must not rewrite the file later
+    # (whoever starts engines through it sets ``cluster_file`` back).
+    cluster.cluster_file = ""
     if _alive(cluster.controller):
         return Found(cluster_id, "running", cluster, raw, profile_dir=pdir)
     pid = raw.get("controller", {}).get("state", {}).get("pid", "?")
