@@ -308,6 +308,7 @@ def _claim_shared(n: int, pdir: str, profile: str, record: dict, timeout: float,
     if found.state == "stale":
         _say(f"{found.message}; going on")
     if found.state != "running":
+        _say(f"no shared cluster is running in profile {profile!r} (`hpclab cluster start` starts one)")
         return None
     prior = profile_clusters.read_record(pdir, SHARED_ID)
     holder = prior.get("owner")
