@@ -176,6 +176,24 @@ def _wait_gone(processes: list[psutil.Process], seconds: float) -> list[psutil.P
     return left
 
 
+def _leftovers(pdir: str, cluster_id: str) -> list[psutil.Process]:
+    """This user's ipyparallel processes of one cluster, wherever their parent is: the
+    controller's schedulers outlive a controller that was killed. ipyparallel gives every
+    process it starts IPP_PROFILE_DIR and IPP_CLUSTER_ID."""
+    found = []
+    for process in psutil.process_iter(["uids", "cmdline"]):
+        try:
+            if process.info["uids"].real != os.getuid() or process.pid == os.getpid() \
+                    or "ipyparallel" not in " ".join(process.info["cmdline"] or []):
+                continue
+            env = process.environ()
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+        if env.get("IPP_PROFILE_DIR") == pdir and env.get("IPP_CLUSTER_ID") == cluster_id:
+            found.append(process)
+    return found
+
+
 def _alive(launcher) -> bool:
     processes = _processes(launcher)
     return launcher is not None and (not processes or bool(_running(processes)))
@@ -293,6 +311,7 @@ def stop(cluster: ipp.Cluster, log: logging.Logger, grace: float = 2.0, polite: 
     cluster.cluster_file = ""  # ipyparallel's watcher threads must not write it again once removed
     launchers = [launcher for launcher in [cluster.controller, *cluster.engines.values()] if launcher]
     processes = [p for launcher in launchers for p in _processes(launcher)]
+    processes += [p for p in _leftovers(pdir, cluster_id) if p not in processes]
     if polite and _alive(cluster.controller):
         try:
             client = cluster.connect_client_sync(timeout=3)

@@ -102,15 +102,17 @@ def _python(code: str, e, timeout=240) -> subprocess.CompletedProcess:
                           timeout=timeout, env=e, cwd=ROOT)
 
 
-def _cluster_pids(profile, cluster_id="") -> list[int]:
-    """Controller, mpiexec and everything under it (the engines), from the cluster file."""
+def _cluster_pids(profile, cluster_id="") -> tuple[list[int], list[int]]:
+    """Controller, mpiexec and everything under it (the engines), from the cluster file;
+    and the controller's own children (its schedulers)."""
     with open(profile / "security" / f"cluster-{cluster_id}.json") as f:
         raw = json.load(f)
-    pids = [raw["controller"]["state"]["pid"]]
+    controller = raw["controller"]["state"]["pid"]
+    pids = [controller]
     for engine_set in raw["engines"]["sets"].values():
         pids.append(engine_set["pid"])
         pids += [p.pid for p in psutil.Process(engine_set["pid"]).children(recursive=True)]
-    return pids
+    return pids, [p.pid for p in psutil.Process(controller).children(recursive=True)]
 
 
 def _gone(pids, seconds) -> list[int]:
@@ -292,8 +294,8 @@ def test_killed_engine_is_replaced_with_a_message_saying_what_died(tmp_path, cle
 def test_stale_cluster_files_are_removed_and_connect_works_at_the_first_try(tmp_path, cleanup):
     e = _ipython_env(tmp_path)
     assert _hpclab("cluster", "start", "-n", "2", e=e).returncode == 0
-    pids = _cluster_pids(_profile(tmp_path))
-    for pid in pids:
+    pids, schedulers = _cluster_pids(_profile(tmp_path))
+    for pid in pids:  # the controller's schedulers are left, as when the controller alone is killed
         os.kill(pid, signal.SIGKILL)
     assert not _gone(pids, 10)
     stale = _profile(tmp_path) / "security" / "cluster-.json"
@@ -307,6 +309,7 @@ def test_stale_cluster_files_are_removed_and_connect_works_at_the_first_try(tmp_
     assert "RANKS [0, 1]" in proc.stdout, proc.stdout + proc.stderr
     assert f"removed the stale cluster file {stale}: its controller (pid {pids[0]}) is no longer running" \
         in proc.stdout, proc.stdout
+    assert schedulers and not _gone(schedulers, 5), "the dead controller's schedulers were left running"
 
 
 def test_engines_end_with_the_kernel_that_started_them(tmp_path, cleanup):
