@@ -59,7 +59,7 @@ lab: $(VENV)/.installed-run
 	$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 stop:
-	-$(BIN)/ipcluster stop
+	-$(BIN)/python -m hpclab cluster stop
 
 exercises: $(VENV)/.installed-run
 	$(BIN)/python -m hpclab exercises build

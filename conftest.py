@@ -1,5 +1,7 @@
 """Test-session setup: a private IPython profile directory, the simulator, and
-(when notebooks are collected) one set of MPI engines shared by all notebooks."""
+(when notebooks are collected) one shared cluster of MPI engines that the notebooks
+claim one after another (``hpclab.cluster``: each notebook's connect() claims it,
+its session.close() gives it back with an empty namespace)."""
 from __future__ import annotations
 
 import os
@@ -24,7 +26,7 @@ os.environ.setdefault("HPCLAB_FIGURES", tempfile.mkdtemp(prefix="hpclab-figures-
 # Slurm tier has installed Slurm): hpclab.slurm.login_node_guard would otherwise refuse.
 os.environ.setdefault("HPCLAB_ALLOW_LOCAL_ENGINES", "1")
 
-_session = None
+_shared = None
 
 
 # -- where a test means something: simulator, GPU, one GPU per rank, ranks sharing one GPU ------
@@ -66,30 +68,17 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_collection_finish(session):
-    """Start 4 MPI engines once if any notebook is to be executed."""
-    global _session
+    """Start the shared cluster of 4 MPI engines once if any notebook is to be executed."""
+    global _shared
     if any(item.nodeid.endswith(".ipynb") or ".ipynb::" in item.nodeid for item in session.items):
         from hpclab import cluster
 
-        _session = cluster.connect(n=int(os.environ.get("HPCLAB_ENGINES", "4")), activate=False)
-
-
-_notebook = None
-
-
-def pytest_runtest_setup(item):
-    """Every notebook starts on empty engine namespaces, as on engines of its own: a name that
-    one notebook left on the engines cannot make another pass or fail, whatever the order."""
-    global _notebook
-    path = str(getattr(item, "fspath", ""))
-    if _session is not None and path.endswith(".ipynb") and path != _notebook:
-        _notebook = path
-        _session.view.clear(block=True)
+        _shared = cluster.start_shared(n=int(os.environ.get("HPCLAB_ENGINES", "4")))
 
 
 def pytest_sessionfinish(session, exitstatus):
-    if _session is not None:
-        _session.close()
+    if _shared is not None:
+        _shared.stop()
 
 
 @pytest.hookimpl(wrapper=True)

@@ -7,7 +7,8 @@
   hpclab exercises build|check     exercises/ generated from solutions/
   hpclab exercises copy            your working copies in my-work/ (never overwritten)
   hpclab workbook [--engines N]    execute every notebook on MPI engines into build/
-  hpclab cluster init --slurm ...  an ipyparallel profile whose engines are a Slurm job
+  hpclab cluster init --slurm ...  a profile whose engines are a Slurm job
+  hpclab cluster start|status|stop the profile's MPI engines outside notebooks (hpclab.cluster)
 """
 from __future__ import annotations
 
@@ -168,11 +169,19 @@ def _main(argv: list[str] | None) -> int:
     wb.add_argument("--notebooks", default="notebooks")
     wb.add_argument("--out", default="build")
     wb.add_argument("--timeout", type=count(1, 7 * 86400), default=1200, help="seconds per cell")
-    cluster = sub.add_parser("cluster", help="MPI engines for the notebooks (init --slurm: engines from Slurm)")
-    cluster_sub = cluster.add_subparsers(dest="cluster_command", required=True)
+    cl = sub.add_parser("cluster", help="start, list or stop the MPI engines of an IPython profile; init --slurm: engines from Slurm")
+    actions = cl.add_subparsers(dest="action", required=True)
+    start = actions.add_parser("start", help="start the shared cluster that notebooks claim one at a time")
+    start.add_argument("-n", "--engines", type=count(1, 1024), default=4, help="number of MPI engines (default 4)")
+    start.add_argument("--timeout", type=float, default=120, help="seconds to wait for all engines")
+    status = actions.add_parser("status", help="list the profile's clusters, their engines and owners")
+    stop = actions.add_parser("stop", help="stop the shared cluster and clusters left by notebooks that are gone")
+    stop.add_argument("--all", action="store_true", help="also stop private clusters of notebooks still open")
+    for action in (start, status, stop):
+        action.add_argument("--profile", default="default", help="IPython profile (default: default)")
     from .slurm.profile import add_cluster_init
 
-    add_cluster_init(cluster_sub)
+    add_cluster_init(actions)
 
     args, rest = parser.parse_known_args(argv)
     if args.command == "info":
@@ -203,10 +212,34 @@ def _main(argv: list[str] | None) -> int:
         from . import exercises
 
         return exercises.main(args.action, args.root)
-    if args.command == "cluster":
-        return args.func(args)
     if args.command == "workbook":
         from . import workbook
 
         return workbook.main(args.notebooks, args.out, args.engines, args.timeout)
+    if args.command == "cluster":
+        return _cluster(args)
     return 2
+
+
+def _cluster(args) -> int:
+    from . import cluster, profile_clusters
+
+    if args.action == "init":
+        return args.func(args)
+    if args.action == "start":
+        try:
+            cluster.start_shared(args.engines, args.profile, args.timeout)
+        except cluster.ClusterError as exc:
+            print(f"hpclab cluster start: {exc}", file=sys.stderr)
+            return 1
+        return 0
+    pdir = profile_clusters.profile_dir(args.profile)
+    log = profile_clusters.quiet_log(pdir)
+    if args.action == "status":
+        lines = profile_clusters.status_lines(pdir, log)
+    else:
+        lines = profile_clusters.stop_lines(pdir, log, everything=args.all)
+    print(f"profile {args.profile!r} ({pdir}):")
+    for line in lines:
+        print(f"  {line}")
+    return 0

@@ -1,10 +1,11 @@
 """Execute every notebook on MPI engines, headless (``make run`` / ``hpclab workbook``).
 
-Starts the engines once (or uses a cluster already running), runs the
-notebooks in order with nbclient, writes executed copies into ``build/`` and
-figures into ``build/figures/``, prints a summary, and stops only the engines
-it started. A notebook passes when every cell ran and every figure came out as
-an image (:func:`missing_image`; the test suite applies the same rule).
+Starts the profile's shared cluster of MPI engines once (or uses the one already
+running), runs the notebooks in order with nbclient (each claims the engines with
+``cluster.connect`` and gives them back with ``session.close``), writes executed
+copies into ``build/`` and figures into ``build/figures/``, prints a summary, and
+stops the engines only if it started them. A notebook passes when every cell ran and every
+figure came out as an image (:func:`missing_image`; the test suite applies the same rule).
 """
 from __future__ import annotations
 
@@ -88,14 +89,14 @@ def main(notebooks: str = "notebooks", out: str = "build", engines: int = 4, tim
     choice = backend.select()
     print(f"hpclab workbook: {len(paths)} notebooks on {engines} MPI engines, "
           f"backend: {backend.describe(choice)}")
-    session = cluster.connect(n=engines, activate=False)
+    shared = cluster.start_shared(n=engines)
     rows = []
     try:
         for path in paths:
             print(f"  running {path.name} ...", flush=True)
             rows.append((path.name, *execute(path, out_dir, timeout)))
     finally:
-        session.close()
+        shared.stop()
     width = max(len(r[0]) for r in rows)
     print(f"\n{'notebook':<{width}}  backend  seconds  result")
     for name, ok, seconds, why in rows:
