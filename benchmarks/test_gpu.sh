@@ -28,6 +28,9 @@ fi
 export OMPI_MCA_rmaps_base_oversubscribe=1
 # The notebook engines and the tests' mpiexec jobs run side by side: do not bind both to the first cores.
 export OMPI_MCA_hwloc_base_binding_policy=${OMPI_MCA_hwloc_base_binding_policy:-none}
+# The Slurm tier sets up a local Slurm from Debian's packages: a CPU-side test (make test runs it), and GPU
+# nodes have no network to install them. HPCLAB_SLURM_TIER=1 runs it here too.
+export HPCLAB_SLURM_TIER=${HPCLAB_SLURM_TIER:-0}
 # `hpclab scaling` (run by some tests) launches through HPCLAB_MPIEXEC: the same launcher as the tests.
 [ -n "${MPIRUN:-}" ] && export HPCLAB_MPIEXEC=${HPCLAB_MPIEXEC:-$MPIRUN}
 echo "make test-gpu: $NGPU GPU(s), $HPCLAB_ENGINES notebook engines, python: $("$PY" -c 'import sys; print(sys.executable)')," \

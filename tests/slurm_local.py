@@ -84,6 +84,8 @@ class SlurmUnavailable(RuntimeError):
 
 def unavailable() -> str | None:
     """Why a local Slurm cannot run here (one line), or None when it can."""
+    if os.environ.get("HPCLAB_SLURM_TIER", "1") == "0":
+        return "the Slurm tier is turned off here (HPCLAB_SLURM_TIER=0, e.g. by make test-gpu on a GPU node)"
     if not sys.platform.startswith("linux"):
         return f"the Slurm tier needs Linux (this is {sys.platform})"
     if os.geteuid() != 0:
