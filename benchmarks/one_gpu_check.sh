@@ -82,11 +82,11 @@ name, n, rc, secs, out, err = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), i
 rec = next((json.loads(l) for l in reversed(open(out).read().splitlines()) if l.startswith("{")), None)
 err_text = open(err).read()
 row = {"program": name, "ranks": n, "rc": rc, "seconds": secs}
-if rec:
+if name == "pi-nccl-node" and n > 1 and "ONE process" in err_text:
+    row["status"] = "refused (one process by design)"
+elif rec:
     row.update(passed=rec["passed"], ranks_per_gpu=rec.get("ranks_per_gpu"), result=rec["result"])
     row["status"] = "PASS" if rc == 0 and rec["passed"] else "FAIL"
-elif name == "pi-nccl-node" and n > 1 and "ONE process" in err_text:
-    row["status"] = "refused (one process by design)"
 else:
     row["status"] = "TIMEOUT" if rc in (124, 130) else "FAIL"
     row["error"] = next((l for l in err_text.splitlines() if "error" in l.lower()), err_text[-300:])[:300]
