@@ -131,7 +131,7 @@ def describe(choice: str | None = None) -> str:
 def cuda():
     """The ``numba.cuda`` module, imported after the backend is decided."""
     if select() == "sim":
-        from . import cudasim
+        from hpclab import cudasim
 
         cudasim.install()            # shared arrays that every thread of a block agrees on
     from numba import cuda as numba_cuda

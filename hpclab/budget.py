@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .options import UsageError
+from hpclab.options import UsageError
 
 MAX_SECONDS = 24 * 3600
 
@@ -47,7 +47,7 @@ class Launch:
 
 def require_share(option: str, value: int, shares: int, what: str) -> None:
     """Every rank (or GPU) needs at least one of ``value`` items: name the option if not."""
-    from .comm.decomp import require_at_least
+    from hpclab.decomp import require_at_least
 
     try:
         require_at_least(value, shares, what)

@@ -2,7 +2,7 @@
 
   hpclab info                      backend, GPUs, MPI, NCCL, ipyparallel
   hpclab run NAME [options]        a workshop program (under mpiexec/srun, or alone)
-  hpclab bench NAME [options]      a benchmark (hpclab/bench/NAME.py)
+  hpclab bench NAME [options]      a benchmark (its topic's bench.py: hpclab.topics)
   hpclab scaling NAME [options]    strong/weak scaling sweep, CSV + PNG
   hpclab exercises build|check     exercises/ generated from solutions/
   hpclab exercises copy            your working copies in my-work/ (never overwritten)
@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import pkgutil
 import sys
 
-from .options import Parser, UsageError, count
+from hpclab.options import Parser, UsageError, count
+from hpclab.topics import BENCHMARKS, PROGRAMS
 
 
 def _info(args) -> int:
-    from . import backend
+    from hpclab import backend
 
     rows = []
     problem = None
@@ -42,7 +42,7 @@ def _info(args) -> int:
                 rows.append((f"  GPU {i}", f"{name} (compute {cc}, {dev.MULTIPROCESSOR_COUNT} SMs) {dev.uuid}"))
     comm = None
     try:
-        from . import mpi
+        from hpclab import mpi
 
         comm = mpi.world()
         rows.append(("MPI", mpi.library()))
@@ -71,8 +71,9 @@ def _placement_rows(comm) -> list[tuple[str, str]]:
     Collective: every rank of the job runs ``hpclab info``; a failure on one rank is
     reported by all (no rank left waiting).
     """
-    from .comm import RankError, choose, step
-    from .device import select_gpu
+    from hpclab.errors import RankError, step
+    from hpclab.comm import choose
+    from hpclab.device import select_gpu
 
     try:
         with step(comm, "GPU selection"):
@@ -119,15 +120,9 @@ def _version(pkg: str) -> str:
 
 
 def _rank() -> int:
-    from .runner import _env_rank
+    from hpclab.runner import _env_rank
 
     return _env_rank()
-
-
-def _modules(package: str) -> list[str]:
-    pkg = importlib.import_module(package)
-    return sorted(m.name.replace("_", "-") for m in pkgutil.iter_modules(pkg.__path__)
-                  if not m.name.startswith("_"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,9 +151,9 @@ def _main(argv: list[str] | None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="what this machine offers: backend, GPUs, MPI, NCCL")
     run = sub.add_parser("run", help="run a workshop program on every rank", add_help=False)
-    run.add_argument("name", nargs="?", help=", ".join(_modules("hpclab.programs")))
+    run.add_argument("name", nargs="?", help=", ".join(sorted(PROGRAMS)))
     bench = sub.add_parser("bench", help="run a benchmark", add_help=False)
-    bench.add_argument("name", nargs="?", help=", ".join(_modules("hpclab.bench")))
+    bench.add_argument("name", nargs="?", help=", ".join(sorted(BENCHMARKS)))
     sub.add_parser("scaling", help="strong/weak scaling sweep over rank counts (see hpclab scaling -h)",
                    add_help=False)
     ex = sub.add_parser("exercises", help="generate or check exercises/ from solutions/, or copy them to my-work/")
@@ -179,7 +174,7 @@ def _main(argv: list[str] | None) -> int:
     stop.add_argument("--all", action="store_true", help="also stop private clusters of notebooks still open")
     for action in (start, status, stop):
         action.add_argument("--profile", default="default", help="IPython profile (default: default)")
-    from .slurm.profile import add_cluster_init
+    from hpclab.slurm.profile import add_cluster_init
 
     add_cluster_init(actions)
 
@@ -189,31 +184,30 @@ def _main(argv: list[str] | None) -> int:
             parser.error(f"unrecognized arguments: {' '.join(rest)}")
         return _info(args)
     if args.command in ("run", "bench"):
-        package = "hpclab.programs" if args.command == "run" else "hpclab.bench"
-        names = _modules(package)
+        names = sorted(PROGRAMS if args.command == "run" else BENCHMARKS)
         if not args.name or args.name in ("-h", "--help"):
             print(f"usage: hpclab {args.command} NAME [options]\n\navailable: {', '.join(names)}")
             return 0 if args.name else 2
         if args.command == "run":
-            from .runner import main as run_main
+            from hpclab.runner import main as run_main
 
             return run_main(args.name, rest)
         if args.name not in names:
             raise UsageError(f"hpclab bench: error: unknown benchmark {args.name!r}; choose one of: "
                              f"{', '.join(names)}")
-        return importlib.import_module(f"{package}.{args.name.replace('-', '_')}").main(rest)
+        return importlib.import_module(BENCHMARKS[args.name]).main(rest)
     if args.command == "scaling":
-        from . import scaling
+        from hpclab import scaling
 
         return scaling.main(rest)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "exercises":
-        from . import exercises
+        from hpclab import exercises
 
         return exercises.main(args.action, args.root)
     if args.command == "workbook":
-        from . import workbook
+        from hpclab import workbook
 
         return workbook.main(args.notebooks, args.out, args.engines, args.timeout)
     if args.command == "cluster":
@@ -222,7 +216,7 @@ def _main(argv: list[str] | None) -> int:
 
 
 def _cluster(args) -> int:
-    from . import cluster, profile_clusters
+    from hpclab import cluster, profile_clusters
 
     if args.action == "init":
         return args.func(args)

@@ -58,8 +58,8 @@ import ipyparallel as ipp
 import psutil
 from ipyparallel.cluster import launcher as ipp_launcher
 
-from . import engine_owner, profile_clusters, px_cells
-from .profile_clusters import SHARED_ID, PRIVATE_PREFIX
+from hpclab import engine_owner, profile_clusters, px_cells
+from hpclab.profile_clusters import SHARED_ID, PRIVATE_PREFIX
 
 _ENGINE_SETUP = (
     "import hpclab.backend as _hb, hpclab.device as _hd\n"

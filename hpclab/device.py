@@ -19,8 +19,8 @@ import socket
 import sys
 from dataclasses import asdict, dataclass, field
 
-from . import backend
-from .mpi import world
+from hpclab import backend
+from hpclab.mpi import world
 
 
 @dataclass

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import nbformat
 
-from .options import UsageError
+from hpclab.options import UsageError
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 STUB = 'raise NotImplementedError("exercise: write this part (see the instructions above)")'

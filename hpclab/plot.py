@@ -77,7 +77,7 @@ def machine_note(records=(), backend_name: str | None = None) -> str:
         sharing = 2
     name = backend_name or next((r["backend"] for r in records if r.get("backend")), None)
     if name is None:
-        from . import backend
+        from hpclab import backend
 
         name = backend.name()
     if name != "gpu":
@@ -217,7 +217,7 @@ def allreduce_figure(rows: list[dict], recorded: dict, note: str | None = None,
                      backends=("mpi-host", "mpi-cuda", "nccl")):
     """All-reduce time and bus bandwidth against message size: measured here (solid) and recorded (dashed).
 
-    ``rows``: ``hpclab.bench.allreduce.run`` rows (backend, size_bytes, time_us,
+    ``rows``: ``hpclab.comm.bench.run`` rows (backend, size_bytes, time_us,
     busbw_GBps); ``recorded``: label -> ``hpclab.recorded.allreduce(run)``. One
     colour per backend, one line style per run.
     """

@@ -30,7 +30,7 @@ def main(argv: list[str]) -> int:
     pid, started, cluster_file = int(argv[0]), float(argv[1]), argv[2]
     while os.path.exists(cluster_file):
         if not _kernel_alive(pid, started):
-            from . import profile_clusters
+            from hpclab import profile_clusters
 
             pdir = os.path.dirname(os.path.dirname(cluster_file))
             log = profile_clusters.quiet_log(pdir)

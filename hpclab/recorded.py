@@ -36,7 +36,7 @@ def _table() -> tuple[dict, ...]:
 
 
 def _a100_rows():
-    from . import reference
+    from hpclab import reference
 
     for r in reference.fasrc_a100():
         if r["wall_s"] is None:

@@ -1,6 +1,6 @@
 """Run one workshop program on every MPI rank (``hpclab run NAME``).
 
-A program is a module ``hpclab.programs.<name with _ for ->`` defining
+A program is a module of its topic package (``hpclab.topics.PROGRAMS``) defining
 ``HELP`` (one line), ``add_arguments(parser)``, optionally
 ``validate(args, launch)`` and ``run(args, ctx) -> Report``.
 The runner does everything around it, the same way for all programs:
@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import importlib
 import json
-import pkgutil
 import sys
 import traceback
 from dataclasses import dataclass, field
 
-from . import backend
-from .budget import Launch
-from .options import Parser, UsageError, count
+from hpclab import backend
+from hpclab.budget import Launch
+from hpclab.options import Parser, UsageError, count
+from hpclab.topics import PROGRAMS
 
 
 @dataclass
@@ -50,17 +50,14 @@ class Context:
 
 
 def program_names() -> list[str]:
-    from . import programs
-
-    return sorted(m.name.replace("_", "-") for m in pkgutil.iter_modules(programs.__path__)
-                  if not m.name.startswith("_"))
+    return sorted(PROGRAMS)
 
 
 def load(name: str):
     names = program_names()
     if name not in names:
         raise UsageError(f"hpclab run: error: unknown program {name!r}; choose one of: {', '.join(names)}")
-    return importlib.import_module(f"hpclab.programs.{name.replace('-', '_')}")
+    return importlib.import_module(PROGRAMS[name])
 
 
 # Counts of things (samples, bins, elements, iterations): 1e10, 10000000000, 1_000 or 2**20.
@@ -97,7 +94,7 @@ def parse_arguments(name: str, argv: list[str], launch: Launch | None = None):
 
 def launch_of(comm) -> Launch:
     """Ranks, ranks on this node and backend (a collective: every rank calls it)."""
-    from .mpi import MPI
+    from hpclab.mpi import MPI
 
     local = comm.Split_type(MPI().COMM_TYPE_SHARED)
     per_node = local.size
@@ -147,9 +144,9 @@ def main(name: str, argv: list[str]) -> int:
     except Exception as exc:  # noqa: BLE001 - e.g. a module missing on one node: the others must hear of it
         problem = f"{prog}: error: {type(exc).__name__}: {exc}"
 
-    from .comm import RankError, step
-    from .device import select_gpu
-    from .mpi import MPIUnavailable, world
+    from hpclab.errors import RankError, step
+    from hpclab.device import select_gpu
+    from hpclab.mpi import MPIUnavailable, world
 
     # MPI starts even when this rank's check failed: the other ranks may have passed theirs
     # (an MPMD launch, an environment that differs between nodes) and must hear of it.

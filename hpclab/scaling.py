@@ -133,7 +133,7 @@ class Sweep:
         return path
 
     def figure(self, title: str | None = None):
-        from . import plot
+        from hpclab import plot
 
         title = title or f"{self.program}: {self.mode} scaling"
         if self.shared_gpu:
@@ -172,7 +172,7 @@ def _find_value(argv: list[str], option: str) -> tuple[int, str] | None:
 
 def scaled_args(argv: list[str], option: str | None, factor: int) -> tuple[list[str], int | None]:
     """argv with option's count multiplied by factor, and the new count (None if absent)."""
-    from .options import UsageError, count
+    from hpclab.options import UsageError, count
 
     found = _find_value(argv, option) if option else None
     if not found:
@@ -188,7 +188,7 @@ def scaled_args(argv: list[str], option: str | None, factor: int) -> tuple[list[
 
 
 def _work_plan(program, argv, ranks, weak, work_arg):
-    from .options import UsageError
+    from hpclab.options import UsageError
 
     option = work_arg_for(program, work_arg)
     if weak and not (option and _find_value(argv, option)):
@@ -207,8 +207,8 @@ def check_plan(program: str, plan: dict) -> None:
     """
     import math
 
-    from . import backend, runner
-    from .budget import Launch
+    from hpclab import backend, runner
+    from hpclab.budget import Launch
 
     try:
         backend.select()
@@ -221,7 +221,7 @@ def check_plan(program: str, plan: dict) -> None:
 
 def program_args(program: str, argv: list[str]):
     """The argparse namespace ``hpclab run PROGRAM ARGV`` would give (for the engines route)."""
-    from . import runner
+    from hpclab import runner
 
     return runner.parse_arguments(program, argv)[1]
 
@@ -229,7 +229,7 @@ def program_args(program: str, argv: list[str]):
 # ---------------------------------------------------------------- route 1: mpiexec
 
 def default_mpiexec() -> list[str]:
-    from .options import UsageError
+    from hpclab.options import UsageError
 
     """``$HPCLAB_MPIEXEC`` (a whole command line), else the mpiexec beside this Python, else on PATH."""
     if os.environ.get("HPCLAB_MPIEXEC", "").strip():
@@ -246,7 +246,7 @@ def default_mpiexec() -> list[str]:
 def launcher(text: str | list[str] | None) -> list[str]:
     """The launcher command from --mpiexec (default: mpiexec beside this Python, else on PATH);
     its program must exist."""
-    from .options import UsageError
+    from hpclab.options import UsageError
 
     if text is None:
         return default_mpiexec()
@@ -323,9 +323,9 @@ def engine_trial(program: str, argv: list[str], ranks: int):
 
     Returns the report's record on the sub-communicator's rank 0, None elsewhere.
     """
-    from . import backend, runner
-    from .device import ranks_per_gpu, select_gpu
-    from .mpi import MPI, world
+    from hpclab import backend, runner
+    from hpclab.device import ranks_per_gpu, select_gpu
+    from hpclab.mpi import MPI, world
 
     mpi = MPI()
     comm = world()
@@ -388,8 +388,8 @@ def _powers_of_two(n: int) -> list[int]:
 # ---------------------------------------------------------------- the command
 
 def main(argv: list[str] | None = None) -> int:
-    from . import plot, runner
-    from .options import Parser, UsageError, count, count_list, output_folder, real
+    from hpclab import plot, runner
+    from hpclab.options import Parser, UsageError, count, count_list, output_folder, real
 
     parser = Parser(
         prog="hpclab scaling",

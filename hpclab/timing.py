@@ -13,8 +13,8 @@ import time
 from collections import defaultdict
 from contextlib import contextmanager
 
-from . import backend
-from .mpi import world
+from hpclab import backend
+from hpclab.mpi import world
 
 
 def _sync() -> None:

@@ -77,7 +77,7 @@ def execute(path: Path, out_dir: Path, timeout: int) -> tuple[bool, float, str]:
 
 
 def main(notebooks: str = "notebooks", out: str = "build", engines: int = 4, timeout: int = 1200) -> int:
-    from . import backend, cluster
+    from hpclab import backend, cluster
 
     paths = sorted(Path(notebooks).glob("[0-9][0-9]_*.ipynb"))
     if not paths:

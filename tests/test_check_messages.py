@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from hpclab.check import collectives, matmul, pi
-from hpclab.comm import block_range
-from hpclab.kernels import pi as k
-from hpclab.kernels.matmul import cuda
+from hpclab.collectives import check as collectives
+from hpclab.matmul import check as matmul
+from hpclab.pi import check as pi
+from hpclab.decomp import block_range
+from hpclab.pi import kernels as k
+from hpclab.matmul.kernels import cuda
 
-import numba  # noqa: E402 - after hpclab.kernels, which picks the simulator before numba.cuda loads
+import numba  # noqa: E402 - after hpclab kernel modules, which pick the simulator before numba.cuda loads
 
 
 # ---- notebook 02: the midpoint kernel -------------------------------------------------

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 from hpclab import backend
-from hpclab.check import collectives as check
-from hpclab.comm import ring_bytes_per_rank
+from hpclab.collectives import check
+from hpclab.collectives.ring import ring_bytes_per_rank
 
 from .helpers import last_json, run_mpi
 

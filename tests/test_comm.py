@@ -21,9 +21,9 @@ import pytest
 from .helpers import ROOT, env, gpus, last_json, launcher, run_hpclab, run_mpi
 
 OPS_SCRIPT = str(ROOT / "tests" / "mpi_scripts" / "comm_ops.py")
-# Exercises 3 and 4 use hpclab.kernels.pi.count_hits (the pi topic's kernel).
-HAVE_PI = importlib.util.find_spec("hpclab.kernels.pi") is not None
-needs_pi = pytest.mark.skipif(not HAVE_PI, reason="hpclab.kernels.pi (count_hits) is not in this tree")
+# Exercises 3 and 4 use hpclab.pi.kernels.count_hits (the pi topic's kernel).
+HAVE_PI = importlib.util.find_spec("hpclab.pi.kernels") is not None
+needs_pi = pytest.mark.skipif(not HAVE_PI, reason="hpclab.pi.kernels (count_hits) is not in this tree")
 
 
 def run_ops(n: int, *args: str, timeout: float = 90, **extra_env) -> subprocess.CompletedProcess:
@@ -214,7 +214,7 @@ def test_bench_all_on_a_shared_gpu_skips_nccl_saying_why():
 
 
 def test_size_parsing_and_bus_bandwidth():
-    from hpclab.bench.allreduce import UsageError, busbw_factor, parse_size, parse_sizes
+    from hpclab.comm.bench import UsageError, busbw_factor, parse_size, parse_sizes
 
     assert [parse_size(s) for s in ("4", "1K", "1M", "256M", "1G", "64KiB")] == \
         [4, 1024, 1 << 20, 256 << 20, 1 << 30, 64 << 10]
@@ -225,7 +225,7 @@ def test_size_parsing_and_bus_bandwidth():
 
 
 def test_ratios_and_targets():
-    from hpclab.bench.allreduce import ratios, targets
+    from hpclab.comm.bench import ratios, targets
 
     rows = [{"backend": b, "size_bytes": s, "time_us": t, "busbw_GBps": bw}
             for b, s, t, bw in [("nccl", 4, 18.0, 1e-4), ("raw-nccl", 4, 15.0, 1.2e-4),
@@ -241,7 +241,7 @@ def test_ratios_and_targets():
     assert targets(ratios(rows))["latency_ratio_small"]["met"] is False
 
 
-# -- Exercises 3 and 4 (use hpclab.kernels.pi) ----------------------------------------------
+# -- Exercises 3 and 4 (use hpclab.pi.kernels) ----------------------------------------------
 @needs_pi
 def test_exercises_3_and_4_agree_for_any_split():
     """The total depends only on (samples, seed): 1 or 3 'GPUs' in one process (on a GPU node,

@@ -24,9 +24,9 @@ backend.select()
 
 from hpclab.halo.geometry import brute_force_band, check_ranks, plan_band, plan_bands, schedule, transfers  # noqa: E402
 from hpclab.halo.versions import digest, max_rel_error  # noqa: E402
-from hpclab.kernels import conv as gpu  # noqa: E402
-from hpclab.kernels import conv_reference as ref  # noqa: E402
-from hpclab.kernels.bands import hash_fill, hash_values  # noqa: E402
+from hpclab.halo import conv as gpu  # noqa: E402
+from hpclab.halo import reference as ref  # noqa: E402
+from hpclab.halo.bands import hash_fill, hash_values  # noqa: E402
 
 from .helpers import last_json, run_mpi  # noqa: E402
 
@@ -78,7 +78,7 @@ def test_conv2d_gemm_matches_scipy(geom):
 
 
 def test_gemm_chunks_cover_every_output_once():
-    from hpclab.kernels.conv_gemm import chunks
+    from hpclab.halo.conv_gemm import chunks
 
     for n, rows, wo, limit in ((3, 5, 4, 10 ** 6), (3, 5, 4, 4 * 25), (2, 7, 3, 4 * 6), (1, 9, 5, 1)):
         seen = [(n0 + i, r0 + t) for n0, nb, r0, rr in chunks(n, rows, wo, 4, limit)
@@ -88,7 +88,7 @@ def test_gemm_chunks_cover_every_output_once():
 
 def test_gemm_in_chunks_equals_one_product_bitwise(monkeypatch):
     """Chunks over images and over rows (forced by a tiny buffer limit) change no bit."""
-    from hpclab.kernels import conv_gemm
+    from hpclab.halo import conv_gemm
 
     x = RNG.uniform(-1, 1, (2, 3, 7, 6)).astype(np.float32)
     w = RNG.uniform(-1, 1, (5, 3, 3, 3)).astype(np.float32)
@@ -120,7 +120,7 @@ def test_conv2d_winograd_matches_scipy(geom):
 
 @pytest.mark.parametrize("m, r", [(2, 3), (2, 5), (4, 3)])
 def test_winograd_transforms_are_exact_in_one_and_two_dimensions(m, r):
-    from hpclab.kernels.conv_winograd import transforms
+    from hpclab.halo.conv_winograd import transforms
 
     at, g, bt = transforms(m, r)
     d = RNG.standard_normal((m + r - 1, m + r - 1))
@@ -134,7 +134,7 @@ def test_winograd_transforms_are_exact_in_one_and_two_dimensions(m, r):
 
 def test_winograd_in_chunks_equals_one_pass_bitwise(monkeypatch):
     """Chunks over images and over tile rows change no bit: each tile is computed alone."""
-    from hpclab.kernels import conv_gemm
+    from hpclab.halo import conv_gemm
 
     x = RNG.uniform(-1, 1, (2, 3, 9, 6)).astype(np.float32)
     w = RNG.uniform(-1, 1, (4, 3, 3, 3)).astype(np.float32)

@@ -8,11 +8,10 @@ import sys
 import numpy as np
 import pytest
 
-from hpclab.check import ddp as check
-from hpclab.ddp import (DistributedSampler, LossScaler, check_batch, flatten, init_parameters,
-                        memory_breakdown, unflatten)
+from hpclab.ddp import check
+from hpclab.ddp import DistributedSampler, LossScaler, check_batch, flatten, init_parameters, memory_breakdown, unflatten
 from hpclab.ddp.data import synthetic
-from hpclab.kernels import mlp_reference as R
+from hpclab.ddp import reference as R
 
 from .helpers import ROOT, env, last_json, launcher, run_mpi
 

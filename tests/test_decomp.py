@@ -1,6 +1,6 @@
 import pytest
 
-from hpclab.comm import block_counts, block_range, require_at_least
+from hpclab.decomp import block_counts, block_range, require_at_least
 
 
 @pytest.mark.parametrize("n", [1, 4, 7, 10, 1001])

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from hpclab import backend
-from hpclab.kernels import matmul as mm
+from hpclab.matmul import kernels as mm
 from .helpers import last_json, run_mpi
 
 SIM = backend.is_simulator()
@@ -147,7 +147,7 @@ def test_add_scaled():
 
 
 def test_tutorial_closed_form():
-    from hpclab.programs.matmul_reduce import closed_form_sum, reference_sums
+    from hpclab.matmul.run_reduce import closed_form_sum, reference_sums
 
     # rank r's C has N^2 elements, each (1 + r) * 0.5 * N: 8388608 per unit of (1 + r) at N = 256
     assert closed_form_sum(256, 1) == 8388608.0
@@ -157,7 +157,7 @@ def test_tutorial_closed_form():
 
 
 def test_check_explains_wrong_products():
-    from hpclab.check import matmul as check
+    from hpclab.matmul import check
 
     a, b = operands(37, 29, 53, np.float32)
     c = a @ b
@@ -231,7 +231,7 @@ def test_matmul_reduce_bad_learning_rate():
 
 
 def test_large_products_are_checked_on_every_ranks_edge_rows():
-    from hpclab.programs.matmul import FULL_CHECK_N, SAMPLED_ROWS, check_rows
+    from hpclab.matmul.run_matmul import FULL_CHECK_N, SAMPLED_ROWS, check_rows
 
     assert list(check_rows(100, 3, 0)) == list(range(100))
     rows = check_rows(4099, 3, 0)

@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hpclab.kernels import matmul as mm
-from hpclab.kernels import mlp as K
-from hpclab.kernels import mlp_reference as R
+from hpclab.matmul import kernels as mm
+from hpclab.ddp import mlp as K
+from hpclab.ddp import reference as R
 
 cuda = K.cuda
 rng = np.random.default_rng(1)

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from hpclab.comm import block_range
-from hpclab.kernels import pi as k
+from hpclab.decomp import block_range
+from hpclab.pi import kernels as k
 from .helpers import gpus, last_json, run_hpclab, run_mpi
 
 cuda = k.cuda          # kernels below use the module's name, which the simulator replaces

@@ -31,7 +31,7 @@ select_gpu(comm)
 from hpclab.halo import executors as ex  # noqa: E402
 from hpclab.halo.streams import compute_stream, edge_stream  # noqa: E402
 from hpclab.halo.geometry import plan_bands  # noqa: E402
-from hpclab.kernels.bands import hash_fill  # noqa: E402
+from hpclab.halo.bands import hash_fill  # noqa: E402
 
 rows = int(sys.argv[1]) if len(sys.argv) > 1 else 8192
 cin, cout, width = (int(a) for a in sys.argv[2:5]) if len(sys.argv) > 4 else (96, 256, 256)   # small: a dry run
@@ -89,7 +89,7 @@ def compute(work, pad_top, per_chunk=None):
 
 def copy_own():
     """GPU and wall seconds of copying the own rows into the working buffer (what run_device does first)."""
-    from hpclab.kernels.bands import copy_rows
+    from hpclab.halo.bands import copy_rows
 
     start, end = cu.event(), cu.event()
     t = time.perf_counter()

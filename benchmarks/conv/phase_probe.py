@@ -25,7 +25,7 @@ comm = world()
 select_gpu(comm)
 from hpclab.halo import executors as ex  # noqa: E402
 from hpclab.halo.streams import compute_stream, edge_stream  # noqa: E402
-from hpclab.kernels.bands import hash_fill  # noqa: E402
+from hpclab.halo.bands import hash_fill  # noqa: E402
 
 rows = int(sys.argv[1]) if len(sys.argv) > 1 else 8192
 size, rank = comm.size, comm.rank

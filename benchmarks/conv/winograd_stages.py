@@ -5,7 +5,8 @@ import time
 import numpy as np
 from hpclab import backend
 backend.select()
-from hpclab.kernels import conv as kc, conv_winograd as wg, matmul as mm
+from hpclab.halo import conv as kc, conv_winograd as wg
+from hpclab.matmul import kernels as mm
 cuda = kc.cuda
 n, c, h, k, r, pad = 32, 96, 27, 256, 5, 2
 rng = np.random.default_rng(0)

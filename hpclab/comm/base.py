@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import backend
-from ..mpi import world
-from .errors import RankError
+from hpclab import backend
+from hpclab.mpi import world
+from hpclab.errors import RankError
 
 OPS = ("sum", "max", "min")
 

@@ -16,7 +16,7 @@ one host-staged copies run on.
 """
 from __future__ import annotations
 
-from .base import Backend
+from hpclab.comm.base import Backend
 
 
 def mpi_op(op: str):

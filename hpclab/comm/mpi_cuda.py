@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import backend
-from ..mpi import cuda_aware
-from .errors import RankError
-from .mpi_common import MPIBackend
+from hpclab import backend
+from hpclab.mpi import cuda_aware
+from hpclab.errors import RankError
+from hpclab.comm.mpi_common import MPIBackend
 
 FIX = ("use --backend mpi-host (host staging; works everywhere) or nccl (on GPUs), or load an "
        "MPI built with CUDA support (e.g. Open MPI configured --with-cuda, or with UCX built with "

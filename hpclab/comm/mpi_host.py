@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .mpi_common import MPIBackend
+from hpclab.comm.mpi_common import MPIBackend
 
 
 class HostStagedMPI(MPIBackend):

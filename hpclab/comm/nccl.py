@@ -34,9 +34,9 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from .. import backend
-from .base import Backend
-from .errors import RankError, step
+from hpclab import backend
+from hpclab.comm.base import Backend
+from hpclab.errors import RankError, step
 
 INSTALL = ("install CuPy, which ships NCCL's Python binding: pip install 'hpclab[gpu]' "
            "(cupy-cuda13x; on a cluster load the CUDA module first)")
@@ -72,8 +72,8 @@ class SharedGPUError(RankError):
     """NCCL asked for on ranks that share a GPU; raised on every rank, before NCCL is touched."""
 
     def __init__(self, shared, size: int):
-        from ..device import describe_sharing
-        from .select import NEEDS_OWN_GPU
+        from hpclab.device import describe_sharing
+        from hpclab.comm.select import NEEDS_OWN_GPU
 
         self.shared = shared
         message = (f"{describe_sharing(shared)}, and {NEEDS_OWN_GPU}. Instead use --backend auto or "
@@ -93,7 +93,7 @@ def require_one_gpu_per_rank(comm) -> None:
     NCCL_ERROR_INVALID_USAGE on such ranks; asking first gives a message that
     names the ranks, the GPU and what to do instead.
     """
-    from ..device import sharing
+    from hpclab.device import sharing
 
     shared = sharing(comm)
     if shared:

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import sys
 
-from .. import backend
-from ..device import describe_sharing
-from ..mpi import cuda_aware, world
+from hpclab import backend
+from hpclab.device import describe_sharing
+from hpclab.mpi import cuda_aware, world
 
 BACKENDS = ("auto", "mpi-host", "mpi-cuda", "nccl")
 NEEDS_OWN_GPU = "NCCL needs one GPU per rank (it refuses two ranks of one communicator on the same device)"
@@ -53,14 +53,14 @@ def choose(comm=None) -> tuple[str, str]:
     """(backend name, why) for ``auto``; collective: the same answer on every rank."""
     from mpi4py import MPI
 
-    from ..device import sharing
+    from hpclab.device import sharing
 
     comm = comm or world()
     shared = sharing(comm)
     simulator = backend.is_simulator()
     nccl_ok, nccl_why, aware, how = None, "", None, ""
     if not simulator and not shared:
-        from .nccl import available as nccl_available
+        from hpclab.comm.nccl import available as nccl_available
 
         ok, nccl_why = nccl_available()
         nccl_ok = comm.allreduce(ok, op=MPI.LAND)
@@ -88,13 +88,13 @@ def get(name: str = "auto", comm=None, quiet: bool = False):
             print(f"hpclab communication backend: {key}, because {why}", file=sys.stderr, flush=True)
         _announced = True
     if key == "mpi-host":
-        from .mpi_host import HostStagedMPI
+        from hpclab.comm.mpi_host import HostStagedMPI
 
         return HostStagedMPI(comm)
     if key == "mpi-cuda":
-        from .mpi_cuda import CudaAwareMPI
+        from hpclab.comm.mpi_cuda import CudaAwareMPI
 
         return CudaAwareMPI(comm)
-    from .nccl import NcclBackend
+    from hpclab.comm.nccl import NcclBackend
 
     return NcclBackend(comm)

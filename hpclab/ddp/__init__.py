@@ -11,9 +11,9 @@
 - :mod:`.throughput`: samples/s, compute/comm split, scaling over 1..n ranks
 - :mod:`.monitor`: GPU memory and utilisation while training, and the 14 x P estimate
 """
-from .model import MLP, count_parameters, flatten, init_parameters, layout, memory_breakdown, unflatten
-from .sampler import DistributedSampler, check_batch
-from .trainer import DDPTrainer, LossScaler, broadcast_parameters, check_same_model, replica_checksums
+from hpclab.ddp.model import MLP, count_parameters, flatten, init_parameters, layout, memory_breakdown, unflatten
+from hpclab.ddp.sampler import DistributedSampler, check_batch
+from hpclab.ddp.trainer import DDPTrainer, LossScaler, broadcast_parameters, check_same_model, replica_checksums
 
 __all__ = ["DDPTrainer", "DistributedSampler", "LossScaler", "MLP", "broadcast_parameters",
            "check_batch", "check_same_model", "count_parameters", "flatten", "init_parameters",

@@ -12,12 +12,12 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .. import backend, comm as hcomm
-from .data import digits
-from .model import MLP, count_parameters, init_parameters
-from .monitor import GPUMonitor, device_memory_used, memory_estimate_bytes
-from .sampler import DistributedSampler
-from .trainer import DDPTrainer
+from hpclab import backend, comm as hcomm
+from hpclab.ddp.data import digits
+from hpclab.ddp.model import MLP, count_parameters, init_parameters
+from hpclab.ddp.monitor import GPUMonitor, device_memory_used, memory_estimate_bytes
+from hpclab.ddp.sampler import DistributedSampler
+from hpclab.ddp.trainer import DDPTrainer
 
 
 @dataclass

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels import mlp as K
+from hpclab.ddp import mlp as K
 
 cuda = K.cuda
 EXTRA_SLOTS = 2  # loss, correct predictions

@@ -14,7 +14,7 @@ import subprocess
 import threading
 import time
 
-from .. import backend
+from hpclab import backend
 
 
 def memory_estimate_bytes(n_params: int) -> int:

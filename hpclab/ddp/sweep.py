@@ -9,7 +9,7 @@ the simulator) and returns one row per run, the same on every rank.
 """
 from __future__ import annotations
 
-from .digits import DigitsConfig, train_digits
+from hpclab.ddp.digits import DigitsConfig, train_digits
 
 COLUMNS = ("global_batch", "lr", "epochs", "steps", "train_loss", "val_acc", "test_acc",
            "train_s", "samples_per_s", "time_to_threshold_s")

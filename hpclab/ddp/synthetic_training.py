@@ -10,11 +10,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import comm as hcomm
-from .data import synthetic
-from .model import MLP, count_parameters, init_parameters
-from .sampler import DistributedSampler
-from .trainer import DDPTrainer
+from hpclab import comm as hcomm
+from hpclab.ddp.data import synthetic
+from hpclab.ddp.model import MLP, count_parameters, init_parameters
+from hpclab.ddp.sampler import DistributedSampler
+from hpclab.ddp.trainer import DDPTrainer
 
 
 @dataclass

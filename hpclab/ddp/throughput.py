@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..timing import Phases
+from hpclab.timing import Phases
 
 
 def time_steps(trainer, x_dev, y_dev, idx_dev, global_batch: int, steps: int, warmup: int, comm):
@@ -38,9 +38,9 @@ def measure(comm, sizes, global_batch: int, steps: int = 5, warmup: int = 2,
     The global batch is split evenly among the ranks (it must divide).
     Returns one row (the same on every rank) with samples/s and the split.
     """
-    from ..kernels import mlp as K
-    from .model import MLP, init_parameters
-    from .trainer import DDPTrainer
+    from hpclab.ddp import mlp as K
+    from hpclab.ddp.model import MLP, init_parameters
+    from hpclab.ddp.trainer import DDPTrainer
 
     size = comm.size
     if global_batch % size:

@@ -16,11 +16,11 @@ import zlib
 
 import numpy as np
 
-from .. import comm as hcomm
-from ..comm import RankError
-from ..kernels import mlp as K
-from ..timing import Phases
-from .model import MLP
+from hpclab import comm as hcomm
+from hpclab.errors import RankError
+from hpclab.ddp import mlp as K
+from hpclab.timing import Phases
+from hpclab.ddp.model import MLP
 
 cuda = K.cuda
 OPTIMIZERS = ("sgd", "adam")

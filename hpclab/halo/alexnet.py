@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .executors import LRN, Conv, Pool, shapes
-from .geometry import plan_bands
-from ..kernels.conv_reference import conv_flops
+from hpclab.halo.executors import LRN, Conv, Pool, shapes
+from hpclab.halo.geometry import plan_bands
+from hpclab.halo.reference import conv_flops
 
 # (name, out channels, kernel, stride, pad) of the convolutions; which blocks pool / normalise.
 CONVS = [("c1", 96, 11, 4, 0), ("c2", 256, 5, 1, 2), ("c3", 384, 3, 1, 1),

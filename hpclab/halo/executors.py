@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import backend
-from .geometry import BandPlan, check_ranks, plan_bands, schedule, transfers
-from ..kernels import conv_reference as ref
+from hpclab import backend
+from hpclab.halo.geometry import BandPlan, check_ranks, plan_bands, schedule, transfers
+from hpclab.halo import reference as ref
 
 
 # -- layers --------------------------------------------------------------------
@@ -55,13 +55,13 @@ class Conv:
 
     def device_weights(self):
         if self._dev is None:
-            from ..kernels.conv import prepare_weights
+            from hpclab.halo.conv import prepare_weights
 
             self._dev = prepare_weights(self.w, self.bias)
         return self._dev
 
     def device_rows(self, x, out, pad_top, t0, t1, stream, workspace=None):
-        from ..kernels.conv import check_method, conv_rows_device, default_config, plan_tiles
+        from hpclab.halo.conv import check_method, conv_rows_device, default_config, plan_tiles
 
         wts = self.device_weights()
         method = check_method(self.method)
@@ -93,7 +93,7 @@ class Pool:
         return ref.maxpool_rows(x, self.size, self.stride, pad_top, rows)
 
     def device_rows(self, x, out, pad_top, t0, t1, stream, workspace=None):
-        from ..kernels.conv import maxpool_rows_device
+        from hpclab.halo.conv import maxpool_rows_device
 
         maxpool_rows_device(x, out, self.size, self.stride, pad_top, t0, t1, 0, stream)
 
@@ -254,13 +254,13 @@ class Buffers:
 
     def __init__(self):
         self._bufs: dict = {}
-        from ..kernels.conv_gemm import Workspace
+        from hpclab.halo.conv_gemm import Workspace
 
         self.gemm = Workspace()        # the interior's GEMM/Winograd scratch (compute stream)
         self.edge_gemm = Workspace()   # the boundary's, used at the same time (edge stream)
 
     def get(self, name: str, shape):
-        from ..backend import cuda
+        from hpclab.backend import cuda
 
         key = (name, tuple(shape))
         if key not in self._bufs:
@@ -269,7 +269,7 @@ class Buffers:
 
 
 def _fresh(name, shape):
-    from ..backend import cuda
+    from hpclab.backend import cuda
 
     return cuda().device_array(tuple(shape), dtype=np.float32)
 
@@ -280,7 +280,7 @@ def pack_halos(plans, x, rank, stream, get=_fresh):
     Returns [(offset, send Transfer | None, recv Transfer | None, send buffer, recv buffer)]
     for the rounds this rank takes part in (see :func:`schedule`).
     """
-    from ..kernels.bands import copy_rows
+    from hpclab.halo.bands import copy_rows
 
     p = plans[rank]
     n, c, _, w = x.shape
@@ -316,7 +316,7 @@ def exchange_packed(be, rounds, stream=0) -> int:
 
 
 def unpack_halos(rounds, work, p, stream) -> None:
-    from ..kernels.bands import copy_rows
+    from hpclab.halo.bands import copy_rows
 
     for _, _, recv, _, rbuf in rounds:
         if recv:
@@ -330,7 +330,7 @@ def _edge_workspace():
     """Scratch for boundary rows when no Buffers are given (the interior uses the GEMM module's)."""
     global _EDGE_WORKSPACE
     if _EDGE_WORKSPACE is None:
-        from ..kernels.conv_gemm import Workspace
+        from hpclab.halo.conv_gemm import Workspace
 
         _EDGE_WORKSPACE = Workspace()
     return _EDGE_WORKSPACE
@@ -356,10 +356,10 @@ def run_device(ops, x, comm, be=None, overlap: bool = True, timer: Timer | None 
     """
     from mpi4py import MPI
 
-    from ..backend import cuda
-    from ..kernels.bands import copy_rows
-    from ..kernels.conv import lrn_device
-    from .streams import compute_stream, edge_stream, event
+    from hpclab.backend import cuda
+    from hpclab.halo.bands import copy_rows
+    from hpclab.halo.conv import lrn_device
+    from hpclab.halo.streams import compute_stream, edge_stream, event
 
     timer = timer or Timer()
     sync = timer.sync

@@ -5,7 +5,7 @@ a notebook shows them with ``hpclab.plot.show``.
 """
 from __future__ import annotations
 
-from .geometry import plan_bands
+from hpclab.halo.geometry import plan_bands
 
 
 def bands_figure(height: int, kernel: int, stride: int, pad: int, size: int, title: str = ""):

@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from ..comm import block_range
-from ..kernels.conv_reference import output_size
+from hpclab.decomp import block_range
+from hpclab.halo.reference import output_size
 
 
 @dataclass(frozen=True)

@@ -15,14 +15,14 @@ would be freed per call, and Numba's batched frees can synchronise the GPU.
 """
 from __future__ import annotations
 
-from .. import backend
+from hpclab import backend
 
 _STREAMS: dict[str, tuple] = {}
 _EVENTS: dict[str, object] = {}
 
 
 def _create(high_priority: bool):
-    from ..backend import cuda
+    from hpclab.backend import cuda
 
     cu = cuda()
     if backend.is_simulator():
@@ -64,7 +64,7 @@ def edge_stream():
 def event(name: str):
     """A CUDA event for ordering one stream after another, made once per name."""
     if name not in _EVENTS:
-        from ..backend import cuda
+        from hpclab.backend import cuda
 
         _EVENTS[name] = cuda().event()
     return _EVENTS[name]

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import backend, comm as hcomm
-from .executors import Timer, run_device, run_host
-from ..kernels import conv_reference as ref
-from ..kernels.bands import hash_values
+from hpclab import backend, comm as hcomm
+from hpclab.halo.executors import Timer, run_device, run_host
+from hpclab.halo import reference as ref
+from hpclab.halo.bands import hash_values
 
 VERSIONS = {
     "v1": "serial NumPy (one CPU)",
@@ -134,7 +134,7 @@ def _dense_host(dense, x):
 
 
 def _dense_device(dense, x):
-    from ..kernels.conv import cuda, linear_device
+    from hpclab.halo.conv import cuda, linear_device
 
     y = cuda.to_device(np.ascontiguousarray(x.reshape(x.shape[0], -1)))
     for op in dense:
@@ -198,7 +198,7 @@ def _forward(version, ops, dense, shape, seed, comm, be, overlap, timer):
     if version in ("v1", "v2"):
         y = run_host(ops, x, comm, overlap, timer)
     else:
-        from ..backend import cuda
+        from hpclab.backend import cuda
 
         t = MPI.Wtime()
         xd = cuda().to_device(x)
@@ -310,7 +310,7 @@ def scaling_point(mode: str, ranks: int, ops, shape, comm, version: str = "v4", 
         from mpi4py import MPI
 
         phases = max_phases(timer, sub)
-        from ..device import ranks_per_gpu
+        from hpclab.device import ranks_per_gpu
 
         return {"mode": mode, "ranks": ranks, "height": shape[2], "wall_s": statistics.median(walls),
                 **{k: phases.get(k, 0.0) for k in ("compute", "halo", "transfer")},

@@ -59,9 +59,9 @@ tests marked ``needs_connect_integration`` in tests/test_slurm.py check it and r
 """
 from __future__ import annotations
 
-from .guard import login_node_guard, profile_is_slurm
-from .jobs import diagnose, job_info, job_report, submit_error
-from .profile import SlurmSettings, read_settings
+from hpclab.slurm.guard import login_node_guard, profile_is_slurm
+from hpclab.slurm.jobs import diagnose, job_info, job_report, submit_error
+from hpclab.slurm.profile import SlurmSettings, read_settings
 
 __all__ = ["SlurmSettings", "cluster_job_id", "diagnose", "job_ended", "job_info", "job_report",
            "login_node_guard", "profile_is_slurm", "slurm_settings", "submit_failure"]

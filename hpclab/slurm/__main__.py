@@ -10,9 +10,9 @@ def main(argv: list[str]) -> int:
         print(USAGE, file=sys.stderr)
         return 2
     if argv[0] == "mpi":
-        from .mpi import main as run
+        from hpclab.slurm.mpi import main as run
     else:
-        from .engines import main as run
+        from hpclab.slurm.engines import main as run
     return run(argv[1:])
 
 

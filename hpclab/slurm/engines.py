@@ -32,8 +32,8 @@ import sys
 import time
 from pathlib import Path
 
-from . import jobs
-from . import mpi as mpi_choice
+from hpclab.slurm import jobs
+from hpclab.slurm import mpi as mpi_choice
 
 
 def profile_path(profile: str) -> Path:
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import ipyparallel as ipp
 
-    from .launchers import JobControllerLauncher
+    from hpclab.slurm.launchers import JobControllerLauncher
 
     host = socket.gethostname()
     cluster = ipp.Cluster(profile_dir=str(pdir), cluster_id="", n=args.n, load_profile=False,

@@ -22,7 +22,7 @@ import os
 import re
 import shutil
 
-from . import profile as slurm_profile
+from hpclab.slurm import profile as slurm_profile
 
 ALLOW = "HPCLAB_ALLOW_LOCAL_ENGINES"
 
@@ -41,7 +41,7 @@ def profile_is_slurm(profile: str = "default", ipython_dir: str | None = None) -
 
 
 def _gpus() -> int:
-    from ..backend import count_gpus
+    from hpclab.backend import count_gpus
 
     return count_gpus()
 

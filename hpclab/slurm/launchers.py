@@ -20,7 +20,7 @@ import subprocess
 from ipyparallel.cluster.launcher import LocalControllerLauncher, NotRunning
 from traitlets import Unicode
 
-from . import jobs
+from hpclab.slurm import jobs
 
 
 class JobControllerLauncher(LocalControllerLauncher):

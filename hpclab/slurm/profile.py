@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from . import mpi as mpi_choice
+from hpclab.slurm import mpi as mpi_choice
 
 SETTINGS_FILE = "hpclab_slurm.json"
 CONFIG_FILE = "ipcluster_config.py"

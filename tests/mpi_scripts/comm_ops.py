@@ -13,7 +13,8 @@ import sys
 import numpy as np
 
 import hpclab  # noqa: F401 - selects GPU or simulator before numba.cuda loads
-from hpclab.comm import RankError, get
+from hpclab.errors import RankError
+from hpclab.comm import get
 from hpclab.device import select_gpu
 from hpclab.mpi import world
 

@@ -5,7 +5,7 @@
 import json
 
 import hpclab  # noqa: F401
-from hpclab.check import gpu_comm as check
+from hpclab.comm import check
 from hpclab.mpi import world
 
 

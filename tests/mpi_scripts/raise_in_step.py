@@ -1,7 +1,7 @@
 """Rank 1 of N fails inside a collective step; every rank must report it."""
 import sys
 
-from hpclab.comm import RankError, step
+from hpclab.errors import RankError, step
 from hpclab.mpi import world
 
 comm = world()

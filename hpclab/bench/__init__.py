@@ -1,1 +1,0 @@
-"""Benchmarks run by ``hpclab bench NAME``: one module per benchmark with ``main(argv) -> int``."""

@@ -1,0 +1,389 @@
+"""All-reduce bandwidth and latency per backend: ``hpclab bench allreduce``.
+
+    mpiexec -n 2 python -m hpclab bench allreduce --sizes 4,1K,1M,256M --backend all --json
+
+Per message size and backend: the median time of ``--repeats`` calls (after
+warm-up; each call starts after a barrier; a call's time is the slowest
+rank's), the algorithm bandwidth ``algbw = bytes / time`` and the bus
+bandwidth ``busbw = algbw * 2(n-1)/n`` (nccl-tests' definition: what each
+link carries in a ring all-reduce, comparable across rank counts).
+Every rank fills its buffer with ``rank + 1``; the result must be
+``n(n+1)/2`` everywhere, or the row is not verified.
+
+On GPUs with NCCL, a raw-NCCL baseline runs in the same job: CuPy arrays and
+``cupy.cuda.nccl`` called directly, no hpclab layers, timed the same way, so
+the cost of hpclab's layer is the ratio of the two.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from hpclab import backend
+
+UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+BACKEND_CHOICES = ("auto", "mpi-host", "mpi-cuda", "nccl", "all")
+RAW = "raw-nccl"
+
+
+from hpclab.options import Parser, UsageError, count  # noqa: E402  (UsageError: kept importable from here)
+
+
+def parse_size(text: str) -> int:
+    """'4' -> 4, '1K' -> 1024, '256M', '1G', '64KiB' (powers of 1024)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([KMGT]?)(?:I?B)?\s*", text.upper())
+    if not m:
+        raise UsageError(f"{text!r} is not a message size; write bytes like 4, 1K, 256M or 1G")
+    return int(m.group(1)) * UNITS[m.group(2)]
+
+
+def parse_sizes(text: str, itemsize: int) -> list[int]:
+    items = [t.strip() for t in text.split(",")]
+    if not text.strip() or not all(items):
+        raise UsageError(f"{text!r} has an empty item; give sizes like 4,1K,1M,256M")
+    sizes = [parse_size(t) for t in items]
+    for s in sizes:
+        if s <= 0 or s % itemsize:
+            raise UsageError(f"size {s} B is not a positive multiple of the element size "
+                             f"({itemsize} B); use e.g. {max(itemsize, s - s % itemsize)}")
+    return sizes
+
+
+def human(nbytes: int) -> str:
+    for unit in ("G", "M", "K"):
+        if nbytes >= UNITS[unit] and nbytes % UNITS[unit] == 0:
+            return f"{nbytes // UNITS[unit]}{unit}"
+    return f"{nbytes}"
+
+
+def busbw_factor(n: int) -> float:
+    return 2 * (n - 1) / n if n > 1 else 1.0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = Parser(prog="hpclab bench allreduce", description=__doc__,
+               formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", default=None,
+                   help="message sizes in bytes, comma-separated, K/M/G = 1024^k "
+                        "(default 4,1K,64K,1M,16M,256M on a GPU; 1K,64K on the simulator)")
+    p.add_argument("--backend", default="auto", choices=BACKEND_CHOICES,
+                   help="which backend(s) to measure; all = every one that runs here")
+    p.add_argument("--repeats", type=count(1, 10**6), default=None,
+                   help="timed calls per size (default: as many as fit ~0.3 s, 3..50 on a GPU; 3 on the simulator)")
+    p.add_argument("--warmup", type=count(0, 10**6), default=None,
+                   help="untimed calls after the first one (default 2, none for calls over 50 ms or on the simulator)")
+    p.add_argument("--dtype", default="float32", choices=("float32", "float64"))
+    p.add_argument("--no-raw", action="store_true", help="skip the raw-NCCL baseline")
+    p.add_argument("--json", action="store_true", help="end rank 0's output with one JSON line")
+    return p
+
+
+# -- timing -----------------------------------------------------------------------
+def timed(call, comm, repeats: int, warmup: int) -> float:
+    """Median over repeats of the slowest rank's time for one complete call."""
+    from mpi4py import MPI
+
+    for _ in range(warmup):
+        call()
+    times = np.empty(repeats)
+    for i in range(repeats):
+        comm.Barrier()
+        t0 = time.perf_counter()
+        call()  # every backend returns only when the result is complete
+        times[i] = time.perf_counter() - t0
+    comm.Allreduce(MPI.IN_PLACE, times, op=MPI.MAX)
+    return float(statistics.median(times))
+
+
+def first_call(call, comm) -> float:
+    """The first call (it also warms up): the slowest rank's seconds, to plan the repeats."""
+    from mpi4py import MPI
+
+    comm.Barrier()
+    t0 = time.perf_counter()
+    call()
+    return comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+
+
+def plan(once: float, repeats: int | None, warmup: int | None, sim: bool) -> tuple[int, int]:
+    """(repeats, warm-up calls): enough repeats for ~0.3 s per row, fewer warm-ups for slow
+    calls (the first call has warmed up already). The same on every rank: ``once`` is."""
+    if sim:
+        reps, warm = 3, 0
+    else:
+        reps = int(min(50, max(3, 0.3 / max(once, 1e-6))))
+        warm = 0 if once > 0.05 else 2
+    return (repeats or reps), (warm if warmup is None else warmup)
+
+
+# -- the measured cases ---------------------------------------------------------------
+class HpclabCase:
+    """hpclab's backend: device buffers from Numba, ``be.allreduce(send, out=out, check=False)``."""
+
+    def __init__(self, be, dtype):
+        self.be, self.dtype = be, np.dtype(dtype)
+        self.name = be.name
+
+    def _full(self, count: int, value: float):
+        if backend.is_simulator():  # a fill kernel of 16K simulated threads is slow; a copy is not
+            return self.be.cuda.to_device(np.full(count, value, dtype=self.dtype))
+        from hpclab.collectives.kernels import fill
+
+        return fill(count, value, 0, dtype=self.dtype.type)
+
+    def prepare(self, count: int):
+        be = self.be
+        self.send = self._full(count, be.rank + 1.0)
+        self.out = self._full(count, -1.0)  # a stale result left in reused memory cannot pass
+        be.check_same(self.send, "allreduce", self.out)  # once per size, not per call
+        be.synchronize()
+        send, out = self.send, self.out
+        return lambda: be.allreduce(send, out=out, check=False)
+
+    def verify(self, expected: float) -> bool:
+        got = self.out.copy_to_host()
+        return bool(np.all(got == expected))
+
+    def release(self) -> None:
+        self.send = self.out = None
+        self.be.release()
+
+    def close(self) -> None:
+        pass  # hpclab's NCCL communicator is destroyed with the others below
+
+
+class RawNcclCase:
+    """The baseline: CuPy arrays and cupy.cuda.nccl's allReduce, nothing else."""
+
+    name = RAW
+
+    def __init__(self, comm, dtype):
+        import cupy as cp
+        from cupy.cuda import nccl
+
+        from hpclab.comm.nccl import require_one_gpu_per_rank, unique_id
+
+        require_one_gpu_per_rank(comm)     # NCCL refuses ranks that share a device
+        self.cp, self.nccl, self.dtype = cp, nccl, np.dtype(dtype)
+        cp.cuda.Device(backend.cuda().get_current_device().id).use()
+        self.nccl_type = nccl.NCCL_FLOAT32 if self.dtype == np.float32 else nccl.NCCL_FLOAT64
+        self.rank = comm.rank
+        self.comm = nccl.NcclCommunicator(comm.size, unique_id(comm), comm.rank)
+        self.stream = cp.cuda.Stream.null
+
+    def prepare(self, count: int):
+        cp = self.cp
+        self.send = cp.full(count, self.rank + 1, dtype=self.dtype)
+        self.out = cp.full(count, -1, dtype=self.dtype)
+        cp.cuda.Device().synchronize()
+        c, s, o, t, sum_, stream = self.comm, self.send.data.ptr, self.out.data.ptr, self.nccl_type, \
+            self.nccl.NCCL_SUM, self.stream
+
+        def call():
+            c.allReduce(s, o, count, t, sum_, stream.ptr)
+            stream.synchronize()
+        return call
+
+    def verify(self, expected: float) -> bool:
+        return bool(self.cp.all(self.out == expected).get())
+
+    def release(self) -> None:
+        self.send = self.out = None
+        self.cp.get_default_memory_pool().free_all_blocks()
+
+    def close(self) -> None:
+        self.comm.destroy()
+
+
+def backends_to_run(requested: str, comm, notes: list[str]) -> list[str]:
+    from hpclab.comm import choose
+    from hpclab.comm.nccl import available as nccl_available
+    from hpclab.mpi import cuda_aware
+
+    if requested == "auto":
+        name, why = choose(comm)
+        notes.append(f"auto chose {name}: {why}")
+        return [name]
+    if requested != "all":
+        return [requested]
+    names = ["mpi-host"]
+    if backend.is_simulator():
+        notes.append("simulator: only mpi-host runs here (mpi-cuda and nccl need real GPUs)")
+        return names
+    from mpi4py import MPI
+
+    aware, how = cuda_aware()
+    if comm.allreduce(aware, op=MPI.LAND):
+        names.append("mpi-cuda")
+    else:
+        notes.append(f"mpi-cuda skipped: MPI is not CUDA-aware ({how})")
+    from hpclab.comm.select import NEEDS_OWN_GPU, describe_sharing
+    from hpclab.device import sharing
+
+    shared = sharing(comm)
+    ok, why = nccl_available()
+    if shared:
+        notes.append(f"nccl skipped: {describe_sharing(shared)}, and {NEEDS_OWN_GPU}")
+    elif comm.allreduce(ok, op=MPI.LAND):
+        names.append("nccl")
+    else:
+        notes.append(f"nccl skipped: {why}")
+    return names
+
+
+def ratios(rows: list[dict]) -> list[dict]:
+    """hpclab-nccl against raw NCCL, size by size."""
+    raw = {r["size_bytes"]: r for r in rows if r["backend"] == RAW}
+    out = []
+    for r in rows:
+        base = raw.get(r["size_bytes"])
+        if r["backend"] == "nccl" and base:
+            out.append({"size_bytes": r["size_bytes"],
+                        "busbw_ratio": r["busbw_GBps"] / base["busbw_GBps"],
+                        "time_ratio": r["time_us"] / base["time_us"]})
+    return out
+
+
+def targets(rat: list[dict]) -> dict:
+    """The goals: >= 95 % of raw busbw at 256 MiB (or the largest size >= it), and small
+    messages (<= 64 KiB) no slower than 1.5x raw."""
+    big = [r for r in rat if r["size_bytes"] >= 256 << 20]
+    small = [r for r in rat if r["size_bytes"] <= 64 << 10]
+    result = {}
+    if big:
+        b = min(big, key=lambda r: r["size_bytes"])
+        result["busbw_ratio_large"] = {"size_bytes": b["size_bytes"], "ratio": b["busbw_ratio"],
+                                       "target": 0.95, "met": b["busbw_ratio"] >= 0.95}
+    if small:
+        worst = max(small, key=lambda r: r["time_ratio"])
+        result["latency_ratio_small"] = {"size_bytes": worst["size_bytes"], "ratio": worst["time_ratio"],
+                                         "target": 1.5, "met": worst["time_ratio"] <= 1.5}
+    return result
+
+
+def table(rows: list[dict], n: int) -> str:
+    head = f"{'backend':<9} {'size':>6} {'bytes':>11} {'time (us)':>11} {'algbw GB/s':>11} {'busbw GB/s':>11} {'reps':>4}  check"
+    lines = [f"all-reduce over {n} ranks; busbw = algbw x 2(n-1)/n", head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r['backend']:<9} {human(r['size_bytes']):>6} {r['size_bytes']:>11} {r['time_us']:>11.2f} "
+                     f"{r['algbw_GBps']:>11.3f} {r['busbw_GBps']:>11.3f} {r['repeats']:>4}  "
+                     f"{'ok' if r['verified'] else 'WRONG'}")
+    return "\n".join(lines)
+
+
+def measure(cases, sizes, comm, dtype="float32", repeats=None, warmup=None) -> list[dict]:
+    """One row per (size, case): sizes outer, so drift hits every backend alike."""
+    from mpi4py import MPI
+
+    from hpclab.errors import step
+
+    n, sim = comm.size, backend.is_simulator()
+    expected = n * (n + 1) / 2
+    itemsize = np.dtype(dtype).itemsize
+    rows = []
+    for size in sizes:
+        count = size // itemsize
+        for case in cases:
+            with step(comm, f"{case.name}: {size} B buffers"):
+                call = case.prepare(count)
+            reps, warm = plan(first_call(call, comm), repeats, warmup, sim)
+            t = timed(call, comm, reps, warm)
+            ok = comm.allreduce(case.verify(expected), op=MPI.LAND)
+            algbw = size / t / 1e9
+            rows.append({"backend": case.name, "size_bytes": size, "count": count, "dtype": dtype,
+                         "time_us": t * 1e6, "algbw_GBps": algbw, "busbw_GBps": algbw * busbw_factor(n),
+                         "repeats": reps, "verified": bool(ok)})
+            case.release()
+    return rows
+
+
+def run(comm, requested="all", sizes=("1K", "64K"), dtype="float32", repeats=None, warmup=None,
+        raw=True) -> tuple[list[dict], list[str]]:
+    """Measure on every rank (collective); returns (rows, notes), the same on every rank.
+
+    ``requested``: auto, all, or a backend name. With nccl among the backends and
+    ``raw``, the raw-NCCL baseline is measured too. Usable from a notebook's ``%%px`` cell.
+    """
+    from hpclab.comm import get
+    from hpclab.errors import step
+
+    sizes = [parse_size(s) if isinstance(s, str) else int(s) for s in sizes]
+    notes: list[str] = []
+    with step(comm, "backend setup"):
+        names = backends_to_run(requested, comm, notes)
+    # get() is collective and raises on every rank when a backend cannot run here
+    cases = [HpclabCase(get(name, comm, quiet=True), dtype) for name in names]
+    if "nccl" in names and raw:
+        with step(comm, "raw NCCL baseline"):
+            cases.append(RawNcclCase(comm, dtype))
+    rows = measure(cases, sizes, comm, dtype, repeats, warmup)
+    # NCCL communicators: destroyed in the same order on every rank
+    comm.Barrier()
+    for case in cases:
+        case.close()
+    if "nccl" in names:
+        from hpclab.comm.nccl import destroy_all
+
+        destroy_all()
+    return rows, notes
+
+
+def main(argv: list[str]) -> int:
+    from hpclab.runner import _env_rank
+
+    rank = _env_rank()
+    args = parser().parse_args(argv)       # a UsageError here: the hpclab command says it, exit 2
+    try:
+        sizes = parse_sizes(args.sizes, np.dtype(args.dtype).itemsize) if args.sizes is not None else None
+    except UsageError as exc:
+        raise UsageError(f"hpclab bench allreduce: error: argument --sizes: {exc}") from None
+    try:
+        backend.select()
+    except backend.BackendError as exc:
+        print(f"[rank {rank}] error: {exc}", file=sys.stderr, flush=True)
+        return 2
+
+    from hpclab.errors import RankError, step
+    from hpclab.device import select_gpu
+    from hpclab.mpi import world
+
+    comm = world()
+    rank = comm.rank
+    sizes = sizes or (["1K", "64K"] if backend.is_simulator() else ["4", "1K", "64K", "1M", "16M", "256M"])
+    try:
+        with step(comm, "GPU selection"):
+            placement = select_gpu(comm)
+        backend.banner(rank)
+        rows, notes = run(comm, args.backend, sizes, args.dtype, args.repeats, args.warmup,
+                          raw=not args.no_raw)
+    except RankError as exc:
+        print(f"[rank {rank}] error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    rat = ratios(rows)
+    passed = bool(rows) and all(r["verified"] for r in rows)
+    if rank == 0:
+        print(f"hpclab bench allreduce | {comm.size} ranks | {backend.describe()} | "
+              f"{placement.gpu_name} | {args.dtype}")
+        print(table(rows, comm.size))
+        for r in rat:
+            print(f"nccl/raw-nccl {human(r['size_bytes']):>6}: busbw {100 * r['busbw_ratio']:.1f} %, "
+                  f"time x{r['time_ratio']:.2f}")
+        tg = targets(rat)
+        for key, t in tg.items():
+            print(f"target {key}: {t['ratio']:.3f} (target {'>=' if 'busbw' in key else '<='} "
+                  f"{t['target']}) {'met' if t['met'] else 'NOT met'}")
+        for note in notes:
+            print(f"note: {note}")
+        print(f"Check = {'PASSED' if passed else 'FAILED'} (every reduced value = n(n+1)/2)")
+        if args.json:
+            print(json.dumps({"benchmark": "allreduce", "ranks": comm.size, "device": backend.name(),
+                              "gpu": placement.gpu_name, "dtype": args.dtype, "rows": rows,
+                              "ratios": rat, "targets": tg, "notes": notes, "passed": passed}))
+        sys.stdout.flush()
+    return 0 if passed else 1

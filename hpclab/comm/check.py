@@ -1,0 +1,153 @@
+"""Checks for notebook 05: the NCCL bootstrap written by the learner.
+
+The bootstrap: rank 0 asks NCCL for a unique id, MPI broadcasts it, and every
+rank creates its communicator with (number of ranks, that id, its rank).
+On GPUs the learner's function runs against ``cupy.cuda.nccl`` and the
+communicator it returns must all-reduce correctly. On the simulator there is
+no NCCL: the function gets :class:`StandInNccl`, which offers the same two
+calls and records them, so the check still judges the bootstrap itself. The
+same stand-in serves where ranks share a GPU (one GPU, several ranks): NCCL
+refuses two ranks of one communicator on one device, so the learner's
+communicators could not be made there.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from hpclab import backend
+from hpclab.verdict import Verdict, say as _say
+
+ID_BYTES = 128
+
+
+class StandInCommunicator:
+    def __init__(self, nranks: int, uid: tuple, rank: int):
+        self.nranks, self.uid, self.rank = nranks, uid, rank
+
+    def size(self) -> int:
+        return self.nranks
+
+    def rank_id(self) -> int:
+        return self.rank
+
+
+class StandInNccl:
+    """What the bootstrap needs of ``cupy.cuda.nccl``, recording every call.
+
+    ``get_unique_id`` returns 128 random signed bytes, a different id on every
+    call and in every process, as NCCL's does.
+    """
+
+    def __init__(self, reason: str = "the Numba CUDA simulator has no NCCL"):
+        self.reason = reason          # why the real NCCL is not used here, in words
+        self.ids_made = 0
+        self.communicators: list[tuple] = []
+
+    def get_unique_id(self) -> tuple:
+        self.ids_made += 1
+        return tuple(int(b) - 128 for b in os.urandom(ID_BYTES))
+
+    def NcclCommunicator(self, nranks, uid, rank):  # noqa: N802 - the name CuPy uses
+        self.communicators.append((nranks, tuple(uid), rank))
+        return StandInCommunicator(nranks, tuple(uid), rank)
+
+
+def nccl_module(comm=None):
+    """``cupy.cuda.nccl`` with one GPU per rank (when it imports), else a recording stand-in
+    whose ``reason`` says why. Collective (it asks every rank of ``comm`` which GPU it uses)."""
+    from hpclab.comm.select import NEEDS_OWN_GPU, describe_sharing
+    from hpclab.device import sharing
+
+    if backend.is_simulator():
+        return StandInNccl()
+    shared = sharing(comm)
+    if shared:
+        return StandInNccl(f"{describe_sharing(shared)}, and {NEEDS_OWN_GPU}")
+    from hpclab.comm.nccl import load
+
+    return load()
+
+
+def bootstrap(fn, comm, nccl, quiet: bool | None = None) -> Verdict:
+    """Run ``fn(comm, nccl) -> (unique id, communicator)`` on every rank and judge it.
+
+    Collective. The verdict is the same on every rank; rank 0 prints it.
+    """
+    quiet = comm.rank != 0 if quiet is None else quiet
+    error, uid, nccomm = None, None, None
+    try:
+        uid, nccomm = fn(comm, nccl)
+    except Exception as exc:  # noqa: BLE001 - reported as the verdict, on every rank
+        error = f"{type(exc).__name__}: {exc}"
+    errors = comm.allgather(error)
+    if any(errors):
+        bad = next(r for r, e in enumerate(errors) if e)
+        return _say(Verdict(False, f"rank {bad} raised {errors[bad]}"), quiet)
+    stand_in = isinstance(nccl, StandInNccl)
+    mine = {
+        "uid": tuple(uid) if isinstance(uid, (tuple, list)) else repr(uid),
+        "ids_made": nccl.ids_made if stand_in else None,
+        "made": list(nccl.communicators) if stand_in else None,
+    }
+    everyone = comm.allgather(mine)
+    verdict = _judge(everyone, comm.size, stand_in)
+    if verdict and not stand_in:
+        verdict = _reduce_with(nccomm, comm)
+    return _say(verdict, quiet)
+
+
+def _judge(everyone: list[dict], size: int, stand_in: bool) -> Verdict:
+    for r, e in enumerate(everyone):
+        if not isinstance(e["uid"], tuple) or len(e["uid"]) != ID_BYTES:
+            return Verdict(False, f"rank {r} returned {str(e['uid'])[:60]} as the id; return the "
+                                  f"{ID_BYTES}-byte tuple that nccl.get_unique_id() gives")
+    first = everyone[0]["uid"]
+    differ = [r for r, e in enumerate(everyone) if e["uid"] != first]
+    if stand_in:
+        makers = [r for r, e in enumerate(everyone) if e["ids_made"]]
+        if makers != [0] or everyone[0]["ids_made"] != 1:
+            return Verdict(False, f"ranks {makers} asked NCCL for an id "
+                                  f"({[e['ids_made'] for e in everyone]} calls per rank): only rank 0 "
+                                  "should call get_unique_id(), once; the others receive its id over MPI")
+    if differ:
+        return Verdict(False, f"ranks {differ} hold a different id from rank 0's: broadcast rank 0's "
+                              "id with comm.bcast(uid, root=0) and use what it returns")
+    if stand_in:
+        for r, e in enumerate(everyone):
+            if e["made"] != [(size, first, r)]:
+                made = ", ".join(f"NcclCommunicator({n}, {'the id' if u == first else 'another id'}, {k})"
+                                 for n, u, k in e["made"]) or "no communicator"
+                return Verdict(False, f"rank {r} created {made}; each rank creates exactly one: "
+                                      f"NcclCommunicator(comm.size, uid, comm.rank), here ({size}, uid, {r})")
+    return Verdict(True, f"all {size} ranks hold rank 0's NCCL id and made their communicator with "
+                         f"(nranks={size}, id, rank)")
+
+
+def _reduce_with(nccomm, comm) -> Verdict:
+    """On GPUs: the communicator must span the ranks, sit on this rank's GPU, and all-reduce."""
+    from cupy.cuda import nccl, runtime
+
+    from hpclab.comm.nccl import pointer
+
+    cuda = backend.cuda()
+    facts = (nccomm.size(), nccomm.rank_id(), nccomm.device_id(), cuda.get_current_device().id)
+    buf = cuda.to_device(np.array([comm.rank + 1.0]))
+    nccomm.allReduce(pointer(buf), pointer(buf), 1, nccl.NCCL_FLOAT64, nccl.NCCL_SUM, 0)
+    runtime.streamSynchronize(0)
+    got = float(buf.copy_to_host()[0])
+    everyone = comm.allgather((facts, got))
+    comm.Barrier()
+    nccomm.destroy()  # every rank, same moment: NCCL's destroy may wait for the others
+    expected = comm.size * (comm.size + 1) / 2
+    for r, ((size, rank, dev, mine), total) in enumerate(everyone):
+        if size != comm.size or rank != r:
+            return Verdict(False, f"rank {r}'s communicator has {size} ranks and calls itself rank {rank}")
+        if dev != mine:
+            return Verdict(False, f"rank {r}'s communicator is on GPU {dev} but the rank uses GPU {mine}: "
+                                  "create it after selecting the GPU")
+        if total != expected:
+            return Verdict(False, f"an NCCL all-reduce of [rank + 1] gave {total} on rank {r}, not {expected}")
+    return Verdict(True, f"the communicators span {comm.size} ranks, one per GPU, and all-reduce "
+                         f"[rank + 1] to {expected:g}")

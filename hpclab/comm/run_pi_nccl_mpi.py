@@ -1,0 +1,115 @@
+"""Workshop Exercise 4: one MPI rank per GPU; MPI starts NCCL, NCCL adds the hits.
+
+MPI's only job is the bootstrap: rank 0's NCCL unique id is broadcast over
+MPI and every rank creates its NCCL communicator on its own GPU
+(``hpclab.comm.get("nccl")``). Each rank counts the hits of its contiguous
+share of the samples; the counts are all-reduced by NCCL from GPU memory.
+
+On the simulator there is no NCCL: the hits go through host-staged MPI
+(``mpi-host``) instead, and the program says so. Where ranks share a GPU
+(one GPU, several ranks) NCCL cannot run either (it refuses two ranks of
+one communicator on one device): the exercise is about that NCCL path, but
+its answer is not, so by default the hits are added by host-staged MPI with
+a note saying why, and an explicit ``--backend nccl`` is refused on every
+rank with the ranks, the GPU and the alternatives. The count for a sample
+depends only on its global index, so the total is the same on any number
+of ranks.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from hpclab import backend
+from hpclab.comm import BACKENDS, get
+from hpclab.decomp import block_range, require_at_least
+from hpclab.errors import step
+from hpclab.comm.select import NEEDS_OWN_GPU, describe_sharing
+from hpclab.device import sharing
+from hpclab.options import count, seed
+from hpclab.runner import Report
+from hpclab.timing import wall
+from hpclab.pi.report import add_launch_arguments, check_work, estimate, final_lines
+
+HELP = ("Workshop Exercise 4: Monte Carlo pi with one MPI rank per GPU; MPI only bootstraps NCCL, "
+        "and the hit counts are all-reduced by NCCL (host-staged MPI on the simulator, or where "
+        "ranks share a GPU).")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--samples", type=count(1, (1 << 63) - 1), default=None,
+                        help="total samples over all ranks (default 1e11 on GPUs, 4096 on the simulator)")
+    parser.add_argument("--seed", type=seed((1 << 64) - 1), default=2024, help="random seed (default 2024)")
+    parser.add_argument("--backend", default=None, choices=BACKENDS,
+                        help="communication backend (default: nccl with one GPU per rank; mpi-host where ranks "
+                             "share a GPU and on the simulator)")
+    add_launch_arguments(parser)
+
+
+def default_samples() -> int:
+    return backend.auto_size(gpu=10**11, sim=4096)
+
+
+def validate(args, launch) -> None:
+    check_work("--samples", args.samples or default_samples(), "samples", launch.ranks, launch)
+
+
+def run(args, ctx) -> Report:
+    comm, rank, size = ctx.comm, ctx.comm.rank, ctx.comm.size
+    sim = backend.is_simulator()
+    samples = args.samples or default_samples()
+    notes = []
+    with step(comm, "input check"):
+        require_at_least(samples, size, "samples")
+        from hpclab.pi.kernels import count_hits
+    shared = sharing(comm)  # collective: the same list on every rank
+    name = args.backend or ("mpi-host" if sim or shared else "nccl")
+    if args.backend is None and sim:
+        notes.append("Exercise 4 combines the hits with NCCL on GPUs; on the Numba CUDA simulator there "
+                     "is no NCCL, so host-staged MPI (mpi-host) does it here.")
+    elif args.backend is None and shared:
+        notes.append(f"Exercise 4 combines the hits with NCCL, one rank per GPU; here {describe_sharing(shared)}, "
+                     f"and {NEEDS_OWN_GPU}, so host-staged MPI (mpi-host) adds them. Start one rank per "
+                     "GPU to run it over NCCL.")
+    be = get(name, comm)  # collective; for nccl: unique id on rank 0, MPI broadcast, communicator
+
+    lo, hi = block_range(samples, size, rank)
+    with step(comm, "hit counting"):
+        hits, t_local, t_compute = wall(
+            lambda: count_hits(lo, hi - lo, args.seed, blocks=args.blocks, threads=args.threads), comm)
+    cuda = backend.cuda()
+    mine = cuda.to_device(np.array([hits], dtype=np.int64))
+    be.allreduce(mine)  # warm up the path (first NCCL call sets up its channels)
+    total_dev, _, t_reduce = wall(lambda: be.allreduce(mine), comm)
+    total = int(total_dev.copy_to_host()[0])
+
+    # Checking only, after the fact: every rank's local count and total to rank 0.
+    everyone = comm.gather((hits, total), root=0)
+    t_wall = t_compute + t_reduce
+    p = ctx.placement
+    shape = (f"blocks = {args.blocks or 'auto'} | threads/block = {args.threads or 'auto'}"
+             + (f" | total threads = {args.blocks * args.threads}" if args.blocks and args.threads else ""))
+    report = Report(
+        rank_line=(f"{p.label()} | samples = {hi - lo} | {shape} | hits = {hits} "
+                   f"| time = {t_local:.6f} s"),
+        timings={"compute_s": t_compute, "allreduce_s": t_reduce, "wall_s": t_wall},
+        notes=notes,
+    )
+    ok = None
+    if rank == 0:
+        local = [h for h, _ in everyone]
+        e = estimate(total, samples)
+        consistent = all(t == total for _, t in everyone) and total == sum(local)
+        if not consistent:
+            report.notes.append(f"{be.name} all-reduce gave {[t for _, t in everyone]} but the local hits "
+                                f"sum to {sum(local)}: the reduction is wrong")
+        if not e["within_5_sigma"]:
+            report.notes.append(f"pi estimate {e['pi']:.8f} is more than 5 sigma ({5 * e['sigma']:.2e}) "
+                                "from pi: the hit counter is wrong")
+        ok = bool(consistent and e["within_5_sigma"])
+        report.final = [*final_lines(total, samples, "Wall time", t_wall),
+                        ("Combined by", be.describe())]
+        report.result = {"pi": e["pi"], "hits": total, "samples": samples, "ranks": size,
+                         "seed": args.seed, "per_rank_hits": local, "comm_backend": be.name,
+                         "abs_error": e["abs_error"], "sigma": e["sigma"]}
+    report.passed = comm.bcast(ok, root=0)
+    return report

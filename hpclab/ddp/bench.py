@@ -1,0 +1,205 @@
+"""Data-parallel training on real GPUs: accuracy, time to accuracy, throughput scaling.
+
+  hpclab bench ddp --mode digits [--json-out F]        one GPU: digits in fp32 and mixed
+  mpirun -n N hpclab bench ddp --mode scaling [--csv F] samples/s of a wide MLP on N GPUs
+  hpclab bench ddp --summarize F.csv                   speedup and efficiency vs 1 GPU
+  [mpirun -n N] hpclab bench ddp --mode sweep [--batches 32,128,512 --lrs 1e-3,4e-3 --csv F]
+                                                       digits: global batch x learning rate
+
+The scaling model is an MLP of ``--layers`` dense layers ``--width`` wide
+(default 3 x 4096: 50.3 M parameters, a 201 MB float32 gradient bucket),
+trained on random data (throughput does not depend on the values). Two
+sweeps: strong (global batch fixed, each GPU gets global/N) and weak
+(per-GPU batch fixed). Each reports the step time (max over ranks) and
+its split into compute, gradient all-reduce and update.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+import time
+
+
+FIELDS = ["sweep", "gpus", "width", "layers", "parameters", "global_batch", "per_gpu_batch",
+          "precision", "comm", "step_s", "samples_per_s", "compute_s", "comm_s", "update_s",
+          "comm_share", "device"]
+
+
+def _parser():
+    from hpclab.comm import BACKENDS
+    from hpclab.options import Parser, count, count_list, real_list
+
+    p = Parser(prog="hpclab bench ddp", description=__doc__,
+               formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--mode", choices=("digits", "scaling", "sweep"), default=None)
+    p.add_argument("--summarize", metavar="CSV", help="print speedup and efficiency from a scaling CSV")
+    p.add_argument("--width", type=count(1, 1 << 20), default=4096)
+    p.add_argument("--layers", type=count(1, 1000), default=3)
+    p.add_argument("--global-batch", type=count(1, 1 << 24), default=2048, help="strong scaling: fixed global batch")
+    p.add_argument("--per-gpu-batch", type=count(1, 1 << 24), default=1024, help="weak scaling: fixed per-GPU batch")
+    p.add_argument("--steps", type=count(1, 10**6), default=5, help="timed steps per point (after warm-up)")
+    p.add_argument("--warmup", type=count(0, 10**6), default=2)
+    p.add_argument("--precision", choices=("fp32", "mixed"), default="fp32")
+    p.add_argument("--comm", default="auto", choices=BACKENDS)
+    p.add_argument("--csv", help="append scaling rows to this CSV (rank 0)")
+    p.add_argument("--json-out", help="write the digits results to this JSON file")
+    p.add_argument("--batches", type=count_list(1, 1 << 24, example="32,128"), default=None,
+                   help="sweep: global batches (default 32,128,512; 20,40 on the simulator)")
+    p.add_argument("--lrs", type=real_list(0, lo_open=True, example="1e-3,4e-3"), default=None,
+                   help="sweep: learning rates (default 1e-3,4e-3,1.6e-2; 2e-2,5e-2 on the simulator)")
+    p.add_argument("--epochs", type=count(1, None), default=None,
+                   help="sweep: epochs per run (default that of ddp-digits: 20; 1 on the simulator)")
+    return p
+
+
+def _setup():
+    from hpclab import backend
+
+    backend.select()
+    from hpclab.device import select_gpu
+    from hpclab.mpi import world
+
+    comm = world()
+    placement = select_gpu(comm)
+    return comm, placement
+
+
+def scaling(args) -> int:
+    from hpclab.ddp.throughput import measure
+
+    comm, placement = _setup()
+    size, rank = comm.size, comm.rank
+    sizes = [args.width] * (args.layers + 1)
+    rows = []
+    for sweep, global_batch in (("strong", args.global_batch), ("weak", args.per_gpu_batch * size)):
+        if global_batch % size:
+            if rank == 0:
+                print(f"skip {sweep}: global batch {global_batch} does not divide among {size} GPUs")
+            continue
+        row = measure(comm, sizes, global_batch, steps=args.steps, warmup=args.warmup,
+                      precision=args.precision, comm_backend=args.comm)
+        rows.append({"sweep": sweep, "width": args.width, "layers": args.layers, **row,
+                     "device": placement.gpu_name})
+    if rank == 0:
+        for row in rows:
+            print(json.dumps({"bench": "ddp-scaling", **row}))
+        if args.csv:
+            new = not os.path.exists(args.csv)
+            with open(args.csv, "a", newline="") as fh:
+                writer = csv.DictWriter(fh, fieldnames=FIELDS)
+                if new:
+                    writer.writeheader()
+                writer.writerows(rows)
+    return 0
+
+
+def summarize(path: str) -> int:
+    with open(path) as fh:
+        rows = list(csv.DictReader(fh))
+    ok, seen4 = True, False
+    for sweep in ("strong", "weak"):
+        pts = sorted((r for r in rows if r["sweep"] == sweep), key=lambda r: int(r["gpus"]))
+        base = next((r for r in pts if r["gpus"] == "1"), None)
+        if not pts or base is None:
+            continue
+        print(f"{sweep} scaling ({'global batch fixed' if sweep == 'strong' else 'per-GPU batch fixed'}), "
+              f"{int(base['parameters']) / 1e6:.1f} M parameters, comm {pts[-1]['comm']}:")
+        print(f"  {'GPUs':>4} {'batch':>6} {'step ms':>8} {'samples/s':>10} {'speedup':>8} "
+              f"{'efficiency':>10} {'comm share':>10}")
+        for r in pts:
+            n = int(r["gpus"])
+            speedup = float(r["samples_per_s"]) / float(base["samples_per_s"])
+            eff = speedup / n
+            if n == 4:
+                seen4 = True
+                ok = ok and eff >= 0.85
+            print(f"  {n:>4} {r['global_batch']:>6} {1e3 * float(r['step_s']):>8.2f} "
+                  f"{float(r['samples_per_s']):>10.0f} {speedup:>8.2f} {eff:>10.2f} "
+                  f"{100 * float(r['comm_share']):>9.1f}%")
+    print("target: efficiency >= 0.85 at 4 GPUs:",
+          ("met" if ok else "NOT met") if seen4 else "no 4-GPU point measured")
+    return 0
+
+
+def digits_bench(args) -> int:
+    from hpclab.ddp.digits import DigitsConfig, train_digits
+
+    comm, placement = _setup()
+    results = {}
+    for precision in ("fp32", "mixed"):
+        # Warm-up run: Numba compiles each kernel on first use; keep that out of the timings.
+        train_digits(comm, placement, DigitsConfig.for_backend(precision=precision, epochs=1),
+                     say=lambda _line: None)
+        cfg = DigitsConfig.for_backend(precision=precision, monitor=True)
+        out = train_digits(comm, placement, cfg)
+        results[precision] = out
+        if comm.rank == 0:
+            mem = out["memory"]
+            print(json.dumps({"bench": "ddp-digits", "precision": precision,
+                              "test_accuracy": out["test_accuracy"], "passed": out["passed"],
+                              "time_to_threshold_s": out["time_to_threshold_s"],
+                              "train_s": out["train_seconds"], "samples_per_s": out["samples_per_s"],
+                              "estimate_14p_bytes": mem["estimate_14p_bytes"],
+                              "allocated_bytes": sum(mem["allocated_by_model_bytes"].values()),
+                              "device_used_delta_bytes": mem["device_used_delta_bytes"],
+                              "gpu_usage": out["gpu_usage"], "device": placement.gpu_name}))
+    if comm.rank == 0 and args.json_out:
+        with open(args.json_out, "w") as fh:
+            json.dump({"device": placement.gpu_name, "date": time.strftime("%Y-%m-%d"),
+                       "results": results}, fh, indent=1, default=float)
+    return 0 if all(r["passed"] for r in results.values()) else 1
+
+
+def sweep_bench(args) -> int:
+    from hpclab import backend
+    from hpclab.ddp.sweep import best, format_table, sweep
+
+    comm, placement = _setup()
+    sim = backend.is_simulator()
+    batches = args.batches or ([20, 40] if sim else [32, 128, 512])
+    lrs = args.lrs or ([2e-2, 5e-2] if sim else [1e-3, 4e-3, 1.6e-2])
+    epochs = args.epochs or (1 if sim else None)
+    bad = [b for b in batches if b % comm.size]
+    if bad:
+        if comm.rank == 0:
+            print(f"hpclab bench ddp: global batches {bad} do not divide among {comm.size} ranks; "
+                  f"use multiples of {comm.size}", file=sys.stderr)
+        return 2
+    # Numba compiles each kernel on its first call: one short run keeps that out of the table.
+    sweep(comm, placement, batches[:1], lrs[:1], epochs=1)
+    rows = sweep(comm, placement, batches, lrs, epochs=epochs)
+    if comm.rank == 0:
+        top = best(rows)
+        print(f"digits, {comm.size} rank(s), {rows[0]['optimizer']}, {rows[0]['epochs']} epochs"
+              + (" (reduced configuration: simulator)" if rows[0]["reduced"] else "") + ":")
+        print(format_table(rows))
+        print(f"best: global batch {top['global_batch']}, lr {top['lr']:g} "
+              f"(validation accuracy {100 * top['val_acc']:.2f}%)")
+        for row in rows:
+            print(json.dumps({"bench": "ddp-sweep", **row, "device": placement.gpu_name}))
+        if args.csv:
+            new = not os.path.exists(args.csv)
+            with open(args.csv, "a", newline="") as fh:
+                writer = csv.DictWriter(fh, fieldnames=list(rows[0]) + ["device"])
+                if new:
+                    writer.writeheader()
+                writer.writerows({**r, "device": placement.gpu_name} for r in rows)
+    return 0 if all(r["replicas_identical"] for r in rows) else 1
+
+
+def main(argv) -> int:
+    args = _parser().parse_args(argv)
+    if args.summarize:
+        return summarize(args.summarize)
+    if args.mode == "digits":
+        return digits_bench(args)
+    if args.mode == "scaling":
+        return scaling(args)
+    if args.mode == "sweep":
+        return sweep_bench(args)
+    from hpclab.options import UsageError
+
+    raise UsageError("hpclab bench ddp: error: give --mode digits, scaling or sweep, or --summarize CSV")

@@ -1,0 +1,108 @@
+"""Bands of rows of (N, C, H, W) tensors: copies between bands, and seeded data.
+
+- ``copy_rows``: rows of one band into another (packing a halo into a
+  contiguous message, unpacking it into the working buffer).
+- ``hash_fill``: pseudo-random values in [-1, 1) that depend only on the
+  seed and the element's global index, so any rank can make its own band of
+  an input without the whole tensor, and the NumPy twin ``hash_values``
+  gives bit-identical numbers on the host.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from hpclab import backend
+from hpclab.backend import cuda as _cuda
+from hpclab.launch import launch_1d, unravel4
+
+cuda = _cuda()
+from numba import float32, uint64  # noqa: E402
+
+# splitmix64 constants (Steele, Lea, Flood 2014)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31, _S40 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(40)
+_SCALE = np.float32(2.0 ** -23)
+
+
+
+def hash_values(shape, seed: int, row0: int = 0, height: int | None = None) -> np.ndarray:
+    """NumPy: rows [row0, row0 + shape[2]) of a seeded (N, C, height, W) tensor."""
+    n, c, rows, w = shape
+    height = rows if height is None else height
+    ni, ci, hi, wi = np.meshgrid(np.arange(n, dtype=np.uint64), np.arange(c, dtype=np.uint64),
+                                 np.arange(row0, row0 + rows, dtype=np.uint64),
+                                 np.arange(w, dtype=np.uint64), indexing="ij")
+    idx = ((ni * np.uint64(c) + ci) * np.uint64(height) + hi) * np.uint64(w) + wi
+    z = idx * _GOLDEN + np.uint64(seed)
+    z = (z ^ (z >> _S30)) * _M1
+    z = (z ^ (z >> _S27)) * _M2
+    z = z ^ (z >> _S31)
+    return ((z >> _S40).astype(np.float32) * _SCALE - np.float32(1.0)).astype(np.float32)
+
+
+@cuda.jit
+def _hash_fill_kernel(out, seed, row0, height):
+    C = out.shape[1]
+    rows = out.shape[2]
+    W = out.shape[3]
+    for e in range(cuda.grid(1), out.size, cuda.gridsize(1)):
+        n, c, h, w = unravel4(e, C, rows, W)
+        idx = uint64(((n * C + c) * height + row0 + h) * W + w)
+        z = idx * _GOLDEN + seed
+        z = (z ^ (z >> _S30)) * _M1
+        z = (z ^ (z >> _S27)) * _M2
+        z = z ^ (z >> _S31)
+        out[n, c, h, w] = float32(z >> _S40) * _SCALE - float32(1.0)
+
+
+def hash_fill(shape, seed: int, row0: int = 0, height: int | None = None, stream=0):
+    """Device array: rows [row0, row0 + shape[2]) of a seeded (N, C, height, W) tensor."""
+    out = cuda.device_array(tuple(shape), dtype=np.float32)
+    height = shape[2] if height is None else height
+    blocks, threads = launch_1d(out.size)
+    with warnings.catch_warnings():
+        # The simulator runs the kernel on NumPy scalars, which warn when uint64
+        # products wrap; wrapping is what the hash wants (as on the GPU).
+        warnings.filterwarnings("ignore", "overflow encountered in scalar", RuntimeWarning)
+        _hash_fill_kernel[blocks, threads, stream](out, np.uint64(seed), row0, height)
+    return out
+
+
+@cuda.jit
+def _copy_rows_kernel(src, s0, dst, d0, nrows):
+    # One (image, channel, row) per grid row, its W floats along x: the index
+    # divisions are paid once per row, not per float, and stores are coalesced.
+    C = src.shape[1]
+    W = src.shape[3]
+    for t in range(cuda.blockIdx.y, src.shape[0] * C * nrows, cuda.gridDim.y):
+        slab = t // nrows
+        h = t - slab * nrows
+        n = slab // C
+        c = slab - n * C
+        for w in range(cuda.grid(1), W, cuda.gridsize(1)):
+            dst[n, c, d0 + h, w] = src[n, c, s0 + h, w]
+
+
+def copy_rows(src, s0: int, dst, d0: int, nrows: int, stream=0) -> None:
+    """dst[:, :, d0:d0+nrows] = src[:, :, s0:s0+nrows] on the device."""
+    if nrows <= 0:
+        return
+    w = src.shape[3]
+    if backend.is_simulator():
+        threads, rows_at_once = 32, 4
+    else:
+        threads, rows_at_once = min(256, 32 * -(-w // 32)), 65535
+    grid = (-(-w // threads), min(rows_at_once, src.shape[0] * src.shape[1] * nrows))
+    _copy_rows_kernel[grid, threads, stream](src, s0, dst, d0, nrows)
+
+
+def take_rows(src, r0: int, r1: int, stream=0):
+    """A new contiguous device array holding rows [r0, r1) of src."""
+    n, c, _, w = src.shape
+    out = cuda.device_array((n, c, r1 - r0, w), dtype=src.dtype)
+    copy_rows(src, r0, out, 0, r1 - r0, stream)
+    return out

@@ -1,0 +1,344 @@
+"""Convolution benchmarks (``hpclab bench conv ...``).
+
+  throughput  single GPU: AlexNet C2 at batch 32, our direct kernel,
+              im2col + GEMM and Winograd F(2x2, 5x5) against PyTorch's conv2d (cuDNN) in the same
+              process: cuDNN with TF32 forbidden (true FP32, the target's
+              baseline) and allowed (TF32), and unfold + cuBLAS SGEMM
+  scaling     under mpirun/mpiexec: one large layer split by height across
+              ranks, strong (fixed height) and weak (fixed rows per rank),
+              host-staged (V4) and GPU-to-GPU (V5) halos; one JSON line.
+              Timed: exchange + compute on device-resident bands (median,
+              slowest rank); the compute/halo split from a separate
+              synchronised pass
+  summarize   JSON lines of several scaling runs -> speedup / efficiency CSV
+
+Throughput is timed with calls queued back to back (one sync per 10 calls),
+latency with a sync after each call; both for every method.
+
+Targets: throughput >= 25 % of cuDNN FP32; strong-scaling efficiency >= 0.90
+at 4 GPUs; weak-scaling efficiency >= 0.95.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+
+THROUGHPUT_TARGET, STRONG_TARGET, WEAK_TARGET = 0.25, 0.90, 0.95
+
+
+def _gpu_times(fn, sync, repeats=10, warmup=2, queued=10):
+    """(throughput, latency) seconds per call, medians over ``repeats`` samples.
+
+    Throughput: ``queued`` calls back to back, then one sync (the host queues
+    the next call while the GPU runs this one, as in a network's forward
+    pass). Latency: one call, then a sync (includes the host's launch time).
+    Every method, ours and cuDNN's, is timed the same way.
+    """
+    for _ in range(warmup):
+        fn()
+    sync()
+    back_to_back, single = [], []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for _ in range(queued):
+            fn()
+        sync()
+        back_to_back.append((time.perf_counter() - t) / queued)
+        t = time.perf_counter()
+        fn()
+        sync()
+        single.append(time.perf_counter() - t)
+    return statistics.median(back_to_back), statistics.median(single)
+
+
+def _timing(flops, secs, latency, err) -> dict:
+    return {"seconds": secs, "tflops": flops / secs / 1e12, "latency_seconds": latency,
+            "latency_tflops": flops / latency / 1e12, "max_rel_error_vs_float64": err}
+
+
+FP32_PEAK_TFLOPS = {"H200": 67.0, "H100": 67.0, "A100": 19.5}   # FP32 FMA peak (non-tensor), vendor sheets
+
+
+def _fp32_peak(name: str) -> float | None:
+    return next((v for k, v in FP32_PEAK_TFLOPS.items() if k in name), None)
+
+
+def _torch_precision(torch, tf32: bool) -> dict:
+    """Let cuDNN convolutions and cuBLAS matmuls use TF32, or forbid it; read the settings back."""
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    seen = {"cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
+            "cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32}
+    try:  # PyTorch >= 2.9 also exposes the setting as a precision name
+        seen["cudnn.conv.fp32_precision"] = torch.backends.cudnn.conv.fp32_precision
+    except Exception:  # noqa: BLE001 - older PyTorch: the flags above are all there is
+        pass
+    return seen
+
+
+def _conv_float64(x, w, stride, pad):
+    """Convolution in float64 (patches x weights through BLAS): the yardstick for rounding errors."""
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    r, s = w.shape[2:]
+    win = sliding_window_view(xp, (r, s), axis=(2, 3))[:, :, ::stride, ::stride]   # (N, C, P, Q, R, S)
+    return np.einsum("ncpqrs,kcrs->nkpq", win, w.astype(np.float64), optimize=True)
+
+
+def throughput(args) -> int:
+    """C2 at batch 32: our direct kernel, im2col + GEMM and Winograd; cuDNN in FP32 and TF32; one process."""
+    from hpclab import backend
+
+    backend.select()
+    from hpclab.halo import conv as kc
+    from hpclab.halo.reference import conv_flops, output_size
+
+    cuda = kc.cuda
+    n, c, h, w, k, r, stride, pad = args.batch, 96, 27, 27, 256, 5, 1, 2
+    if backend.is_simulator():
+        n, c, h, w, k = 1, 4, 7, 7, 8
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, (n, c, h, w)).astype(np.float32)
+    wt = rng.uniform(-0.1, 0.1, (k, c, r, r)).astype(np.float32)
+    ho = output_size(h, r, stride, pad)
+    flops = conv_flops(n, k, c, r, r, ho, ho)
+    xd, weights = cuda.to_device(x), kc.prepare_weights(wt)
+    out = cuda.device_array((n, k, ho, ho), np.float32)
+    # float64 reference of two images: how each method rounds (FP32 ~1e-6, TF32 ~1e-3)
+    m = min(n, 2)
+    want64 = _conv_float64(x[:m], wt, stride, pad)
+    scale = float(np.abs(want64).max())
+
+    def err(got):
+        return float(np.abs(np.asarray(got[:m], np.float64) - want64).max() / scale)
+
+    device = _device_name()
+    result = {"layer": "C2", "shape": [n, c, h, w], "weights": [k, c, r, r], "pad": pad, "gflop": flops / 1e9,
+              "device": device, "fp32_peak_tflops": _fp32_peak(device), "ours": {},
+              "tflops_note": "effective TFLOP/s = 2NKCRSPQ / time (direct-convolution operation count)"}
+    runs = {f"direct {name}": dict(config=cfg, method="direct")
+            for name, cfg in (kc.GPU_CONFIGS.items() if not backend.is_simulator() else [("sim", kc.SIM_CONFIG)])}
+    runs["gemm"] = dict(method="gemm")
+    runs["winograd"] = dict(method="winograd")      # F(2x2, 5x5): 36 products per 4 outputs instead of 100
+    for name, kw in runs.items():
+        try:
+            fn = lambda: kc.conv2d_device(xd, weights, stride, pad, out=out, **kw)  # noqa: E731
+            secs, latency = _gpu_times(fn, cuda.synchronize, repeats=args.repeats)
+            fn()
+            cuda.synchronize()
+            result["ours"][name] = _timing(flops, secs, latency, err(out.copy_to_host()))
+        except Exception as exc:  # noqa: BLE001 - report and try the next one
+            result["ours"][name] = {"error": f"{type(exc).__name__}: {exc}"}
+    timed = {k_: v for k_, v in result["ours"].items() if "seconds" in v}
+    direct = [k_ for k_ in timed if k_.startswith("direct")]
+    result["best_direct"] = min(direct, key=lambda k_: timed[k_]["seconds"]) if direct else None
+    best = min(timed, key=lambda k_: timed[k_]["seconds"]) if timed else None
+    result["best"] = best
+    try:
+        import torch
+        import torch.nn.functional as F
+
+        tx, tw = torch.from_numpy(x).cuda(), torch.from_numpy(wt).cuda()
+        torch.backends.cudnn.benchmark = True        # cuDNN picks its fastest algorithm per setting
+        for label, tf32 in (("cudnn_fp32", False), ("cudnn_tf32", True)):
+            settings = _torch_precision(torch, tf32)
+            fn = lambda: F.conv2d(tx, tw, stride=stride, padding=pad)  # noqa: E731
+            secs, latency = _gpu_times(fn, torch.cuda.synchronize, repeats=args.repeats, warmup=3)
+            result[label] = {**_timing(flops, secs, latency, err(fn().cpu().numpy())), "settings": settings}
+        # The same algorithm as our GEMM path, in PyTorch: unfold (im2col) + cuBLAS SGEMM, FP32.
+        _torch_precision(torch, False)
+        wmat = tw.reshape(k, -1)
+
+        def unfold_mm():
+            cols = F.unfold(tx, r, padding=pad, stride=stride)             # (N, CRS, PQ)
+            return (wmat @ cols).reshape(n, k, ho, ho)
+
+        secs, latency = _gpu_times(unfold_mm, torch.cuda.synchronize, repeats=args.repeats, warmup=3)
+        result["torch_im2col_sgemm_fp32"] = _timing(flops, secs, latency, err(unfold_mm().cpu().numpy()))
+        result["torch"] = torch.__version__
+        result["cudnn"] = torch.backends.cudnn.version()
+    except Exception as exc:  # noqa: BLE001 - no PyTorch / no cuDNN: say so
+        result["cudnn_error"] = f"{type(exc).__name__}: {exc}"
+    if best:
+        ours = timed[best]["seconds"]
+        for label in ("cudnn_fp32", "cudnn_tf32", "torch_im2col_sgemm_fp32"):
+            if label in result:
+                result[f"ratio_vs_{label}"] = result[label]["seconds"] / ours
+                result[f"latency_ratio_vs_{label}"] = (result[label]["latency_seconds"]
+                                                       / timed[best]["latency_seconds"])
+        if "ratio_vs_cudnn_fp32" in result:
+            result["target"] = f"ours / cuDNN FP32 (TF32 off) >= {THROUGHPUT_TARGET}"
+            result["target_met"] = result["ratio_vs_cudnn_fp32"] >= THROUGHPUT_TARGET
+        peak = result["fp32_peak_tflops"]
+        if peak and "cudnn_fp32" in result and result["cudnn_fp32"]["tflops"] > peak:
+            result["cudnn_fp32_note"] = (
+                f"cuDNN FP32 runs above the {peak:g} TFLOP/s FP32 peak in effective terms, with "
+                f"FP32-level error {result['cudnn_fp32']['max_rel_error_vs_float64']:.1e}: it uses an "
+                "algorithm with fewer multiplications (Winograd/FFT), not TF32")
+    print(json.dumps(result))
+    sys.stdout.flush()
+    for name, v in result["ours"].items():
+        if "seconds" in v:
+            print(f"C2 batch {n}: ours {name:<10} {v['tflops']:6.2f} TFLOP/s back to back, "
+                  f"{v['latency_tflops']:6.2f} synchronised per call  err {v['max_rel_error_vs_float64']:.1e}",
+                  file=sys.stderr)
+        else:
+            print(f"C2 batch {n}: ours {name:<10} FAILED {v['error'][:200]}", file=sys.stderr)
+    for label in ("cudnn_fp32", "cudnn_tf32", "torch_im2col_sgemm_fp32"):
+        if label in result:
+            print(f"C2 batch {n}: {label:<23} {result[label]['tflops']:6.2f} TFLOP/s back to back, "
+                  f"{result[label]['latency_tflops']:6.2f} synchronised per call  err "
+                  f"{result[label]['max_rel_error_vs_float64']:.1e}", file=sys.stderr)
+    return 0
+
+
+def _device_name() -> str:
+    from hpclab import backend
+
+    if backend.is_simulator():
+        return "simulator"
+    dev = backend.cuda().get_current_device()
+    return dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
+
+
+def scaling(args) -> int:
+    """One rank count: strong and weak runs of one large convolution layer.
+
+    Timed region per run: halo exchange + compute of each rank's band, input
+    already on the device, buffers allocated before (reused), barrier before,
+    the slowest rank's time; median of ``repeats`` after ``warmup`` runs.
+    Then one synchronised pass without overlap gives the split into compute
+    and halo exchange (which add up to that pass's time).
+    """
+    from hpclab import backend, comm as hcomm
+    from hpclab.mpi import world
+
+    backend.select()
+    comm = world()
+    from hpclab.device import select_gpu
+
+    select_gpu(comm)
+    from hpclab.halo.executors import Buffers, Conv, Timer, run_device
+    from hpclab.halo.versions import gpu_aware_backend
+    from hpclab.halo.bands import hash_fill
+    from hpclab.halo.conv import check_method
+    from hpclab.halo.reference import conv_flops, output_size
+    from mpi4py import MPI
+
+    size, rank = comm.size, comm.rank
+    c, k, r, pad, w, n = args.channels, args.out_channels, args.kernel, args.kernel // 2, args.width, args.batch
+    method = check_method(None if args.method == "auto" else args.method)
+    rng = np.random.default_rng(1)
+    layer = Conv("big", rng.uniform(-0.1, 0.1, (k, c, r, r)).astype(np.float32),
+                 np.zeros(k, np.float32), 1, pad, relu=True, method=method)
+    backends = {"v4": hcomm.get("mpi-host", comm)}
+    note5 = ""
+    if size > 1:
+        backends["v5"], note5 = gpu_aware_backend(comm, args.comm)
+    cu = backend.cuda()
+    rows = []
+    for mode, height in (("strong", args.height), ("weak", args.rows_per_rank * size)):
+        r0, r1 = hcomm.block_range(height, size, rank)
+        x = hash_fill((n, c, r1 - r0, w), 5, r0, height)
+        buffers = Buffers()
+        cu.synchronize()
+        flops = conv_flops(n, k, c, r, r, output_size(height, r, 1, pad), output_size(w, r, 1, pad))
+        for version, be in backends.items():
+            def once(timer=None):
+                comm.Barrier()
+                t0 = MPI.Wtime()
+                run_device([layer], x, comm, be, True, timer, buffers, height)   # ends with a stream sync
+                return comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
+
+            for _ in range(args.warmup):
+                once()                                        # compile, fill the buffers
+            wall = statistics.median([once() for _ in range(args.repeats)])
+            timer = Timer(sync=True)
+            split_wall = once(timer)
+            phases = {p: comm.allreduce(timer.seconds.get(p, 0.0), op=MPI.MAX) for p in ("compute", "halo")}
+            rows.append({"mode": mode, "version": version, "comm": be.name, "method": method, "overlap": True,
+                         "ranks": size, "height": height, "width": w, "batch": n, "channels": c,
+                         "out_channels": k, "kernel": r, "wall_s": wall, "tflops": flops / wall / 1e12,
+                         "compute_s": phases["compute"], "halo_s": phases["halo"], "split_wall_s": split_wall})
+        del x, buffers
+    if rank == 0:
+        print(json.dumps({"ranks": size, "device": _device_name(), "note": note5, "runs": rows}))
+        sys.stdout.flush()
+    return 0
+
+
+def summarize(args) -> int:
+    """Scaling JSON lines -> CSV with speedup and efficiency against the 1-rank run."""
+    runs = []
+    for path in args.files:
+        with open(path) as fh:
+            for line in fh:
+                line = line.strip()
+                if line.startswith("{") and '"runs"' in line:
+                    runs += json.loads(line)["runs"]
+    if not runs:
+        print("no scaling results found", file=sys.stderr)
+        return 1
+    base = {(r["mode"], r["version"], r["overlap"]): r["wall_s"] for r in runs if r["ranks"] == 1}
+    base.update({(m, "v5", o): t for (m, v, o), t in list(base.items()) if v == "v4"})  # 1 rank: no halo
+    out = []
+    for r in sorted(runs, key=lambda r: (r["mode"], r["version"], not r["overlap"], r["ranks"])):
+        t1 = base.get((r["mode"], r["version"], r["overlap"]))
+        if t1 is None:
+            continue
+        speedup = t1 / r["wall_s"] if r["mode"] == "strong" else r["ranks"] * t1 / r["wall_s"]
+        eff = speedup / r["ranks"]
+        out.append({**{k: r[k] for k in ("mode", "version", "comm", "overlap", "ranks", "height", "wall_s")},
+                    "tflops": r.get("tflops", 0.0), "compute_s": r.get("compute_s", 0.0),
+                    "halo_s": r.get("halo_s", 0.0), "split_wall_s": r.get("split_wall_s", 0.0),
+                    "speedup": speedup, "efficiency": eff})
+    with open(args.csv, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(out[0]))
+        writer.writeheader()
+        writer.writerows(out)
+    for row in out:
+        target = STRONG_TARGET if row["mode"] == "strong" else WEAK_TARGET
+        flag = "" if row["ranks"] == 1 else (" ok" if row["efficiency"] >= target else f" BELOW {target}")
+        print(f"{row['mode']:<6} {row['version']} ({row['comm']}) {row['ranks']} GPU(s): {row['wall_s']:.4f} s "
+              f"{row['tflops']:.1f} TFLOP/s | split pass {row['split_wall_s']:.4f} s = compute "
+              f"{row['compute_s']:.4f} + halo {row['halo_s']:.4f} | speedup {row['speedup']:.2f} "
+              f"efficiency {row['efficiency']:.3f}{flag}")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    from hpclab.comm import BACKENDS
+    from hpclab.options import Parser, count
+
+    side = count(1, (1 << 31) - 1)
+    parser = Parser(prog="hpclab bench conv", description=__doc__,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="what", required=True)
+    t = sub.add_parser("throughput", help="C2 at batch 32 against cuDNN")
+    t.add_argument("--batch", type=count(1, 1 << 16), default=32)
+    t.add_argument("--repeats", type=count(1, 10**4), default=10)
+    s = sub.add_parser("scaling", help="strong and weak scaling of one large layer (run under mpirun)")
+    s.add_argument("--height", type=side, default=32768, help="strong scaling: input rows")
+    s.add_argument("--rows-per-rank", type=side, default=8192, help="weak scaling: rows per rank")
+    s.add_argument("--width", type=side, default=256)
+    s.add_argument("--channels", type=count(1, 1 << 16), default=96)
+    s.add_argument("--out-channels", type=count(1, 1 << 16), default=256)
+    s.add_argument("--kernel", type=count(1, 1 << 10), default=5)
+    s.add_argument("--batch", type=count(1, 1 << 16), default=1)
+    s.add_argument("--repeats", type=count(1, 10**4), default=5)
+    s.add_argument("--warmup", type=count(0, 10**4), default=2)
+    s.add_argument("--method", default="auto", choices=("auto", "direct", "gemm"),
+                   help="convolution on the GPU (auto: gemm on a GPU)")
+    s.add_argument("--comm", default="auto", choices=BACKENDS, help="V5's backend: auto, nccl, mpi-cuda")
+    m = sub.add_parser("summarize", help="scaling JSON lines -> CSV with speedup and efficiency")
+    m.add_argument("files", nargs="+")
+    m.add_argument("--csv", default="conv_scaling.csv")
+    args = parser.parse_args(argv)
+    return {"throughput": throughput, "scaling": scaling, "summarize": summarize}[args.what](args)

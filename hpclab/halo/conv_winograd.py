@@ -1,0 +1,222 @@
+"""Winograd convolution F(m x m, r x r): the same layer with fewer multiplications.
+
+Lavin and Gray (CVPR 2016, "Fast Algorithms for Convolutional Neural
+Networks") apply Winograd's minimal filtering algorithm to stride-1 layers.
+For a tile of m x m outputs, with alpha = m + r - 1,
+
+    Y = A^T [ (G g G^T) * (B^T d B) ] A
+
+where d is the alpha x alpha input patch, g the r x r filter and * the
+element-wise product: alpha^2 multiplications per tile instead of m^2 r^2
+(F(2x2, 5x5): 36 instead of 100; F(2x2, 3x3): 16 instead of 36). Summed over
+input channels, each of the alpha^2 positions is a matrix product
+
+    M[xi] (K x tiles) = U[xi] (K x C) @ V[xi] (C x tiles)
+
+so a layer is: transform the filters once (host, float64), transform the input
+patches (one kernel), alpha^2 products in one launch of the register-blocked
+GEMM (:func:`hpclab.matmul.kernels.launch_batched`), transform back, add the
+bias and apply ReLU (one kernel).
+
+The matrices come from Toom-Cook interpolation at the points 0, 1, -1, 2, -2
+and infinity: A^T and G from the points, B^T solved from the condition that
+the formula is exact (checked to 1e-12 when built).
+
+Rounding: the transforms mix values with factors up to 5, so results are
+less accurate than a direct sum (about 1e-6 to 1e-5 relative in float32 for
+F(2x2, 5x5), measured by the tests and the benchmark against float64); and a
+value depends on where its tile starts, so a band split at a row that is not
+a multiple of m is not bit-for-bit the whole image: the halo versions, which
+compare digests, use the direct or GEMM path.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from hpclab.backend import cuda as _cuda
+from hpclab.matmul import kernels as mm
+from hpclab.halo.conv_gemm import Workspace, chunks, max_bytes
+from hpclab.launch import launch_1d
+
+cuda = _cuda()
+from numba import float32  # noqa: E402  (after the backend is chosen)
+
+TILE = 2                       # outputs per tile side: F(2x2, r x r)
+KERNEL_SIZES = (3, 5)          # r; alpha = r + 1 <= 6 interpolation points
+POINTS = (0.0, 1.0, -1.0, 2.0, -2.0)
+
+
+def supported(r: int, s: int, stride: int) -> str | None:
+    """Why a layer cannot use this path (None when it can)."""
+    if stride != 1:
+        return f"stride {stride} (Winograd needs stride 1)"
+    if r != s or r not in KERNEL_SIZES:
+        return f"a {r}x{s} kernel (this Winograd path takes square {' or '.join(f'{k}x{k}' for k in KERNEL_SIZES)})"
+    return None
+
+
+@lru_cache(maxsize=None)
+def transforms(m: int, r: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(A^T, G, B^T) of F(m, r) in float64: shapes (m, alpha), (alpha, r), (alpha, alpha)."""
+    alpha = m + r - 1
+    pts = POINTS[:alpha - 1]
+    if len(pts) != alpha - 1:
+        raise ValueError(f"F({m}, {r}) needs {alpha - 1} finite points; only {len(POINTS)} are defined")
+    at, g = np.zeros((m, alpha)), np.zeros((alpha, r))
+    for j, p in enumerate(pts):
+        at[:, j] = [p ** i for i in range(m)]
+        g[j] = [p ** k / np.prod([p - q for q in pts if q != p]) for k in range(r)]
+    at[m - 1, alpha - 1] = g[alpha - 1, r - 1] = 1.0          # the point at infinity
+    # Exactness: sum_j AT[i, j] G[j, k] BT[j, l] = [l == i + k] for all i, k, l.
+    phi = np.array([at[i] * g[:, k] for i in range(m) for k in range(r)])
+    want = np.array([[float(l == i + k) for l in range(alpha)] for i in range(m) for k in range(r)])
+    bt = np.linalg.lstsq(phi, want, rcond=None)[0]
+    if not np.allclose(phi @ bt, want, atol=1e-12):
+        raise ValueError(f"no exact Winograd transform F({m}, {r}) at points {pts}")
+    return at, g, np.round(bt, 12)
+
+
+def filter_transform(w: np.ndarray, m: int = TILE) -> np.ndarray:
+    """U[xi * alpha + nu, k, c] = (G w[k, c] G^T)[xi, nu], float32, computed in float64."""
+    k, c, r, _ = w.shape
+    g = transforms(m, r)[1]
+    u = np.einsum("ia,kcab,jb->ijkc", g, np.asarray(w, np.float64), g)
+    return np.ascontiguousarray(u.reshape(-1, k, c), dtype=np.float32)
+
+
+def _constants(mat: np.ndarray) -> tuple:
+    return tuple(tuple(float(v) for v in row) for row in mat)
+
+
+@cuda.jit(device=True)
+def _tile_origin(t, per_image, tiles_w, m, row0):
+    """(image, first output row, first output column) of tile number ``t`` of a chunk."""
+    n = t // per_image
+    tile = t - n * per_image
+    ty = tile // tiles_w
+    return n, row0 + ty * m, (tile - ty * tiles_w) * m
+
+
+@lru_cache(maxsize=None)
+def _input_kernel(m: int, r: int):
+    M, AL = m, m + r - 1
+    BT = _constants(transforms(m, r)[2])
+
+    @cuda.jit(fastmath=True)
+    def input_transform(x, v, n0, t0, trows, tiles_w, pad_t, pad_w):
+        # v[xi * AL + nu, c, t] = (B^T d B)[xi, nu] for the patch d of tile t, channel c.
+        # Consecutive threads take consecutive tiles: coalesced stores into v.
+        C = x.shape[1]
+        H = x.shape[2]
+        W = x.shape[3]
+        T = v.shape[2]
+        col = cuda.local.array(AL, float32)
+        u = cuda.local.array((AL, AL), float32)
+        per_image = trows * tiles_w
+        for e in range(cuda.grid(1), C * T, cuda.gridsize(1)):
+            c = e // T
+            t = e - c * T
+            n, oh0, ow0 = _tile_origin(t, per_image, tiles_w, M, t0)
+            ih0 = oh0 - pad_t
+            iw0 = ow0 - pad_w
+            # u = B^T d, a column of the patch d at a time (d itself is never stored).
+            for j in range(AL):
+                iw = iw0 + j
+                for i in range(AL):
+                    ih = ih0 + i
+                    val = float32(0.0)
+                    if ih >= 0 and ih < H and iw >= 0 and iw < W:
+                        val = x[n0 + n, c, ih, iw]
+                    col[i] = val
+                for i in range(AL):
+                    acc = float32(0.0)
+                    for k in range(AL):
+                        acc += float32(BT[i][k]) * col[k]
+                    u[i, j] = acc
+            # v = u B
+            for i in range(AL):
+                for j in range(AL):
+                    acc = float32(0.0)
+                    for k in range(AL):
+                        acc += u[i, k] * float32(BT[j][k])
+                    v[i * AL + j, c, t] = acc
+
+    return input_transform
+
+
+@lru_cache(maxsize=None)
+def _output_kernel(m: int, r: int):
+    M, AL = m, m + r - 1
+    AT = _constants(transforms(m, r)[0])
+
+    @cuda.jit(fastmath=True)
+    def output_transform(prod, bias, out, n0, t0, trows, tiles_w, oh_end, relu):
+        # out[n, k, rows of tile t] = A^T prod[:, k, t] A + bias[k] (then ReLU).
+        K = prod.shape[1]
+        T = prod.shape[2]
+        Wo = out.shape[3]
+        per_image = trows * tiles_w
+        p = cuda.local.array((AL, AL), float32)
+        y = cuda.local.array((M, AL), float32)
+        for e in range(cuda.grid(1), K * T, cuda.gridsize(1)):
+            k = e // T
+            t = e - k * T
+            n, oh0, ow0 = _tile_origin(t, per_image, tiles_w, M, t0)
+            for i in range(AL):
+                for j in range(AL):
+                    p[i, j] = prod[i * AL + j, k, t]
+            for i in range(M):
+                for j in range(AL):
+                    acc = float32(0.0)
+                    for q in range(AL):
+                        acc += float32(AT[i][q]) * p[q, j]
+                    y[i, j] = acc
+            b = bias[k]
+            for i in range(M):
+                oh = oh0 + i
+                if oh < oh_end:
+                    for j in range(M):
+                        ow = ow0 + j
+                        if ow < Wo:
+                            acc = b
+                            for q in range(AL):
+                                acc += y[i, q] * float32(AT[j][q])
+                            if relu and acc < float32(0.0):
+                                acc = float32(0.0)
+                            out[n0 + n, k, oh, ow] = acc
+
+    return output_transform
+
+
+def conv_rows_winograd(x, u, bias, out, r: int, pad_top: int, pad_w: int, oh_begin: int, oh_end: int,
+                       relu: bool = False, stream=0, limit: int | None = None,
+                       workspace: Workspace | None = None, m: int = TILE) -> None:
+    """Output rows [oh_begin, oh_end) of ``out`` (N, K, Ho, Wo) from the band ``x``, stride 1.
+
+    ``u`` is :func:`filter_transform` of the weights on the device, (alpha^2, K, C).
+    Tiles of m x m outputs start at row ``oh_begin`` and column 0.
+    """
+    if oh_end <= oh_begin:
+        return
+    n, c = x.shape[0], x.shape[1]
+    al2, k, _ = u.shape
+    wo = out.shape[3]
+    tiles_h, tiles_w = -(-(oh_end - oh_begin) // m), -(-wo // m)
+    ws = workspace or _WORKSPACE
+    into, back = _input_kernel(m, r), _output_kernel(m, r)
+    # A tile's buffers: alpha^2 (C + K) floats.
+    for n0, nb, r0, trows in chunks(n, tiles_h, tiles_w, 4 * al2 * (c + k), limit or max_bytes()):
+        t0 = oh_begin + r0 * m
+        tiles = nb * trows * tiles_w
+        v = ws.array("wino-in", (al2, c, tiles))
+        prod = ws.array("wino-prod", (al2, k, tiles))
+        blocks, threads = launch_1d(c * tiles)
+        into[blocks, threads, stream](x, v, n0, t0, trows, tiles_w, pad_top, pad_w)
+        mm.launch_batched(u, v, prod, stream)
+        blocks, threads = launch_1d(k * tiles)
+        back[blocks, threads, stream](prod, bias, out, n0, t0, trows, tiles_w, oh_end, bool(relu))
+
+
+_WORKSPACE = Workspace()

@@ -1,0 +1,292 @@
+"""``hpclab bench matmul``: the Numba kernels against cuBLAS, in one run, on one GPU.
+
+For each size N (square float32 matrices): the naive kernel (first size only,
+and at most 4096: it is slow), the tiled kernel, a sweep of candidate tile
+shapes of the register-blocked kernel (the default one is ``FAST_CONFIG``),
+and cuBLAS SGEMM through CuPy when it is importable. Reports TFLOP/s, the
+ratio to cuBLAS and to the GPU's FP32 peak, a correctness spot-check against
+cuBLAS (or NumPy), and per configuration the registers per thread, shared
+memory per block, local memory (spills) and the occupancy that follows.
+
+    hpclab bench matmul --sizes 4096,8192 [--json] [--out FILE]
+
+On the simulator it runs tiny sizes to show that everything works; its
+figures say nothing about speed.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+
+import numpy as np
+
+from hpclab import backend
+from hpclab.options import Parser, count, count_list
+
+# Candidate tile shapes for the sweep: (bm, bn, bk, tm, tn, vec, pad).
+CANDIDATES = [
+    (128, 128, 8, 8, 8, 4, 4),
+    (128, 128, 16, 8, 8, 4, 4),
+    (128, 128, 8, 8, 8, 1, 4),
+    (128, 128, 8, 8, 8, 4, 0),
+    (64, 128, 8, 8, 8, 4, 4),
+    (128, 64, 8, 8, 4, 4, 4),
+    (64, 64, 8, 4, 4, 4, 4),
+    (128, 128, 16, 8, 8, 1, 4),
+]
+TOLERANCE = 1e-4          # max |C - cuBLAS| / max |cuBLAS| accepted for float32
+KNOWN_BOOST_GHZ = {"H100": 1.98, "H200": 1.98, "A100": 1.41}   # if the driver does not say
+FP32_LANES_PER_SM = {(7, 0): 64, (8, 0): 64}   # others (Turing excepted) have 128
+
+
+_sizes = count_list(1, 1 << 17, example="4096,8192")
+
+
+def parse(argv):
+    p = Parser(prog="hpclab bench matmul", description=__doc__,
+               formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", type=_sizes, default=None,
+                   help="comma-separated N (default 4096,8192 on a GPU, 32 on the simulator)")
+    p.add_argument("--repeats", type=count(1, 10**6), default=None,
+                   help="timed runs per kernel (median; default 10 / 3 naive)")
+    p.add_argument("--no-sweep", action="store_true", help="only the default fast configuration")
+    p.add_argument("--naive-max", type=count(1, 1 << 17), default=4096, help="largest N for the naive kernel")
+    p.add_argument("--json", action="store_true", help="print one JSON line at the end")
+    p.add_argument("--out", default=None, help="also write the JSON to this file")
+    return p.parse_args(argv)
+
+
+def _attr(dev, name: str, default=None):
+    try:
+        return getattr(dev, name)
+    except Exception:  # noqa: BLE001 - attributes come and go between CUDA versions
+        return default
+
+
+def device_info(cuda) -> dict:
+    """Name, SMs, clock and the FP32 peak they imply (FMA = 2 flops per lane per clock)."""
+    if backend.is_simulator():
+        return {"name": "Numba CUDA simulator", "fp32_peak_tflops": None}
+    dev = cuda.get_current_device()
+    name = dev.name.decode() if isinstance(dev.name, bytes) else dev.name
+    cc = tuple(dev.compute_capability)
+    sms = _attr(dev, "MULTIPROCESSOR_COUNT", 0)
+    clock_khz = _attr(dev, "CLOCK_RATE")          # the boost clock; deprecated in newer CUDA
+    clock_ghz = clock_khz / 1e6 if clock_khz else \
+        KNOWN_BOOST_GHZ.get(next((k for k in KNOWN_BOOST_GHZ if k in name), ""), 0.0)
+    lanes = FP32_LANES_PER_SM.get(cc, 64 if cc[0] == 7 else 128)
+    info = {"name": name, "compute_capability": f"{cc[0]}.{cc[1]}", "sms": sms, "clock_ghz": clock_ghz,
+            "fp32_lanes_per_sm": lanes,
+            "fp32_peak_tflops": 2 * lanes * sms * clock_ghz / 1e3 if sms and clock_ghz else None}
+    limits = {"regs_per_sm": "MAX_REGISTERS_PER_MULTIPROCESSOR",
+              "smem_per_sm": "MAX_SHARED_MEMORY_PER_MULTIPROCESSOR",
+              "threads_per_sm": "MAX_THREADS_PER_MULTIPROCESSOR",
+              "blocks_per_sm": "MAX_BLOCKS_PER_MULTIPROCESSOR"}
+    values = {k: _attr(dev, v) for k, v in limits.items()}
+    if all(values.values()):
+        info.update(values)
+    return info
+
+
+def resources(kernel, threads: int, dev: dict) -> dict:
+    """Registers, shared and local memory of a compiled kernel, and the occupancy they allow."""
+    def one(value):
+        # A dispatcher answers with a dict keyed by signature; each kernel here has one.
+        return int(next(iter(value.values())) if isinstance(value, dict) else value)
+
+    out = {}
+    try:
+        out["regs_per_thread"] = one(kernel.get_regs_per_thread())
+        out["shared_bytes_per_block"] = one(kernel.get_shared_mem_per_block())
+        out["local_bytes_per_thread"] = one(kernel.get_local_mem_per_thread())
+    except Exception as exc:  # noqa: BLE001 - the simulator has none of these
+        return {"note": f"no resource figures ({type(exc).__name__})"}
+    if "regs_per_sm" not in dev:
+        return out
+    regs_block = ((out["regs_per_thread"] * 32 + 255) // 256 * 256) * ((threads + 31) // 32)
+    limits = {
+        "registers": dev["regs_per_sm"] // max(regs_block, 1),
+        "shared memory": (dev["smem_per_sm"] // out["shared_bytes_per_block"]
+                          if out["shared_bytes_per_block"] else 99),
+        "threads": dev["threads_per_sm"] // threads,
+        "blocks": dev["blocks_per_sm"],
+    }
+    blocks = min(limits.values())
+    out.update(blocks_per_sm=blocks, warps_per_sm=blocks * threads // 32,
+               occupancy=blocks * threads / dev["threads_per_sm"],
+               limited_by=min(limits, key=limits.get))
+    return out
+
+
+def sass_counts(kernel) -> dict:
+    """Instruction counts in the SASS (needs nvdisasm; empty if unavailable)."""
+    try:
+        sass = kernel.inspect_sass()
+    except Exception:  # noqa: BLE001
+        return {}
+    text = sass if isinstance(sass, str) else "\n".join(sass.values())
+    ops = ["FFMA", "DFMA", "LDS.128", "LDS.64", "LDS ", "LDG", "STS", "IMAD", "IADD3", "BAR", "STL", "LDL"]
+    return {op.strip(): text.count(op) for op in ops}
+
+
+def main(argv=None) -> int:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    backend.select()
+    from hpclab.matmul import kernels as mm
+    from hpclab.timing import median_time
+
+    cuda = mm.cuda
+    sim = backend.is_simulator()
+    sizes = list(args.sizes or ([32] if sim else [4096, 8192]))
+    dev = device_info(cuda)
+    cp = None
+    if not sim:
+        try:
+            import cupy as cp
+        except Exception as exc:  # noqa: BLE001
+            print(f"cuBLAS comparison skipped: CuPy not importable ({type(exc).__name__}: {exc})")
+    peak = dev.get("fp32_peak_tflops")
+    print(f"device: {dev['name']}" + (f", FP32 peak {peak:.1f} TFLOP/s ({dev['sms']} SMs x "
+                                      f"{dev['fp32_lanes_per_sm']} lanes x 2 x {dev['clock_ghz']:.2f} GHz)"
+                                      if peak else (" (timings are not meaningful)" if sim else
+                                                    " (FP32 peak unknown: no clock rate)")))
+    f32 = np.dtype(np.float32)
+    default = mm.fast_config(f32)
+    if sim:
+        configs = [default]
+    else:
+        configs = [default] + ([mm.FastConfig(*c) for c in CANDIDATES if mm.FastConfig(*c) != default]
+                               if not args.no_sweep else [])
+    record = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "command": "hpclab bench matmul " + " ".join(sys.argv[1:] if argv is None else argv),
+              "backend": backend.name(), "device": dev, "default_fast_config": default.label(),
+              "sizes": {}}
+    for n in sizes:
+        rng = np.random.default_rng(n)
+        a_h = rng.uniform(-1, 1, (n, n)).astype(np.float32)
+        b_h = rng.uniform(-1, 1, (n, n)).astype(np.float32)
+        a, b = cuda.to_device(a_h), cuda.to_device(b_h)
+        c = cuda.device_array((n, n), dtype=np.float32)
+        flop = mm.flops(n, n, n)
+        reps = args.repeats or (2 if sim else (10 if n <= 4096 else 5))
+        rows, reference = [], None
+        if cp is not None:
+            a_cp, b_cp = cp.asarray(a), cp.asarray(b)
+            out_cp = cp.empty((n, n), dtype=cp.float32)
+            t = median_time(lambda: cp.matmul(a_cp, b_cp, out=out_cp), repeats=reps, warmup=2)
+            reference = out_cp
+            rows.append({"kernel": "cublas", "config": "CuPy matmul (cuBLAS SGEMM)", "seconds": t,
+                         "tflops": flop / t / 1e12})
+        else:
+            sample = rng.choice(n, size=min(n, 64), replace=False)
+            ref_rows = a_h[sample].astype(np.float64) @ b_h.astype(np.float64)
+
+        def check(c_dev) -> float:
+            """Max |C - reference| / max |reference|."""
+            if reference is not None:
+                diff = cp.abs(cp.asarray(c_dev) - reference).max()
+                return float(diff / cp.abs(reference).max())
+            got = c_dev.copy_to_host()[sample]
+            return float(np.abs(got - ref_rows).max() / np.abs(ref_rows).max())
+
+        plan = []
+        if n <= args.naive_max and n == min(sizes):
+            plan.append(("naive", None, max(1, min(reps, 2))))
+        plan.append(("tiled", None, max(1, min(reps, 3))))
+        plan += [("fast", cfg, reps) for cfg in configs]
+        for kernel, cfg, r in plan:
+            row = {"kernel": kernel, "config": cfg.label() if cfg else
+                   (f"{mm.tile_size()}x{mm.tile_size()} tiles" if kernel == "tiled" else "one output per thread")}
+            try:
+                fn = lambda: mm.launch(kernel, a, b, c, config=cfg)  # noqa: E731
+                t = median_time(fn, repeats=r, warmup=1)
+                err = check(c)
+                row.update(seconds=t, tflops=flop / t / 1e12, max_rel_error=err, correct=err <= TOLERANCE)
+                compiled = (mm.naive_kernel(f32) if kernel == "naive" else
+                            mm.tiled_kernel(f32, mm.tile_size()) if kernel == "tiled" else mm.fast_kernel(f32, cfg))
+                threads = cfg.threads if cfg else (mm.NAIVE_BLOCK ** 2 if kernel == "naive" else mm.tile_size() ** 2)
+                row.update(resources(compiled, threads, dev))
+                if kernel == "fast" and cfg == default and n == sizes[0]:
+                    row["sass"] = sass_counts(compiled)
+            except Exception as exc:  # noqa: BLE001 - one bad configuration must not end the sweep
+                row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            rows.append(row)
+        cublas = next((r["tflops"] for r in rows if r["kernel"] == "cublas"), None)
+        for row in rows:
+            if "tflops" in row:
+                if cublas:
+                    row["vs_cublas"] = row["tflops"] / cublas
+                if peak:
+                    row["vs_peak"] = row["tflops"] / peak
+        fast_rows = [r for r in rows if r["kernel"] == "fast" and "tflops" in r]
+        best = max(fast_rows, key=lambda r: r["tflops"]) if fast_rows else None
+        record["sizes"][str(n)] = {"rows": rows, "best_fast": best and best["config"],
+                                   "best_fast_vs_cublas": best and best.get("vs_cublas"),
+                                   "default_fast_vs_cublas": next((r.get("vs_cublas") for r in fast_rows
+                                                                   if r["config"] == default.label()), None)}
+        print_table(n, rows, best)
+        del a, b, c
+    wrong = [(n, r["kernel"], r["config"]) for n, s in record["sizes"].items() for r in s["rows"]
+             if r.get("correct") is False]
+    record["all_correct"] = not wrong
+    for n, kernel, config in wrong:
+        print(f"WRONG RESULT: N = {n}, {kernel} {config} differs from the reference by more than {TOLERANCE}")
+    if args.json or args.out:
+        text = json.dumps(record, default=float)
+        if args.out:
+            with open(args.out, "w") as fh:
+                fh.write(text + "\n")
+        if args.json:
+            print(text)
+    return 1 if wrong else 0
+
+
+def print_table(n: int, rows: list[dict], best: dict | None) -> None:
+    print(f"\nN = {n} (float32)")
+    print(f"{'kernel':<7} {'configuration':<34} {'ms':>9} {'TFLOP/s':>8} {'cuBLAS':>7} {'peak':>6} "
+          f"{'err':>8} {'regs':>4} {'smem':>6} {'lmem':>4} {'blk/SM':>6} limit")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['kernel']:<7} {r['config']:<34} failed: {r['error']}")
+            continue
+        pct = lambda k: f"{100 * r[k]:5.1f}%" if k in r else "     -"  # noqa: E731
+        err = f"{r['max_rel_error']:.1e}" if "max_rel_error" in r else "-"
+        print(f"{r['kernel']:<7} {r['config']:<34} {1e3 * r['seconds']:9.3f} {r['tflops']:8.2f} "
+              f"{pct('vs_cublas'):>7} {pct('vs_peak'):>6} {err:>8} {r.get('regs_per_thread', '-'):>4} "
+              f"{r.get('shared_bytes_per_block', '-'):>6} {r.get('local_bytes_per_thread', '-'):>4} "
+              f"{r.get('blocks_per_sm', '-'):>6} {r.get('limited_by', '')}")
+    if best:
+        print(f"best fast configuration: {best['config']} at {best['tflops']:.2f} TFLOP/s"
+              + (f" = {100 * best['vs_cublas']:.1f}% of cuBLAS" if "vs_cublas" in best else ""))
+
+
+def measure(n: int, repeats: int = 3, kernels=("naive", "tiled", "fast")) -> dict[str, float]:
+    """TFLOP/s of each kernel, and of cuBLAS when CuPy works, for one n x n float32 product.
+
+    The default configurations only (the notebook's chart); ``main`` runs the full sweep.
+    """
+    backend.select()
+    from hpclab.matmul import kernels as mm
+    from hpclab.timing import median_time
+
+    rng = np.random.default_rng(n)
+    a_h = rng.uniform(-1, 1, (n, n)).astype(np.float32)
+    b_h = rng.uniform(-1, 1, (n, n)).astype(np.float32)
+    a, b = mm.cuda.to_device(a_h), mm.cuda.to_device(b_h)
+    c = mm.cuda.device_array((n, n), dtype=np.float32)
+    flop = mm.flops(n, n, n)
+    out = {}
+    for kernel in kernels:
+        t = median_time(lambda: mm.launch(kernel, a, b, c), repeats=repeats, warmup=1)  # noqa: B023
+        out[kernel] = flop / t / 1e12
+    if not backend.is_simulator():
+        try:
+            import cupy as cp
+
+            a_cp, b_cp = cp.asarray(a), cp.asarray(b)
+            out["cuBLAS"] = flop / median_time(lambda: cp.matmul(a_cp, b_cp), repeats=repeats, warmup=2) / 1e12
+        except Exception:  # noqa: BLE001 - no CuPy: no cuBLAS bar
+            pass
+    return out

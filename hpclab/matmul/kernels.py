@@ -1,0 +1,531 @@
+"""Matrix multiply C = A @ B on the GPU: three kernels, from obvious to fast.
+
+- ``naive``: one thread per output element, every operand read from global
+  memory (the source tutorial's kernel).
+- ``tiled``: a block stages TILE x TILE tiles of A and B in shared memory, so
+  each global element is read once per block instead of once per thread.
+- ``fast``: register blocking. A block computes a BM x BN tile of C; each of
+  its threads accumulates a TM x TN micro-tile in registers, reading TM + TN
+  values from shared memory for TM * TN fused multiply-adds. A tiles are
+  stored transposed (k-major) so both operands are read along rows; the
+  shared tiles are padded against bank conflicts and double-buffered, with
+  the next tile prefetched into registers while the current one is used.
+
+All kernels handle any shape: edge tiles are zero-filled when loaded and
+stores are bounds-checked, so the inner loops carry no bounds checks.
+
+``matmul(a, b, kernel=...)`` takes NumPy arrays (returns NumPy) or Numba
+device arrays (returns a device array). The fast kernel's tile shape is
+``FAST_CONFIG``; ``fast_kernel(dtype, config)`` builds any other one.
+
+Every kernel also multiplies transposed operands without copying them
+(``trans_a``: ``a`` is stored K x M and ``a.T`` is used; ``trans_b``: ``b``
+is N x K), which is what a dense layer's backward pass needs (X^T dZ and
+dZ W^T); only the index arithmetic of the loads changes. float16 inputs
+are multiplied in float32 (mixed precision): the product is accumulated
+and, unless ``out`` is float16, returned in float32.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from hpclab import backend
+from hpclab.backend import cuda as _cuda
+
+cuda = _cuda()  # decides GPU or simulator before numba reads its configuration
+
+import numba  # noqa: E402 - after the backend choice (numba reads NUMBA_ENABLE_CUDASIM on import)
+
+KERNELS = ("naive", "tiled", "fast")
+DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+HALF = np.dtype(np.float16)       # accepted as input: accumulated in float32
+
+
+@dataclass(frozen=True)
+class FastConfig:
+    """Tile shape of the register-blocked kernel.
+
+    bm x bn: the block's tile of C; bk: the depth of one shared-memory step;
+    tm x tn: each thread's micro-tile (bm/tm * bn/tn threads per block);
+    vec: a thread's rows/columns come in runs of ``vec`` adjacent elements,
+    spread ``vec * threads`` apart (vec=4 lets a run be one 16-byte shared
+    load; vec=1 makes neighbouring threads read neighbouring words);
+    pad: extra elements per shared-memory row, against bank conflicts.
+    """
+
+    bm: int = 128
+    bn: int = 128
+    bk: int = 8
+    tm: int = 8
+    tn: int = 8
+    vec: int = 4
+    pad: int = 4
+
+    @property
+    def threads(self) -> int:
+        return (self.bm // self.tm) * (self.bn // self.tn)
+
+    def label(self) -> str:
+        return f"{self.bm}x{self.bn}x{self.bk} / {self.tm}x{self.tn} vec{self.vec} pad{self.pad}"
+
+    def problems(self, trans_a: bool = False, trans_b: bool = False) -> list[str]:
+        """Why this configuration cannot be built (empty when it can)."""
+        out = []
+        if self.bm % self.tm or self.bn % self.tn:
+            out.append("bm must be a multiple of tm and bn of tn")
+        elif self.tm % self.vec or self.tn % self.vec:
+            out.append("tm and tn must be multiples of vec")
+        else:
+            nt = self.threads
+            if nt > 1024:
+                out.append(f"{nt} threads per block is more than 1024")
+            if nt % self.bk or (self.bm * self.bk) % nt:
+                out.append("the A tile (bm x bk) must split evenly over the threads, whole rows per step")
+            if nt % self.bn or (self.bk * self.bn) % nt:
+                out.append("the B tile (bk x bn) must split evenly over the threads, whole rows per step")
+            # A transposed operand is copied along its stored rows: whole tile columns per step.
+            if trans_a and nt % self.bm:
+                out.append("with a transposed A the threads must be a multiple of bm")
+        return out
+
+
+# The fast kernel's default tile shapes: change here to retune.
+FAST_CONFIG = {
+    np.dtype(np.float32): FastConfig(128, 128, 8, 8, 8, vec=4, pad=4),
+    np.dtype(np.float64): FastConfig(64, 64, 8, 4, 4, vec=4, pad=4),
+}
+# On the simulator every CUDA thread is a Python thread: small blocks.
+SIM_FAST_CONFIG = FastConfig(16, 16, 4, 4, 4, vec=2, pad=1)
+NAIVE_BLOCK = 16          # naive kernel: NAIVE_BLOCK x NAIVE_BLOCK threads
+TILE = 32                 # tiled kernel on a GPU: TILE x TILE threads
+SIM_BLOCK = 8             # elementwise kernels' block side on the simulator
+SIM_NAIVE_THREADS = (4, 2)  # the naive kernel's one block on the simulator (it steps over C)
+SIM_TILE = 16             # tiled kernel on the simulator (fewer blocks: barriers are slow there)
+
+
+def _nbtype(dtype):
+    """The Numba type products of ``dtype`` inputs accumulate in (float16: float32)."""
+    return numba.from_dtype(acc_dtype(dtype))
+
+
+def acc_dtype(dtype) -> np.dtype:
+    """The dtype the kernels accumulate (and by default return) ``dtype`` products in."""
+    return np.dtype(np.float32) if np.dtype(dtype) == HALF else np.dtype(dtype)
+
+
+def _converter(nbt):
+    """Widens a loaded element to the accumulator type: Numba's type on a GPU
+    (a no-op for float32/float64 inputs); on the simulator, where a kernel is
+    plain Python, NumPy's scalar type does the same far more cheaply."""
+    return np.dtype(str(nbt)).type if backend.is_simulator() else nbt
+
+
+# ---- naive ------------------------------------------------------------------
+
+@lru_cache(maxsize=None)
+def naive_kernel(dtype, trans_a: bool = False, trans_b: bool = False):
+    nbt = _nbtype(dtype)
+    conv = _converter(nbt)
+
+    @cuda.jit(device=True, fastmath=True)
+    def dot(a, b, row, col):
+        """Row ``row`` of op(a) times column ``col`` of op(b)."""
+        s = nbt(0)
+        for k in range(a.shape[0] if trans_a else a.shape[1]):
+            av = a[k, row] if trans_a else a[row, k]
+            bv = b[col, k] if trans_b else b[k, col]
+            s += conv(av) * conv(bv)
+        return s
+
+    if backend.is_simulator():
+        # Stepping over C: the simulator launches one small block, since each
+        # of its threads is a Python thread.
+        @cuda.jit
+        def naive(a, b, c):
+            col0, row0 = cuda.grid(2)
+            step_x, step_y = cuda.gridsize(2)
+            for row in range(row0, c.shape[0], step_y):
+                for col in range(col0, c.shape[1], step_x):
+                    c[row, col] = dot(a, b, row, col)
+
+        return naive
+
+    @cuda.jit(fastmath=True)
+    def naive(a, b, c):  # noqa: F811
+        # One thread per element of C; x runs along columns so that a warp's
+        # reads of B and writes of C are adjacent.
+        col, row = cuda.grid(2)
+        if row < c.shape[0] and col < c.shape[1]:
+            c[row, col] = dot(a, b, row, col)
+
+    return naive
+
+
+# ---- shared-memory tiled ------------------------------------------------------
+
+@lru_cache(maxsize=None)
+def tiled_kernel(dtype, tile: int, trans_a: bool = False, trans_b: bool = False):
+    nbt = _nbtype(dtype)
+    conv = _converter(nbt)
+    T = tile
+
+    @cuda.jit(fastmath=True)
+    def tiled(a, b, c):
+        # Thread (ty, tx) reads As[ty, k] (the same word for the whole row of
+        # threads: a broadcast) and Bs[k, tx] (adjacent words): no bank conflicts,
+        # so these tiles need no padding.
+        As = cuda.shared.array((T, T), nbt)
+        Bs = cuda.shared.array((T, T), nbt)
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        row = cuda.blockIdx.y * T + ty
+        col = cuda.blockIdx.x * T + tx
+        M, N = c.shape
+        K = a.shape[0] if trans_a else a.shape[1]
+        s = nbt(0)
+        for k0 in range(0, K, T):
+            # Out-of-range elements are loaded as zero: they add nothing.
+            # (A transposed operand is read across its rows here: correct, but
+            # not coalesced; the fast kernel reorganises those loads.)
+            if row < M and k0 + tx < K:
+                As[ty, tx] = conv(a[k0 + tx, row] if trans_a else a[row, k0 + tx])
+            else:
+                As[ty, tx] = nbt(0)
+            if k0 + ty < K and col < N:
+                Bs[ty, tx] = conv(b[col, k0 + ty] if trans_b else b[k0 + ty, col])
+            else:
+                Bs[ty, tx] = nbt(0)
+            cuda.syncthreads()        # the tiles are complete before anyone reads them
+            for k in range(T):
+                s += As[ty, k] * Bs[k, tx]
+            cuda.syncthreads()        # everyone is done with them before they are overwritten
+        if row < M and col < N:
+            c[row, col] = s
+
+    return tiled
+
+
+# ---- register-blocked --------------------------------------------------------
+
+@lru_cache(maxsize=None)
+def fast_kernel(dtype, config: FastConfig, trans_a: bool = False, trans_b: bool = False,
+                batched: bool = False):
+    """The register-blocked kernel for one input dtype, tile shape and pair of
+    transposes (compiled on first launch).
+
+    ``batched``: a, b and c are stacks of matrices (3-D) and ``blockIdx.z``
+    picks the product, c[z] = op(a[z]) @ op(b[z]) -- many small products in one
+    launch (the Winograd convolution's 16 or 36 per layer).
+    """
+    bad = config.problems(trans_a, trans_b)
+    if bad:
+        raise ValueError(f"fast kernel configuration {config.label()} cannot be built: {'; '.join(bad)}")
+    nbt = _nbtype(dtype)
+    conv = _converter(nbt)
+    u = numba.uint64
+    # Index arithmetic is unsigned 64-bit throughout. Numba guards every
+    # signed index against negative values (Python's a[-1]); unsigned ones
+    # need no guard, so the compiler can fold the constant part of each
+    # shared-memory index into the load instruction itself. (Numba widens
+    # int32 arithmetic to 64 bits anyway.) Constants are therefore uint64 too:
+    # mixing signed and unsigned integers would give float64 in Numba.
+    C = np.uint64
+    ZERO, ONE, TWO = C(0), C(1), C(2)
+    BM, BN, BK, TM, TN, V = (C(x) for x in (config.bm, config.bn, config.bk, config.tm, config.tn,
+                                               config.vec))
+    TX = BN // TN                  # threads along a row of the C tile
+    TY = BM // TM
+    NT = TX * TY
+    SA = BM + C(config.pad)        # shared row lengths, padded against bank conflicts
+    SB = BN + C(config.pad)
+    A_BUF = BK * SA                # one buffer of the transposed A tile
+    B_BUF = BK * SB
+    A_STEPS = BM * BK // NT        # A elements each thread copies per tile
+    B_STEPS = BK * BN // NT
+    # Consecutive threads copy consecutive elements of the array as stored
+    # (coalesced): along k for A, along n for B, and the other way round for a
+    # transposed operand. One copying step of all threads covers A_DM rows and
+    # A_DK depths of the A tile (one of them is zero), B_DK x B_DN of B's.
+    A_DM, A_DK = (ZERO, NT // BM) if trans_a else (NT // BK, ZERO)
+    B_DK, B_DN = (ZERO, NT // BK) if trans_b else (NT // BN, ZERO)
+    # Offsets of a thread's i-th row and j-th column inside the tile: runs of V
+    # adjacent elements, V * (threads along that side) apart.
+    A_OFF = tuple(C((i // config.vec) * (config.bm // config.tm) * config.vec + i % config.vec)
+                  for i in range(config.tm))
+    B_OFF = tuple(C((j // config.vec) * (config.bn // config.tn) * config.vec + j % config.vec)
+                  for j in range(config.tn))
+    # Array sizes and unrolled loop counts must be plain compile-time ints.
+    ntm, ntn, nbk = config.tm, config.tn, config.bk
+    a_shared, b_shared = int(2 * A_BUF), int(2 * B_BUF)
+    a_steps, b_steps = int(A_STEPS), int(B_STEPS)
+    # 16-byte aligned tiles let the compiler merge adjacent shared loads into
+    # one 128-bit load (the simulator does not take an alignment).
+    align = None if backend.is_simulator() else 16
+
+    # The body is a device function, inlined into the 2-D and the batched
+    # kernel alike (the simulator takes no inlining option).
+    inline = {} if backend.is_simulator() else {"forceinline": True}
+
+    @cuda.jit(device=True, fastmath=True, **inline)
+    def product(a, b, c):
+        M = u(c.shape[0])
+        N = u(c.shape[1])
+        K = u(a.shape[0]) if trans_a else u(a.shape[1])
+        tid = u(cuda.threadIdx.x)
+        tx = tid % TX
+        ty = tid // TX
+        row0 = u(cuda.blockIdx.y) * BM
+        col0 = u(cuda.blockIdx.x) * BN
+        # Which elements this thread copies first (tile row a_r, depth a_k of A;
+        # depth b_k, column b_c of B); step s adds s * (A_DM, A_DK), s * (B_DK, B_DN).
+        if trans_a:
+            a_r = tid % BM
+            a_k = tid // BM
+        else:
+            a_k = tid % BK
+            a_r = tid // BK
+        if trans_b:
+            b_k = tid % BK
+            b_c = tid // BK
+        else:
+            b_c = tid % BN
+            b_k = tid // BN
+
+        # Flat shared buffers, two of each (double buffering):
+        # As[buf * A_BUF + k * SA + m] holds A[row0 + m, k0 + k] (transposed),
+        # Bs[buf * B_BUF + k * SB + n] holds B[k0 + k, col0 + n].
+        As = cuda.shared.array(a_shared, nbt, alignment=align)
+        Bs = cuda.shared.array(b_shared, nbt, alignment=align)
+        acc = cuda.local.array((ntm, ntn), nbt)
+        a_frag = cuda.local.array(ntm, nbt)
+        b_frag = cuda.local.array(ntn, nbt)
+        a_next = cuda.local.array(a_steps, nbt)
+        b_next = cuda.local.array(b_steps, nbt)
+        # Loops over compile-time constants are unrolled, so these local
+        # arrays live in registers (ptxas reports no local memory for them).
+        for i in range(ntm):
+            for j in range(ntn):
+                acc[i, j] = nbt(0)
+
+        # Tile 0: global -> registers -> shared buffer 0. Outside the matrix: zeros.
+        for s in range(a_steps):
+            r = row0 + a_r + u(s) * A_DM
+            kk = a_k + u(s) * A_DK
+            a_next[s] = conv(a[kk, r] if trans_a else a[r, kk]) if r < M and kk < K else nbt(0)
+        for s in range(b_steps):
+            kk = b_k + u(s) * B_DK
+            cc = col0 + b_c + u(s) * B_DN
+            b_next[s] = conv(b[cc, kk] if trans_b else b[kk, cc]) if kk < K and cc < N else nbt(0)
+        for s in range(a_steps):
+            As[(a_k + u(s) * A_DK) * SA + a_r + u(s) * A_DM] = a_next[s]
+        for s in range(b_steps):
+            Bs[(b_k + u(s) * B_DK) * SB + b_c + u(s) * B_DN] = b_next[s]
+        cuda.syncthreads()
+
+        a_thread = ty * V           # this thread's first row/column inside the tile
+        b_thread = tx * V
+        ntiles = (K + BK - ONE) // BK
+        for t in range(ZERO, ntiles):
+            cur = t % TWO
+            more = t + ONE < ntiles
+            if more:
+                # Fetch the next tile now: the loads are in flight while we compute.
+                k0 = (t + ONE) * BK
+                for s in range(a_steps):
+                    r = row0 + a_r + u(s) * A_DM
+                    kk = k0 + a_k + u(s) * A_DK
+                    a_next[s] = conv(a[kk, r] if trans_a else a[r, kk]) if r < M and kk < K else nbt(0)
+                for s in range(b_steps):
+                    kk = k0 + b_k + u(s) * B_DK
+                    cc = col0 + b_c + u(s) * B_DN
+                    b_next[s] = conv(b[cc, kk] if trans_b else b[kk, cc]) if kk < K and cc < N else nbt(0)
+            a_base = cur * A_BUF + a_thread
+            b_base = cur * B_BUF + b_thread
+            # A while loop, not range(): Numba's range loop carries extra counters,
+            # and k * SA keeps the 16-byte alignment visible to the compiler.
+            k = ZERO
+            while k < BK:
+                for i in range(ntm):
+                    a_frag[i] = As[a_base + k * SA + A_OFF[i]]
+                for j in range(ntn):
+                    b_frag[j] = Bs[b_base + k * SB + B_OFF[j]]
+                for i in range(ntm):
+                    for j in range(ntn):
+                        acc[i, j] += a_frag[i] * b_frag[j]
+                k += ONE
+            if more:
+                # The other buffer was last read before the previous barrier: safe to fill.
+                nxt = ONE - cur
+                for s in range(a_steps):
+                    As[nxt * A_BUF + (a_k + u(s) * A_DK) * SA + a_r + u(s) * A_DM] = a_next[s]
+                for s in range(b_steps):
+                    Bs[nxt * B_BUF + (b_k + u(s) * B_DK) * SB + b_c + u(s) * B_DN] = b_next[s]
+            cuda.syncthreads()
+
+        for i in range(ntm):
+            r = row0 + a_thread + A_OFF[i]
+            if r < M:
+                for j in range(ntn):
+                    cc = col0 + b_thread + B_OFF[j]
+                    if cc < N:
+                        c[r, cc] = acc[i, j]
+
+    if batched:
+        @cuda.jit(fastmath=True)
+        def fast_batched(a, b, c):
+            z = cuda.blockIdx.z
+            product(a[z], b[z], c[z])
+
+        return fast_batched
+
+    @cuda.jit(fastmath=True)
+    def fast(a, b, c):
+        product(a, b, c)
+
+    return fast
+
+
+# ---- launching ---------------------------------------------------------------
+
+def fast_config(dtype) -> FastConfig:
+    """The fast kernel's tile shape in use for ``dtype`` inputs on this backend
+    (float16 inputs take float32's: their tiles are held in float32)."""
+    return SIM_FAST_CONFIG if backend.is_simulator() else FAST_CONFIG[acc_dtype(dtype)]
+
+
+def tile_size() -> int:
+    return SIM_TILE if backend.is_simulator() else TILE
+
+
+def launch(kernel: str, a, b, c, config: FastConfig | None = None, tile: int | None = None,
+           trans_a: bool = False, trans_b: bool = False) -> None:
+    """Launch one kernel on device arrays: c (M x N) = op(a) @ op(b), where op(a)
+    is a (M x K) or, with trans_a, a.T (a stored K x M); likewise b. No checks."""
+    M, N = c.shape
+    dtype = np.dtype(a.dtype)
+    ta, tb = bool(trans_a), bool(trans_b)
+    if kernel == "naive":
+        if backend.is_simulator():
+            grid, threads = (1, 1), SIM_NAIVE_THREADS
+        else:
+            t = NAIVE_BLOCK
+            grid, threads = ((N + t - 1) // t, (M + t - 1) // t), (t, t)
+        naive_kernel(dtype, ta, tb)[grid, threads](a, b, c)
+    elif kernel == "tiled":
+        t = tile or tile_size()
+        grid = ((N + t - 1) // t, (M + t - 1) // t)
+        tiled_kernel(dtype, t, ta, tb)[grid, (t, t)](a, b, c)
+    elif kernel == "fast":
+        cfg = config or fast_config(dtype)
+        grid = ((N + cfg.bn - 1) // cfg.bn, (M + cfg.bm - 1) // cfg.bm)
+        fast_kernel(dtype, cfg, ta, tb)[grid, cfg.threads](a, b, c)
+    else:
+        raise ValueError(f"unknown kernel {kernel!r}; choose one of {', '.join(KERNELS)}")
+
+
+def launch_batched(a, b, c, stream=0, trans_a: bool = False, trans_b: bool = False) -> None:
+    """c[z] = op(a[z]) @ op(b[z]) for every z, in one launch of the fast kernel.
+
+    Device arrays: a (Z, M, K), b (Z, K, N), c (Z, M, N) (transposed operands
+    stored as in :func:`launch`); float32 or float64. No checks.
+    """
+    z, m, n = c.shape
+    dtype = np.dtype(a.dtype)
+    cfg = fast_config(dtype)
+    grid = ((n + cfg.bn - 1) // cfg.bn, (m + cfg.bm - 1) // cfg.bm, z)
+    fast_kernel(dtype, cfg, bool(trans_a), bool(trans_b), True)[grid, cfg.threads, stream](a, b, c)
+
+
+def _is_device(x) -> bool:
+    return hasattr(x, "copy_to_host")
+
+
+def _describe(x) -> str:
+    return f"{'device array' if _is_device(x) else type(x).__name__} of shape {tuple(np.shape(x))}"
+
+
+def check_operands(a, b, kernel: str = "naive", trans_a: bool = False, trans_b: bool = False):
+    """Validate shapes, dtypes and kernel name; return (M, K, N, dtype) of
+    op(a) @ op(b), dtype being the inputs'. Raises ValueError."""
+    if kernel not in KERNELS:
+        raise ValueError(f"unknown kernel {kernel!r}; choose one of {', '.join(KERNELS)}")
+    for name, x in (("a", a), ("b", b)):
+        if not (_is_device(x) or isinstance(x, np.ndarray)):
+            raise ValueError(f"{name} must be a NumPy array or a Numba device array, not {type(x).__name__}")
+        if x.ndim != 2:
+            raise ValueError(f"{name} must be a 2-D matrix; got {x.ndim}-D shape {tuple(x.shape)} "
+                             f"(reshape it, e.g. x.reshape(1, -1) for a row vector)")
+        if 0 in x.shape:
+            raise ValueError(f"{name} is empty (shape {tuple(x.shape)}): matrices need at least one row "
+                             f"and one column")
+        if np.dtype(x.dtype) not in DTYPES + (HALF,):
+            raise ValueError(f"{name} has dtype {np.dtype(x.dtype)}; the kernels support float32 and "
+                             f"float64 only, and float16 inputs multiplied in float32 "
+                             f"(convert with .astype(np.float32))")
+    M, K = (a.shape[1], a.shape[0]) if trans_a else a.shape
+    Kb, N = (b.shape[1], b.shape[0]) if trans_b else b.shape
+    if K != Kb:
+        op_a, op_b = ("a.T" if trans_a else "a"), ("b.T" if trans_b else "b")
+        raise ValueError(f"shapes do not match for {op_a} @ {op_b}: a is {_describe(a)}, b is "
+                         f"{_describe(b)}; {op_a}'s columns ({K}) must equal {op_b}'s rows ({Kb})")
+    if np.dtype(a.dtype) != np.dtype(b.dtype):
+        raise ValueError(f"a is {np.dtype(a.dtype)} but b is {np.dtype(b.dtype)}: give both the same "
+                         f"dtype (e.g. b.astype(a.dtype))")
+    return M, K, N, np.dtype(a.dtype)
+
+
+def matmul(a, b, kernel: str = "naive", out=None, config: FastConfig | None = None,
+           trans_a: bool = False, trans_b: bool = False):
+    """C = op(a) @ op(b) with one of the kernels ``naive``, ``tiled`` or ``fast``.
+
+    op(a) is a, or a.T with ``trans_a`` (read in place: no transposed copy);
+    likewise b. NumPy inputs give a NumPy result; if either input is a device
+    array the result stays on the device. ``out`` (M x N, the inputs' dtype;
+    float32 or float16 for float16 inputs; a device array or, for NumPy
+    inputs, a NumPy array) receives the result and is returned.
+    """
+    M, K, N, dtype = check_operands(a, b, kernel, trans_a, trans_b)
+    result = acc_dtype(dtype)
+    on_device = _is_device(a) or _is_device(b)
+    da = a if _is_device(a) else cuda.to_device(np.ascontiguousarray(a))
+    db = b if _is_device(b) else cuda.to_device(np.ascontiguousarray(b))
+    if out is not None:
+        if tuple(out.shape) != (M, N) or np.dtype(out.dtype) not in {result, dtype}:
+            also = " (or float16)" if dtype == HALF else ""
+            raise ValueError(f"out must be a {M} x {N} {result}{also} array; got {_describe(out)} of "
+                             f"{np.dtype(out.dtype)}")
+        if on_device and not _is_device(out):
+            raise ValueError("out must be a device array when an input is a device array")
+    dc = out if out is not None and _is_device(out) else cuda.device_array((M, N), dtype=result)
+    launch(kernel, da, db, dc, config=config, trans_a=trans_a, trans_b=trans_b)
+    if on_device or _is_device(out):
+        return dc
+    if out is not None:
+        dc.copy_to_host(out)
+        return out
+    return dc.copy_to_host()
+
+
+def flops(m: int, k: int, n: int) -> float:
+    """Floating-point operations of one m x k by k x n product (a multiply and an add per term)."""
+    return 2.0 * m * k * n
+
+
+@cuda.jit
+def add_scaled_kernel(y, alpha, x):
+    """y += alpha * x, elementwise on 2-D arrays."""
+    i, j = cuda.grid(2)
+    if i < y.shape[0] and j < y.shape[1]:
+        y[i, j] += alpha * x[i, j]
+
+
+def add_scaled(y, alpha: float, x) -> None:
+    """y += alpha * x on device arrays of one shape (a gradient step: W -= lr * G)."""
+    if tuple(y.shape) != tuple(x.shape):
+        raise ValueError(f"add_scaled: shapes differ, {tuple(y.shape)} and {tuple(x.shape)}")
+    t = SIM_BLOCK if backend.is_simulator() else NAIVE_BLOCK
+    grid = ((y.shape[0] + t - 1) // t, (y.shape[1] + t - 1) // t)
+    add_scaled_kernel[grid, (t, t)](y, np.dtype(y.dtype).type(alpha), x)

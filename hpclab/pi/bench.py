@@ -1,0 +1,143 @@
+"""``hpclab bench pi``: how fast the pi kernels run on this rank's GPU.
+
+Measures, on one GPU: Monte Carlo samples/s with the counter-based generator
+(Philox4x32-7; also Philox4x32-10, its authors' default round count, and
+the SplitMix64 kernel it replaced, for comparison) and with xoroshiro128+
+(its host-side state initialisation timed apart),
+midpoint bins/s with four bins per division and with the textbook one
+division per bin, and a few launch shapes for each fast kernel. Each figure
+is the median of several timed runs after a warm-up, at a size calibrated to
+take about ``--seconds``. On the simulator the sizes are tiny and the rates
+mean nothing; the command then only shows that everything runs.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import statistics
+import sys
+import time
+
+TARGETS = {"mc_counter_samples_per_s": 8e11, "midpoint_bins_per_s": 1e12}
+A100_WORKSHOP_MC = 1e13 / 45.212765        # the workshop's CUDA C code on one A100 (samples/s)
+
+
+def _median_seconds(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()                                 # every kernel wrapper copies its result back: synchronised
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _rate(make, first: int, limit: int, seconds: float, repeats: int) -> tuple[float, int]:
+    """(items/s, items) for ``make(n)`` at a size taking about ``seconds`` (median of repeats)."""
+    make(min(first, 1 << 20))                # warm-up: compiles
+    n = first
+    t = _median_seconds(lambda: make(n), 1)
+    if t < seconds:
+        n = int(min(limit, max(n, n * seconds / max(t, 1e-6))))
+    return n / _median_seconds(lambda: make(n), repeats), n
+
+
+def measure(seconds: float = 1.0, repeats: int = 3, shapes: bool = True) -> dict:
+    from hpclab import backend
+    from hpclab.pi import kernels as k
+
+    sim = backend.is_simulator()
+    cuda = k.cuda
+    first = backend.auto_size(gpu=10**10, sim=2_000)
+    limit_mc = backend.auto_size(gpu=10**14, sim=4_000)
+    limit_mid = backend.auto_size(gpu=(1 << 52) - 1, sim=4_000)
+    seconds = seconds if not sim else 0.0
+    out: dict = {"backend": backend.name(), "date": datetime.datetime.now().isoformat(timespec="seconds")}
+    if not sim:
+        dev = cuda.get_current_device()
+        out["device"] = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
+        out["sms"] = dev.MULTIPROCESSOR_COUNT
+    else:
+        out["device"], out["sms"] = "simulator", 1
+    blocks, threads = k.launch_shape(1 << 40)
+    out["launch"] = {"blocks": blocks, "threads": threads}
+
+    rate, n = _rate(lambda m: k.count_hits(0, m, 123), first, limit_mc, seconds, repeats)
+    out["mc_counter_samples_per_s"], out["mc_counter_samples"] = rate, n
+    out["mc_counter_generator"] = f"Philox4x32-{k.ROUNDS}"
+    rate, n = _rate(lambda m: k.count_hits(0, m, 123, rounds=10), first, limit_mc, seconds / 2, repeats)
+    out["mc_philox10_samples_per_s"], out["mc_philox10_samples"] = rate, n
+    rate, n = _rate(lambda m: k.count_hits_splitmix(0, m, 123), first, limit_mc, seconds / 2, repeats)
+    out["mc_splitmix_samples_per_s"], out["mc_splitmix_samples"] = rate, n
+
+    states = k.xoroshiro_states(blocks * threads, 123)
+    out["xoroshiro_states"] = blocks * threads
+    out["xoroshiro_init_s"] = k.xoroshiro_init_seconds(blocks * threads, 123)
+    rate, n = _rate(lambda m: k.count_hits_xoroshiro(m, 123, 0, blocks, threads, states), first // 4,
+                    limit_mc, seconds, repeats)
+    out["mc_xoroshiro_samples_per_s"], out["mc_xoroshiro_samples"] = rate, n
+
+    rate, n = _rate(lambda m: k.midpoint_partial(0, m, m), first, limit_mid, seconds, repeats)
+    out["midpoint_bins_per_s"], out["midpoint_bins"] = rate, n
+    rate, n = _rate(lambda m: k.midpoint_partial(0, m, m, plain=True), first, limit_mid, seconds, repeats)
+    out["midpoint_plain_bins_per_s"], out["midpoint_plain_bins"] = rate, n
+
+    if shapes and not sim:
+        sms = out["sms"]
+        scan = [(4 * sms, 256), (8 * sms, 256), (16 * sms, 256), (4 * sms, 512), (2 * sms, 1024), (16 * sms, 128)]
+        n_mc, n_mid = out["mc_counter_samples"] // 2, out["midpoint_bins"] // 2
+        out["shapes"] = [{
+            "blocks": b, "threads": t,
+            "mc_counter_samples_per_s": n_mc / _median_seconds(lambda: k.count_hits(0, n_mc, 123, b, t), 2),
+            "midpoint_bins_per_s": n_mid / _median_seconds(lambda: k.midpoint_partial(0, n_mid, n_mid, b, t), 2),
+        } for b, t in scan]
+    out["targets"] = {name: {"target": goal, "measured": out[name], "met": out[name] >= goal}
+                      for name, goal in TARGETS.items()}
+    return out
+
+
+def format_table(r: dict) -> str:
+    lines = [f"pi kernels on {r['device']} ({r['backend']}, {r['sms']} SMs), {r['date']}",
+             f"  launch: {r['launch']['blocks']} blocks x {r['launch']['threads']} threads",
+             f"  Monte Carlo, counter (Philox4x32-7) {r['mc_counter_samples_per_s']:.3e} samples/s "
+             f"(target 8e11; workshop A100 {A100_WORKSHOP_MC:.2e})",
+             f"  Monte Carlo, Philox4x32-10          {r['mc_philox10_samples_per_s']:.3e} samples/s "
+             f"(the authors' default rounds, for comparison)",
+             f"  Monte Carlo, SplitMix64 (previous)  {r['mc_splitmix_samples_per_s']:.3e} samples/s "
+             f"(Philox4x32-7 is {r['mc_counter_samples_per_s'] / r['mc_splitmix_samples_per_s']:.2f}x)",
+             f"  Monte Carlo, xoroshiro128+          {r['mc_xoroshiro_samples_per_s']:.3e} samples/s "
+             f"(counter is {r['mc_counter_samples_per_s'] / r['mc_xoroshiro_samples_per_s']:.2f}x)",
+             f"  xoroshiro128+ state init            {r['xoroshiro_init_s']:.3f} s for "
+             f"{r['xoroshiro_states']} states (host side)",
+             f"  midpoint, 4 bins per division       {r['midpoint_bins_per_s']:.3e} bins/s (target 1e12)",
+             f"  midpoint, 1 division per bin        {r['midpoint_plain_bins_per_s']:.3e} bins/s "
+             f"(4-bin version is {r['midpoint_bins_per_s'] / r['midpoint_plain_bins_per_s']:.2f}x)"]
+    for s in r.get("shapes", []):
+        lines.append(f"  shape {s['blocks']:>6} x {s['threads']:<5} MC {s['mc_counter_samples_per_s']:.3e}/s  "
+                     f"midpoint {s['midpoint_bins_per_s']:.3e}/s")
+    for name, t in r["targets"].items():
+        lines.append(f"  target {name} >= {t['target']:.0e}: {'MET' if t['met'] else 'NOT MET'} "
+                     f"({t['measured'] / t['target']:.2f}x)")
+    if r["backend"] == "sim":
+        lines.append("  (simulator: tiny sizes, the rates say nothing about a GPU)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from hpclab.options import Parser, count, real
+
+    parser = Parser(prog="hpclab bench pi", description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="end with one JSON line")
+    parser.add_argument("--seconds", type=real(0, 3600, lo_open=True), default=1.0,
+                        help="target seconds per timed run (default 1)")
+    parser.add_argument("--repeats", type=count(1, 1000), default=3,
+                        help="timed runs per figure; the median counts")
+    parser.add_argument("--no-shapes", action="store_true", help="skip the launch-shape scan")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    from hpclab import backend
+
+    backend.select()
+    result = measure(args.seconds, args.repeats, shapes=not args.no_shapes)
+    print(format_table(result))
+    if args.json:
+        print(json.dumps(result))
+    return 0

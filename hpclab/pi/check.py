@@ -1,0 +1,132 @@
+"""Checks for the pi exercises (midpoint rule and Monte Carlo), grounded in theory."""
+from __future__ import annotations
+
+import math
+
+from hpclab.verdict import Verdict, say as _say
+
+
+def slices(my_slice, quiet: bool = False) -> Verdict:
+    """``my_slice(n, size, rank) -> (start, stop)``: contiguous, covering, shares differing by at most one."""
+    for n, size in [(10, 3), (1001, 4), (7, 7), (5, 1), (10**12 + 3, 4)]:
+        got = [tuple(int(v) for v in my_slice(n, size, r)) for r in range(size)]
+        if got[0][0] != 0 or got[-1][1] != n:
+            return _say(Verdict(False, f"for {n} items on {size} ranks the slices run from {got[0][0]} to "
+                                       f"{got[-1][1]}, not from 0 to {n}: {got}"), quiet)
+        for r in range(1, size):
+            if got[r][0] != got[r - 1][1]:
+                return _say(Verdict(False, f"for {n} items on {size} ranks, rank {r - 1} stops at {got[r - 1][1]} "
+                                           f"but rank {r} starts at {got[r][0]}: items are lost or counted twice"),
+                            quiet)
+        shares = [b - a for a, b in got]
+        if max(shares) - min(shares) > 1:
+            return _say(Verdict(False, f"for {n} items on {size} ranks the shares are {shares}: spread the "
+                                       f"remainder {n % size} over the first ranks, one each"), quiet)
+    return _say(Verdict(True, "slices are contiguous, cover every item once and differ by at most one"), quiet)
+
+
+def midpoint(computed: float, bins: int, ranks: int = 1, blocks: int = 1, threads: int = 1,
+             quiet: bool = False) -> Verdict:
+    """The midpoint estimate against its error bound h^2/3 plus float64 rounding.
+
+    The rounding allowance grows with the bins each thread adds up: give the
+    launch shape (blocks, threads per block) for a tight check.
+    """
+    from hpclab.pi.run_midpoint import error_bound
+
+    h = 1.0 / bins
+    err = abs(computed - math.pi)
+    bound = error_bound(bins, blocks, threads, ranks)
+    if err <= bound:
+        return _say(Verdict(True, f"pi = {computed:.15f}, error {err:.3e} <= bound {bound:.3e} "
+                                  f"(h^2/12 = {h * h / 12:.3e} is the expected size)"), quiet)
+    return _say(Verdict(False, f"pi = {computed:.15f} is {err:.3e} from pi, more than the bound {bound:.3e}; "
+                               f"{_midpoint_hint(computed, bins)}"), quiet)
+
+
+def _midpoint_hint(computed: float, bins: int) -> str:
+    """What a wrong midpoint sum most likely did, from the size and sign of its error in units of h."""
+    h = 1.0 / bins
+    if abs(computed * h - math.pi) < 1e-3 * math.pi:
+        return f"the result is about N x pi (N = {bins}): multiply the sum by the bin width h = 1/N"
+    if abs(computed / h - math.pi) < 1e-3 * math.pi:
+        return "the result is about h x pi: the bin width h is applied twice (once is enough)"
+    in_h = (computed - math.pi) / h
+    # A rule that evaluates f at one end of each bin is off by h (f(0) - f(1)) / 2 = h, to O(h^2).
+    if abs(in_h - 1) < 0.05:
+        return (f"the error is {in_h:+.3f} h, the signature of the left-endpoint rule: x = i*h evaluates f "
+                "at the left end of each bin; the midpoint is x = (i + 0.5) * h")
+    if abs(in_h + 1) < 0.05:
+        return (f"the error is {in_h:+.3f} h, the signature of the right-endpoint rule: x = (i + 1)*h "
+                "evaluates f at the right end of each bin; the midpoint is x = (i + 0.5) * h")
+    if abs(in_h) > 0.5:
+        what = "counted twice" if in_h > 0 else "lost"
+        return (f"the error is {in_h:+.2f} h, a few bins' worth (each bin adds h f(x), between 2h and 4h): "
+                f"bins are {what}; check the slice ends and the loop bounds (start + t up to start + count, "
+                "step stride)")
+    return "check the midpoints (i + 1/2) h and the factor h"
+
+
+def monte_carlo(hits: int, samples: int, seed: int | None = None, quiet: bool = False) -> Verdict:
+    """Hits against the exact count of the counter-based generator (small runs) or 5 standard errors."""
+    from hpclab.pi import kernels as k
+
+    pi_hat = 4.0 * hits / samples
+    sigma = k.mc_standard_error(samples)
+    if seed is not None and samples <= 2_000_000:
+        exact = k.count_hits_reference(0, samples, seed)
+        if hits == exact:
+            return _say(Verdict(True, f"{hits} hits of {samples}: exactly the generator's count; "
+                                      f"pi ~ {pi_hat:.6f}, {abs(pi_hat - math.pi) / sigma:.2f} standard errors off"),
+                        quiet)
+        return _say(Verdict(False, f"{hits} hits, but samples 0..{samples - 1} of seed {seed} give {exact}: "
+                                   f"{'some samples are missing or repeated' if abs(hits - exact) > 0 else ''} "
+                                   "(each rank must count exactly its own slice, each sample once)"), quiet)
+    z = abs(pi_hat - math.pi) / sigma
+    ok = z <= 5
+    return _say(Verdict(ok, f"pi ~ {pi_hat:.8f}, {z:.2f} standard errors (sigma = {sigma:.2e}) from pi"
+                            + ("" if ok else ": beyond 5 sigma, samples are lost, repeated or correlated")), quiet)
+
+
+def hit_count(hits: int, expected: int, samples: int, ranks: int = 1, seed: int | None = None,
+              quiet: bool = False) -> Verdict:
+    """A hand-written hit-counting kernel's total against the library's, with what a difference means.
+
+    ``expected`` is the library's count of the same samples; with ``seed`` and a
+    small ``samples`` the common slips are recognised by recounting on the host.
+    """
+    hits, expected = int(hits), int(expected)
+    if hits == expected:
+        return _say(Verdict(True, f"{hits} hits of {samples} samples on {ranks} ranks: exactly the library's "
+                                  f"count, pi ~ {4 * hits / samples:.6f}"), quiet)
+    head = f"{hits} hits, the library counts {expected} for the same {samples} samples"
+    if hits == 0:
+        return _say(Verdict(False, f"{head}: your kernel counted none. For each of the thread's indices i, add 1 "
+                                   "to hits when kernels.sample_inside(seed, i) is true"), quiet)
+    if seed is not None and samples <= 2_000_000:
+        from hpclab.decomp import block_range
+        from hpclab.pi import kernels as k
+
+        shares = [block_range(samples, ranks, r) for r in range(ranks)]
+        if hits == sum(k.count_hits_reference(0, b - a, seed) for a, b in shares):
+            return _say(Verdict(False, f"{head}: every rank counted samples 0, 1, 2, ... instead of its own "
+                                       "slice; start the loop at start + t (start is the rank's first sample)"),
+                        quiet)
+    if hits > samples:
+        return _say(Verdict(False, f"{head}: more hits than samples, so samples were counted more than once. "
+                                   "Step the loop by stride = cuda.gridsize(1): range(start + t, start + count, "
+                                   "stride) gives each thread every stride-th sample"), quiet)
+    if hits > expected:
+        return _say(Verdict(False, f"{head}: {hits - expected} too many, so some samples were counted twice; "
+                                   "check the loop's step (stride) and its end (start + count)"), quiet)
+    return _say(Verdict(False, f"{head}: {expected - hits} too few, so some samples were skipped; the loop "
+                               "must run from start + t to start + count in steps of stride"), quiet)
+
+
+def same_estimate(by_ranks: dict[int, float], quiet: bool = False) -> Verdict:
+    """The estimate must not depend on the number of ranks."""
+    values = set(by_ranks.values())
+    if len(values) == 1:
+        return _say(Verdict(True, f"the same estimate {values.pop()!r} on {sorted(by_ranks)} ranks"), quiet)
+    return _say(Verdict(False, f"the estimate changes with the ranks: {by_ranks}; derive each sample from its "
+                               "global index, not from the rank"), quiet)

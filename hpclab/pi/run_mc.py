@@ -1,0 +1,121 @@
+"""Workshop Exercise 2: pi by Monte Carlo, samples split among ranks, hits added with MPI."""
+from __future__ import annotations
+
+import math
+
+from hpclab import backend
+from hpclab.decomp import block_range, require_at_least
+from hpclab.errors import step
+from hpclab.options import count, seed as seed_type
+from hpclab.runner import Report
+from hpclab.timing import timed, wall
+from hpclab.pi.report import add_launch_arguments, check_work
+
+HELP = ("Workshop Exercise 2: pi by Monte Carlo; each rank counts hits for its share of the "
+        "samples on its GPU. The default counter-based generator makes the estimate depend only "
+        "on (samples, seed), whatever the number of ranks.")
+
+GENERATORS = ("counter", "xoroshiro")
+MAX_SAMPLES = (1 << 63) - 1
+SEED_LIMIT = 1 << 64          # seeds are 64-bit words
+
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--samples", type=count(1, MAX_SAMPLES), default=None,
+                        help="number of samples (e.g. 1e12; default 1e11 on a GPU, 20000 on the simulator)")
+    parser.add_argument("--seed", type=seed_type(SEED_LIMIT - 1), default=123,
+                        help="generator seed, 0 to 2^64-1 (default 123)")
+    parser.add_argument("--generator", choices=GENERATORS, default="counter",
+                        help="counter: Philox4x32-7 of the global sample index, identical on any number "
+                             "of ranks (default); xoroshiro: numba.cuda.random per-thread streams, "
+                             "which depend on the ranks and the launch shape")
+    add_launch_arguments(parser)
+
+
+def default_samples() -> int:
+    return backend.auto_size(gpu=10**11, sim=20_000)
+
+
+def validate(args, launch) -> None:
+    check_work("--samples", args.samples or default_samples(), "samples", launch.ranks, launch)
+
+
+def check_samples(samples: int, size: int) -> None:
+    require_at_least(samples, size, "samples")
+    if samples > MAX_SAMPLES:
+        raise ValueError(f"{samples} samples is more than 2^63 - 1; use fewer samples")
+
+
+def run(args, ctx) -> Report:
+    from mpi4py import MPI
+
+    from hpclab.pi import kernels   # loads numba.cuda: not needed to reject bad arguments
+
+    comm, size, rank = ctx.comm, ctx.comm.size, ctx.comm.rank
+    samples = args.samples or default_samples()
+    seed = args.seed
+    with step(comm, "input check"):
+        check_samples(samples, size)
+        start, stop = block_range(samples, size, rank)
+        blocks, threads = kernels.launch_shape(min(stop - start, kernels.LAUNCH_SAMPLES), args.blocks, args.threads)
+
+    timings = {}
+    if args.generator == "counter":
+        with step(comm, "kernel compilation (warm-up)"):
+            kernels.count_hits(0, 2, seed, 1, threads)                      # one Philox call: compiles
+        work = lambda: kernels.count_hits(start, stop - start, seed, blocks, threads)  # noqa: E731
+    else:
+        with step(comm, "xoroshiro128+ states"):
+            kernels.count_hits_xoroshiro(threads, seed, rank, 1, threads)       # compiles the kernel
+            states, init_s, init_max = wall(lambda: kernels.xoroshiro_states(blocks * threads, seed, rank), comm)
+        timings["state_init_s"] = init_max
+        work = lambda: kernels.count_hits_xoroshiro(stop - start, seed, rank, blocks, threads, states)  # noqa: E731
+
+    def estimate():
+        hits, compute = timed(work)
+        return hits, compute, comm.allreduce(hits)
+
+    with step(comm, "Monte Carlo kernel"):
+        (hits, compute, total_hits), local, wall_s = wall(estimate, comm)
+    pi_hat = 4.0 * total_hits / samples
+    err = abs(pi_hat - math.pi)
+    sigma = kernels.mc_standard_error(samples)
+    timings.update({"wall_s": wall_s, "compute_s": comm.allreduce(compute, op=MPI.MAX),
+                    "samples_per_s": samples / wall_s})
+    p = ctx.placement
+    report = Report(
+        rank_line=(f"{p.label()} | samples = {stop - start} | blocks = {blocks} | threads/block = {threads} "
+                   f"| total threads = {blocks * threads} | hits = {hits} | time = {local:.6f} s"),
+        passed=err <= 5 * sigma,
+        timings=timings,
+    )
+    if rank == 0:
+        report.final = [
+            ("Exact PI", f"{math.pi:.10f}"),
+            ("Estimated PI", f"{pi_hat:.10f}"),
+            ("Absolute error", f"{err:.8e}"),
+            ("Relative error", f"{err / math.pi * 100:.8e} %"),
+            ("Standard error", f"{sigma:.3e} (error = {err / sigma:.2f} sigma; passes within 5 sigma)"),
+            ("Total hits", f"{total_hits}"),
+            ("Total samples", f"{samples}"),
+            ("Generator", _describe(args.generator, seed)),
+            ("Wall time", f"{wall_s:.6f} s"),
+            ("Samples/s", f"{samples / wall_s:.3e} ({samples / wall_s / size:.3e} per GPU)"),
+        ]
+        if "state_init_s" in timings:
+            report.final.append(("State init", f"{timings['state_init_s']:.6f} s (host side, not in wall time)"))
+        if err > 5 * sigma:
+            report.notes.append(f"the estimate is {err / sigma:.1f} standard errors from pi (allowed: 5): "
+                                "samples are lost, repeated or correlated")
+        report.result = {"pi": pi_hat, "abs_error": err, "rel_error": err / math.pi, "hits": total_hits,
+                         "samples": samples, "seed": seed, "generator": args.generator,
+                         "standard_error": sigma}
+    return report
+
+
+def _describe(generator: str, seed: int) -> str:
+    if generator == "counter":
+        return f"counter-based Philox4x32-7, seed {seed} (same estimate on any number of ranks)"
+    return f"xoroshiro128+ (numba.cuda.random), seed {seed}, one subsequence per thread and rank"
+

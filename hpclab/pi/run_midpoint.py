@@ -1,0 +1,106 @@
+"""Workshop Exercise 1: pi = integral of 4/(1+x^2) over [0, 1] by the midpoint rule, on every rank's GPU."""
+from __future__ import annotations
+
+import math
+
+from hpclab import backend
+from hpclab.decomp import block_range, require_at_least
+from hpclab.errors import step
+from hpclab.options import count
+from hpclab.runner import Report
+from hpclab.timing import timed, wall
+from hpclab.pi.report import add_launch_arguments, check_work
+
+HELP = ("Workshop Exercise 1: pi by the midpoint rule in float64; each rank integrates a "
+        "contiguous slice of the bins on its GPU, then an MPI reduction adds the slices.")
+
+MAX_BINS = (1 << 52) - 1      # bin midpoints (i + 1/2) stay exact in float64
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--bins", type=count(1, MAX_BINS), default=None,
+                        help="number of bins (e.g. 1e11; default 1e11 on a GPU, 10000 on the simulator)")
+    add_launch_arguments(parser)
+
+
+def default_bins() -> int:
+    return backend.auto_size(gpu=10**11, sim=10_000)
+
+
+def validate(args, launch) -> None:
+    check_work("--bins", args.bins or default_bins(), "bins", launch.ranks, launch)
+
+
+def check_bins(bins: int, size: int) -> None:
+    require_at_least(bins, size, "bins")
+    if bins > MAX_BINS:
+        raise ValueError(f"{bins} bins is too many: bin midpoints are exact in float64 only up to "
+                         f"2^52 - 1 = {MAX_BINS} bins; use fewer bins")
+
+
+def error_bound(bins: int, blocks: int, threads: int, ranks: int) -> float:
+    """|computed - pi| allowed: the midpoint rule's h^2 bound plus float64 rounding."""
+    from hpclab.pi import kernels
+
+    longest_share = -(-bins // ranks)
+    terms = -(-longest_share // (blocks * threads))
+    return (kernels.midpoint_error_bound(bins)
+            + kernels.midpoint_rounding_bound(terms, blocks, threads, ranks)
+            + 2.0 ** -53 * math.pi)                     # math.pi itself is rounded
+
+
+def run(args, ctx) -> Report:
+    from mpi4py import MPI
+
+    from hpclab.pi import kernels   # loads numba.cuda: not needed to reject bad arguments
+
+    comm, size, rank = ctx.comm, ctx.comm.size, ctx.comm.rank
+    bins = args.bins or default_bins()
+    with step(comm, "input check"):
+        check_bins(bins, size)             # also checked by validate; kept for callers of run()
+        start, stop = block_range(bins, size, rank)
+        blocks, threads = kernels.launch_shape(stop - start, args.blocks, args.threads)
+    with step(comm, "kernel compilation (warm-up)"):
+        kernels.midpoint_partial(0, 1, 1, 1, threads)
+
+    def integrate():
+        partial, compute = timed(lambda: kernels.midpoint_partial(start, stop, bins, blocks, threads))
+        return partial, compute, comm.allreduce(partial)
+
+    with step(comm, "midpoint kernel"):
+        (partial, compute, total), local, wall_s = wall(integrate, comm)
+    # Rank blocks may differ (few bins): the bound uses the largest launch.
+    shapes = comm.allgather((blocks, threads))
+    big_blocks = max(b for b, _ in shapes)
+    bound = error_bound(bins, big_blocks, threads, size)
+    err = abs(total - math.pi)
+    compute_max = comm.allreduce(compute, op=MPI.MAX)
+    p = ctx.placement
+    report = Report(
+        rank_line=(f"{p.label()} | bins = {stop - start} | blocks = {blocks} | threads/block = {threads} "
+                   f"| total threads = {blocks * threads} | partial pi = {partial:.15f} | time = {local:.6f} s"),
+        passed=err <= bound,
+        timings={"wall_s": wall_s, "compute_s": compute_max, "bins_per_s": bins / wall_s},
+    )
+    if rank == 0:
+        h = 1.0 / bins
+        report.final = [
+            ("Exact PI", f"{math.pi:.15f}"),
+            ("Computed PI", f"{total:.15f}"),
+            ("Absolute error", f"{err:.8e}"),
+            ("Relative error", f"{err / math.pi * 100:.8e} %"),
+            ("Error bound", f"{bound:.3e} (h^2/3 = {kernels.midpoint_error_bound(bins):.3e} + float64 rounding)"),
+            ("Total bins", f"{bins}"),
+            ("Wall time", f"{wall_s:.6f} s"),
+            ("Bins/s", f"{bins / wall_s:.3e} ({bins / wall_s / size:.3e} per GPU)"),
+        ]
+        if err > bound:
+            report.notes.append(f"the error {err:.3e} exceeds the bound {bound:.3e}: the kernel or the "
+                                "decomposition loses or repeats bins")
+        if backend.name() == "gpu" and wall_s < 1e-3:
+            report.notes.append(f"{bins} bins take {wall_s * 1e6:.0f} us: this times kernel launch and "
+                                "MPI latency, not arithmetic; use --bins 1e11 or more to measure throughput")
+        report.result = {"pi": total, "abs_error": err, "rel_error": err / math.pi, "bins": bins,
+                         "error_bound": bound, "h": h, "truncation_bound": kernels.midpoint_error_bound(bins)}
+    return report
+

@@ -1,1 +1,0 @@
-"""Workshop programs run by ``hpclab run NAME`` (one module per program)."""
