@@ -120,9 +120,9 @@ def _version(pkg: str) -> str:
 
 
 def _rank() -> int:
-    from hpclab.runner import _env_rank
+    from hpclab.runner import env_rank
 
-    return _env_rank()
+    return env_rank()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,8 @@
 """Access to MPI, with a clear message when it is missing."""
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 
 class MPIUnavailable(RuntimeError):
     pass
@@ -21,6 +23,20 @@ def MPI():
 
 def world():
     return MPI().COMM_WORLD
+
+
+@contextmanager
+def first_ranks(comm, k: int):
+    """The first ``k`` ranks of ``comm`` as a communicator of their own, None on the others;
+    freed on leaving. Collective: every rank of ``comm`` enters. Scaling sweeps on engines
+    run the same program on 1, 2, 4 ... of the ranks this way."""
+    mpi = MPI()
+    sub = comm.Split(0 if comm.rank < k else mpi.UNDEFINED, comm.rank)
+    try:
+        yield None if sub == mpi.COMM_NULL else sub
+    finally:
+        if sub != mpi.COMM_NULL:
+            sub.Free()
 
 
 def library() -> str:

@@ -218,7 +218,7 @@ def main(name: str, argv: list[str]) -> int:
     return 0 if report.passed else 1
 
 
-def _env_rank() -> int:
+def env_rank() -> int:
     import os
 
     for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"):

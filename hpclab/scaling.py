@@ -325,15 +325,13 @@ def engine_trial(program: str, argv: list[str], ranks: int):
     """
     from hpclab import backend, runner
     from hpclab.device import ranks_per_gpu, select_gpu
-    from hpclab.mpi import MPI, world
+    from hpclab.mpi import first_ranks, world
 
-    mpi = MPI()
     comm = world()
     placement = select_gpu(comm)
-    sub = comm.Split(0 if comm.rank < ranks else mpi.UNDEFINED, comm.rank)
-    if sub == mpi.COMM_NULL:
-        return None
-    try:
+    with first_ranks(comm, ranks) as sub:
+        if sub is None:
+            return None
         args = program_args(program, argv)
         per_gpu = ranks_per_gpu(sub)     # this sub-communicator's own sharing
         ctx = runner.Context(sub, dataclasses.replace(placement, rank=sub.rank, size=sub.size), backend.name())
@@ -342,8 +340,6 @@ def engine_trial(program: str, argv: list[str], ranks: int):
             return None
         return {"exercise": program, "ranks": sub.size, "backend": backend.name(), "result": report.result,
                 "passed": bool(report.passed), "timings": report.timings, "ranks_per_gpu": per_gpu}
-    finally:
-        sub.Free()
 
 
 def sweep_engines(view, program: str, argv: list[str] | str = (), sizes: list[int] | None = None,

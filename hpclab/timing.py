@@ -63,9 +63,6 @@ class Phases:
                 _sync()
             self.seconds[name] += time.perf_counter() - t0
 
-    def as_dict(self) -> dict[str, float]:
-        return dict(self.seconds)
-
     def max_over_ranks(self, comm=None) -> dict[str, float]:
         from mpi4py import MPI
 

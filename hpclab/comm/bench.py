@@ -335,9 +335,9 @@ def run(comm, requested="all", sizes=("1K", "64K"), dtype="float32", repeats=Non
 
 
 def main(argv: list[str]) -> int:
-    from hpclab.runner import _env_rank
+    from hpclab.runner import env_rank
 
-    rank = _env_rank()
+    rank = env_rank()
     args = parser().parse_args(argv)       # a UsageError here: the hpclab command says it, exit 2
     try:
         sizes = parse_sizes(args.sizes, np.dtype(args.dtype).itemsize) if args.sizes is not None else None

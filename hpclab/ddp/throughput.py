@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from hpclab.mpi import first_ranks
 from hpclab.timing import Phases
 
 
@@ -76,20 +77,17 @@ def scaling(comm, sizes, counts, global_batch: int | None = None,
     ``per_gpu_batch`` (weak scaling: the global batch grows with k). Ranks
     outside a sub-communicator wait at the next measurement's split.
     """
-    from mpi4py import MPI
-
     if (global_batch is None) == (per_gpu_batch is None):
         raise ValueError("give global_batch (strong scaling) or per_gpu_batch (weak scaling)")
     rows = []
     for k in counts:
         if not 1 <= k <= comm.size:
             raise ValueError(f"cannot use {k} ranks of {comm.size}")
-        sub = comm.Split(0 if comm.rank < k else MPI.UNDEFINED, comm.rank)
-        row = None
-        if sub != MPI.COMM_NULL:
-            batch = global_batch if global_batch is not None else per_gpu_batch * k
-            row = measure(sub, sizes, batch, **kwargs)
-            sub.Free()
+        with first_ranks(comm, k) as sub:
+            row = None
+            if sub is not None:
+                batch = global_batch if global_batch is not None else per_gpu_batch * k
+                row = measure(sub, sizes, batch, **kwargs)
         rows.append(comm.bcast(row, root=0))
     base = rows[0]["samples_per_s"] if rows and rows[0]["gpus"] == 1 else None
     for row in rows:

@@ -165,21 +165,6 @@ def schedule(moves: list[Transfer], size: int):
                 yield offset, pairs
 
 
-def halo_table(height: int, kernel: int, stride: int, pad: int, size: int) -> list[dict]:
-    """One row per rank: what the band owns, needs and receives (for tables and pictures)."""
-    rows = []
-    for p in plan_bands(height, kernel, stride, pad, size):
-        rows.append({
-            "rank": p.rank, "out_rows": list(p.out_rows), "own_in": list(p.own),
-            "need_in": list(p.need), "have_in": list(p.have), "pad_top": p.pad_top,
-            "halo_above": p.halo_above, "halo_below": p.halo_below,
-            "from_above": [[s.start, s.stop, s.owner] for s in p.above],
-            "from_below": [[s.start, s.stop, s.owner] for s in p.below],
-            "interior": list(p.interior),
-        })
-    return rows
-
-
 def brute_force_band(height: int, kernel: int, stride: int, pad: int, size: int, rank: int) -> dict:
     """The same facts by enumerating every (output row, kernel row) pair: for tests."""
     ho = output_size(height, kernel, stride, pad)

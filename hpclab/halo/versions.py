@@ -22,6 +22,7 @@ from hpclab import backend, comm as hcomm
 from hpclab.halo.executors import Timer, run_device, run_host
 from hpclab.halo import reference as ref
 from hpclab.halo.bands import hash_values
+from hpclab.mpi import first_ranks
 
 VERSIONS = {
     "v1": "serial NumPy (one CPU)",
@@ -280,10 +281,6 @@ def parse_versions(text: str) -> list[str]:
     return [v for v in VERSIONS if v in need]
 
 
-def gpu_tolerance() -> float:
-    return 1e-4 if not backend.is_simulator() else 1e-5
-
-
 def scaling_point(mode: str, ranks: int, ops, shape, comm, version: str = "v4", overlap: bool = True,
                   repeats: int = 1, seed: int = 1) -> dict | None:
     """Time ``version`` on the first ``ranks`` ranks of ``comm`` (the others wait).
@@ -293,28 +290,25 @@ def scaling_point(mode: str, ranks: int, ops, shape, comm, version: str = "v4", 
     on a GPU; ranks_per_gpu > 1: they took turns on a GPU, time sharing, not scaling);
     None elsewhere.
     """
-    color = 0 if comm.rank < ranks else 1
-    sub = comm.Split(color, comm.rank)
-    try:
-        if color:
-            return None
-        be = hcomm.get("mpi-host", sub) if version in ("v4", "v5") else None
-        if version == "v5" and ranks > 1:
-            be, _ = gpu_aware_backend(sub)
-        walls, timer = [], None
-        for _ in range(max(1, repeats)):
-            _, wall, timer = run_once(version, ops, [], shape, seed, sub, be, overlap)
-            walls.append(wall)
-        if needs_split_pass(version):
-            timer = run_once(version, ops, [], shape, seed, sub, be, overlap, sync=True)[2]
-        from mpi4py import MPI
+    with first_ranks(comm, ranks) as sub:
+        point = None if sub is None else _time_band(mode, ranks, ops, shape, sub, version, overlap, repeats, seed)
+    comm.Barrier()   # the ranks left out wait for the others
+    return point
 
-        phases = max_phases(timer, sub)
-        from hpclab.device import ranks_per_gpu
 
-        return {"mode": mode, "ranks": ranks, "height": shape[2], "wall_s": statistics.median(walls),
-                **{k: phases.get(k, 0.0) for k in ("compute", "halo", "transfer")},
-                "ranks_per_gpu": ranks_per_gpu(sub)}
-    finally:
-        comm.Barrier()
-        sub.Free()
+def _time_band(mode, ranks, ops, shape, sub, version, overlap, repeats, seed) -> dict:
+    from hpclab.device import ranks_per_gpu
+
+    be = hcomm.get("mpi-host", sub) if version in ("v4", "v5") else None
+    if version == "v5" and ranks > 1:
+        be, _ = gpu_aware_backend(sub)
+    walls, timer = [], None
+    for _ in range(max(1, repeats)):
+        _, wall, timer = run_once(version, ops, [], shape, seed, sub, be, overlap)
+        walls.append(wall)
+    if needs_split_pass(version):
+        timer = run_once(version, ops, [], shape, seed, sub, be, overlap, sync=True)[2]
+    phases = max_phases(timer, sub)
+    return {"mode": mode, "ranks": ranks, "height": shape[2], "wall_s": statistics.median(walls),
+            **{k: phases.get(k, 0.0) for k in ("compute", "halo", "transfer")},
+            "ranks_per_gpu": ranks_per_gpu(sub)}
