@@ -7,7 +7,8 @@ from hpclab.collectives import check as collectives
 from hpclab.matmul import check as matmul
 from hpclab.pi import check as pi
 from hpclab.decomp import block_range
-from hpclab.pi import kernels as k
+from hpclab.pi import mc
+from hpclab.pi.reduce import block_sum
 from hpclab.matmul.kernels import cuda
 
 import numba  # noqa: E402 - after hpclab kernel modules, which pick the simulator before numba.cuda loads
@@ -47,9 +48,9 @@ def _hits_from_zero(start, count, seed, out):
     t = cuda.grid(1)
     hits = 0
     for i in range(t, count, cuda.gridsize(1)):
-        if k.sample_inside(seed, i):
+        if mc.sample_inside(seed, i):
             hits += 1
-    k.block_sum_u64(hits, out)
+    block_sum(hits, out)
 
 
 def test_hit_count_check_names_a_missing_start_offset():
@@ -60,7 +61,7 @@ def test_hit_count_check_names_a_missing_start_offset():
         out = cuda.to_device(np.zeros(1, dtype=np.uint64))
         _hits_from_zero[1, 32](a, b - a, np.uint64(seed), out)
         total += int(out.copy_to_host()[0])
-    library = k.count_hits_reference(0, samples, seed)
+    library = mc.count_hits_reference(0, samples, seed)
     verdict = pi.hit_count(total, library, samples, ranks=ranks, seed=seed, quiet=True)
     assert not verdict and "start the loop at start + t" in verdict.message
     assert pi.hit_count(library, library, samples, ranks=ranks, seed=seed, quiet=True)

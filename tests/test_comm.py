@@ -10,7 +10,6 @@ backend and says why once, an explicit nccl is refused on every rank.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -21,9 +20,6 @@ import pytest
 from .helpers import ROOT, env, gpus, last_json, launcher, run_hpclab, run_mpi
 
 OPS_SCRIPT = str(ROOT / "tests" / "mpi_scripts" / "comm_ops.py")
-# Exercises 3 and 4 use hpclab.pi.kernels.count_hits (the pi topic's kernel).
-HAVE_PI = importlib.util.find_spec("hpclab.pi.kernels") is not None
-needs_pi = pytest.mark.skipif(not HAVE_PI, reason="hpclab.pi.kernels (count_hits) is not in this tree")
 
 
 def run_ops(n: int, *args: str, timeout: float = 90, **extra_env) -> subprocess.CompletedProcess:
@@ -241,8 +237,7 @@ def test_ratios_and_targets():
     assert targets(ratios(rows))["latency_ratio_small"]["met"] is False
 
 
-# -- Exercises 3 and 4 (use hpclab.pi.kernels) ----------------------------------------------
-@needs_pi
+# -- Exercises 3 and 4 (use hpclab.pi.fast.count_hits) ------------------------------------------
 def test_exercises_3_and_4_agree_for_any_split():
     """The total depends only on (samples, seed): 1 or 3 'GPUs' in one process (on a GPU node,
     1 and all of its GPUs), 2 or 3 ranks. Hit counts are integers: equal exactly."""
@@ -265,13 +260,11 @@ def test_exercises_3_and_4_agree_for_any_split():
     assert len(results[3]["result"]["per_rank_hits"]) == 3
 
 
-@needs_pi
 def test_exercise_3_refuses_several_ranks():
     proc = run_mpi(2, "run", "pi-nccl-node", "--samples", "100", timeout=30)
     assert proc.returncode == 2 and proc.stderr.count("ONE process") == 1, proc.stderr
 
 
-@needs_pi
 @pytest.mark.requires_shared_gpu(2)
 def test_exercise_4_on_a_shared_gpu_falls_back_unless_nccl_is_asked_for():
     proc = run_mpi(2, "run", "pi-nccl-mpi", "--samples", "100", "--json", timeout=60)

@@ -76,7 +76,7 @@ class _Sleepy:
 
 
 def test_block_reduction_is_exact_when_allocation_switches_threads(monkeypatch):
-    from hpclab.pi import kernels as pi
+    from hpclab.pi import fast, mc
 
     monkeypatch.setattr(cudasim, "np", _Sleepy())
-    assert pi.count_hits(0, 1000, 1000) == pi.count_hits_reference(0, 1000, 1000)
+    assert fast.count_hits(0, 1000, 1000) == mc.count_hits_reference(0, 1000, 1000)

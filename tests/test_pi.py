@@ -8,54 +8,68 @@ import numpy as np
 import pytest
 
 from hpclab.decomp import block_range
-from hpclab.pi import kernels as k
+from hpclab.pi import check, fast, mc, midpoint, splitmix, xoroshiro
 from .helpers import gpus, last_json, run_hpclab, run_mpi
 
-cuda = k.cuda          # kernels below use the module's name, which the simulator replaces
+cuda = mc.cuda          # kernels below use the module's name, which the simulator replaces
 
-# The simulator runs uint64 arithmetic on NumPy scalars, which warn when it wraps (on purpose).
+# On the simulator SplitMix64 and xoroshiro128+ run on NumPy scalars, which warn when their
+# uint64 arithmetic wraps (on purpose); their modules' own filters do not outlive pytest's.
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning",
                                         "ignore::numba.core.errors.NumbaWarning")
 
 
-# ---------------------------------------------------------------- midpoint kernel
+# ---------------------------------------------------------------- midpoint kernels
 
+@pytest.mark.parametrize("partial_sum", [midpoint.partial_sum, fast.partial_sum], ids=["plain", "fast"])
 @pytest.mark.parametrize("start, stop, n, blocks, threads", [
     (0, 1000, 1000, None, None),
     (17, 777, 1000, 3, 16),        # uneven slice, grid smaller than the work
     (0, 5, 5, 4, 64),              # more threads than bins
     (123, 124, 1000, 1, 1),        # one bin, one thread
 ])
-def test_midpoint_partial_matches_numpy(start, stop, n, blocks, threads):
-    got = k.midpoint_partial(start, stop, n, blocks, threads)
-    assert got == pytest.approx(k.midpoint_reference(start, stop, n), rel=1e-13, abs=1e-16)
-
-
-def test_midpoint_plain_kernel_matches_numpy():
-    assert k.midpoint_partial(0, 999, 999, 2, 32, plain=True) == pytest.approx(
-        k.midpoint_reference(0, 999, 999), rel=1e-13)
+def test_midpoint_partial_sum_matches_numpy(partial_sum, start, stop, n, blocks, threads):
+    got = partial_sum(start, stop, n, blocks, threads)
+    assert got == pytest.approx(midpoint.reference(start, stop, n), rel=1e-13, abs=1e-16)
 
 
 def test_midpoint_rank_slices_add_up_to_the_whole():
     n = 1001                                   # not divisible by 3
-    parts = [k.midpoint_partial(*block_range(n, 3, r), n) for r in range(3)]
-    assert sum(parts) == pytest.approx(k.midpoint_reference(0, n, n), rel=1e-14)
+    parts = [fast.partial_sum(*block_range(n, 3, r), n) for r in range(3)]
+    assert sum(parts) == pytest.approx(midpoint.reference(0, n, n), rel=1e-14)
 
 
 @pytest.mark.parametrize("n", [10, 100, 1000])
 def test_midpoint_error_follows_the_h2_law(n):
-    err = k.midpoint_partial(0, n, n) - math.pi
+    err = midpoint.partial_sum(0, n, n) - math.pi
     h2 = 1.0 / n**2
-    assert abs(err) <= k.midpoint_error_bound(n)
+    assert abs(err) <= check.truncation_bound(n)
     # leading term of the midpoint error for 4/(1+x^2): -(h^2/24)(f'(1) - f'(0)) = h^2/12
     assert abs(err) == pytest.approx(h2 / 12, rel=0.02)
 
 
 def test_midpoint_rejects_bad_ranges_and_shapes():
     with pytest.raises(ValueError, match="not inside"):
-        k.midpoint_partial(5, 3, 10)
+        midpoint.partial_sum(5, 3, 10)
     with pytest.raises(ValueError, match="power of two"):
-        k.midpoint_partial(0, 10, 10, 1, 48)
+        fast.partial_sum(0, 10, 10, 1, 48)
+    with pytest.raises(ValueError, match="2\\^52"):
+        midpoint.partial_sum(0, 10, 1 << 52)
+
+
+def test_block_sum_adds_floats_and_counts_over_any_power_of_two_block():
+    from hpclab.pi.reduce import block_sum
+
+    @cuda.jit
+    def add_indices(out):
+        block_sum(cuda.grid(1), out)
+
+    for dtype in (np.float64, np.uint64):
+        for blocks, threads in [(1, 1), (3, 16), (2, 64)]:
+            out = cuda.to_device(np.zeros(1, dtype=dtype))
+            add_indices[blocks, threads](out)
+            n = blocks * threads
+            assert out.copy_to_host()[0] == n * (n - 1) // 2
 
 
 # ---------------------------------------------------------------- counter-based Monte Carlo
@@ -74,25 +88,25 @@ PHILOX_KAT = [
 
 @pytest.mark.parametrize("rounds, counter, key, expected", PHILOX_KAT)
 def test_philox_reference_is_the_published_generator(rounds, counter, key, expected):
-    got = k.philox_reference([[c] for c in counter], key, rounds)
+    got = mc.philox_reference([[c] for c in counter], key, rounds)
     assert [int(w[0]) for w in got] == expected
 
 
-def test_philox_device_function_matches_the_reference():
+@pytest.mark.parametrize("rounds, counter, key, expected", PHILOX_KAT)
+def test_philox_device_function_is_the_published_generator(rounds, counter, key, expected):
     @cuda.jit
-    def run(counter, key, out):
-        out[0], out[1], out[2], out[3] = k.philox4x32(counter[0], counter[1], counter[2], counter[3],
-                                                      key[0], key[1])
+    def run(counter, key, out, rounds):
+        out[0], out[1], out[2], out[3] = mc.philox4x32(counter[0], counter[1], counter[2], counter[3],
+                                                       key[0], key[1], rounds)
 
-    rounds, counter, key, expected = PHILOX_KAT[2]
     out = np.zeros(4, dtype=np.uint32)
-    run[1, 1](np.array(counter, dtype=np.uint32), np.array(key, dtype=np.uint32), out)
+    run[1, 1](np.array(counter, dtype=np.uint32), np.array(key, dtype=np.uint32), out, rounds)
     assert [int(v) for v in out] == expected
 
 
 def test_splitmix_reference_is_the_published_generator():
     # First outputs of SplitMix64 seeded with 0 (Vigna's splitmix64.c).
-    assert [int(v) for v in k.splitmix_reference(0, 2, 0)] == [0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4]
+    assert [int(v) for v in splitmix.reference(0, 2, 0)] == [0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4]
 
 
 @pytest.mark.parametrize("start, count, seed", [
@@ -102,67 +116,76 @@ def test_splitmix_reference_is_the_published_generator():
     (2**33 - 9, 40, 5),            # the calls cross a multiple of 2^32: two launches, two high words
     (6, 1, 3), (7, 2, 3),          # no whole call inside
 ])
-def test_count_hits_matches_exact_reference(start, count, seed):
-    assert k.count_hits(start, count, seed) == k.count_hits_reference(start, count, seed)
+def test_fast_count_hits_matches_exact_reference(start, count, seed):
+    assert fast.count_hits(start, count, seed) == mc.count_hits_reference(start, count, seed)
+
+
+@pytest.mark.parametrize("start, count, seed", [(0, 3000, 7), (12345, 1001, 2**64 - 1), (2**40 + 1, 700, 123)])
+def test_plain_count_hits_matches_exact_reference(start, count, seed):
+    assert mc.count_hits(start, count, seed) == mc.count_hits_reference(start, count, seed)
 
 
 def test_count_hits_reference_is_the_exact_integer_test():
-    x, y = (w >> 6 for w in k.sample_words(100, 50, 11))
+    x, y = (w >> 6 for w in mc.sample_words(100, 50, 11))
     exact = sum(int(a) * (int(a) + 1) + int(b) * (int(b) + 1) < 2**52 for a, b in zip(x, y))
-    assert k.count_hits_reference(100, 50, 11) == exact
+    assert mc.count_hits_reference(100, 50, 11) == exact
 
 
-def test_count_hits_identical_for_any_launch_shape_and_split():
-    whole = k.count_hits(0, 2000, 99)
+@pytest.mark.parametrize("count_hits", [mc.count_hits, fast.count_hits], ids=["plain", "fast"])
+def test_count_hits_identical_for_any_launch_shape_and_split(count_hits):
+    whole = mc.count_hits_reference(0, 2000, 99)
     for blocks, threads in [(1, 1), (3, 16), (4, 64), (1, 32)]:
-        assert k.count_hits(0, 2000, 99, blocks, threads) == whole
+        assert count_hits(0, 2000, 99, blocks, threads) == whole
     pieces = [(0, 333), (333, 1000), (1000, 1001), (1001, 2000)]
-    assert sum(k.count_hits(a, b - a, 99) for a, b in pieces) == whole
+    assert sum(count_hits(a, b - a, 99) for a, b in pieces) == whole
 
 
-def test_count_hits_loops_over_launches(monkeypatch):
-    expected = k.count_hits_reference(0, 1501, 5)
-    monkeypatch.setattr(k, "LAUNCH_PAIRS", 320)          # three launches, the last one partial
-    assert k.count_hits(0, 1501, 5) == expected
+def test_fast_count_hits_loops_over_launches(monkeypatch):
+    expected = mc.count_hits_reference(0, 1501, 5)
+    monkeypatch.setattr(fast, "LAUNCH_PAIRS", 320)          # three launches, the last one partial
+    assert fast.count_hits(0, 1501, 5) == expected
 
 
 def test_splitmix_kernel_matches_its_reference():
-    assert k.count_hits_splitmix(3, 700, 9, 2, 32) == k.count_hits_splitmix_reference(3, 700, 9)
+    assert splitmix.count_hits(3, 700, 9, 2, 32) == splitmix.count_hits_reference(3, 700, 9)
 
 
-def test_sample_inside_agrees_with_count_hits():
+def test_sample_inside_agrees_with_the_reference():
     @cuda.jit
     def run(start, count, seed, out):
         i = cuda.grid(1)
         if i < count:
-            out[i] = k.sample_inside(seed, start + i)
+            out[i] = mc.sample_inside(seed, start + i)
 
     out = np.zeros(64, dtype=np.uint8)
     run[2, 32](np.int64(2**35 + 3), np.int64(64), np.uint64(77), out)
-    assert int(out.sum()) == k.count_hits_reference(2**35 + 3, 64, 77)
+    assert int(out.sum()) == mc.count_hits_reference(2**35 + 3, 64, 77)
 
 
-def test_count_hits_rejects_bad_seeds():
+@pytest.mark.parametrize("count_hits", [mc.count_hits, fast.count_hits], ids=["plain", "fast"])
+def test_count_hits_rejects_bad_seeds_and_ranges(count_hits):
     for seed in (-1, 2**64, 1.5):
         with pytest.raises(ValueError, match="seed"):
-            k.count_hits(0, 10, seed)
+            count_hits(0, 10, seed)
+    with pytest.raises(ValueError, match="sample indices"):
+        count_hits(-1, 10, 1)
 
 
 def test_counter_estimate_is_within_five_standard_errors():
     n = 4000
-    pi_hat = 4 * k.count_hits(0, n, 2024) / n
-    assert abs(pi_hat - math.pi) <= 5 * k.mc_standard_error(n)
+    e = check.estimate(fast.count_hits(0, n, 2024), n)
+    assert e["within_5_sigma"] and e["sigma"] == check.standard_error(n)
 
 
 # ---------------------------------------------------------------- xoroshiro128+ comparison
 
 def test_xoroshiro_counts_are_plausible_and_rank_dependent():
     n = 160
-    a = k.count_hits_xoroshiro(n, 7, rank=0, blocks=1, threads=16)
-    assert a == k.count_hits_xoroshiro(n, 7, rank=0, blocks=1, threads=16)   # reproducible
-    assert abs(4 * a / n - math.pi) <= 5 * k.mc_standard_error(n)
-    assert k.count_hits_xoroshiro(n, 7, rank=1, blocks=1, threads=16) != a   # another subsequence
-    assert k.xoroshiro_init_seconds(16) > 0
+    a = xoroshiro.count_hits(n, 7, rank=0, blocks=1, threads=16)
+    assert a == xoroshiro.count_hits(n, 7, rank=0, blocks=1, threads=16)   # reproducible
+    assert abs(4 * a / n - math.pi) <= 5 * check.standard_error(n)
+    assert xoroshiro.count_hits(n, 7, rank=1, blocks=1, threads=16) != a   # another subsequence
+    assert xoroshiro.init_seconds(16) > 0
 
 
 # ---------------------------------------------------------------- harness pieces
@@ -221,7 +244,7 @@ def test_mpi_pi_mc_same_estimate_on_1_2_3_ranks():
         assert proc.returncode == 0, proc.stderr
         results.append(last_json(proc)["result"])
     assert len({r["pi"] for r in results}) == 1
-    assert results[0]["hits"] == k.count_hits_reference(0, 200000, 7)
+    assert results[0]["hits"] == mc.count_hits_reference(0, 200000, 7)
 
 
 @pytest.mark.parametrize("ranks", [2, 3])
@@ -230,7 +253,7 @@ def test_mpi_pi_midpoint_uneven_bins(ranks):
     assert proc.returncode == 0, proc.stderr
     out = last_json(proc)
     assert out["passed"] and out["ranks"] == ranks
-    assert out["result"]["pi"] == pytest.approx(k.midpoint_reference(0, 1001, 1001), rel=1e-14)
+    assert out["result"]["pi"] == pytest.approx(midpoint.reference(0, 1001, 1001), rel=1e-14)
     assert proc.stdout.count("| bins = ") == ranks
 
 

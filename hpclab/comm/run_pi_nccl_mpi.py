@@ -23,12 +23,12 @@ from hpclab import backend
 from hpclab.comm import BACKENDS, get
 from hpclab.decomp import block_range, require_at_least
 from hpclab.errors import step
-from hpclab.comm.select import NEEDS_OWN_GPU, describe_sharing
-from hpclab.device import sharing
-from hpclab.options import count, seed
+from hpclab.comm.select import NEEDS_OWN_GPU
+from hpclab.device import describe_sharing, sharing
 from hpclab.runner import Report
 from hpclab.timing import wall
-from hpclab.pi.report import add_launch_arguments, check_work, estimate, final_lines
+from hpclab.pi.check import estimate
+from hpclab.pi.program import add_launch_arguments, add_sample_arguments, check_work, final_lines
 
 HELP = ("Workshop Exercise 4: Monte Carlo pi with one MPI rank per GPU; MPI only bootstraps NCCL, "
         "and the hit counts are all-reduced by NCCL (host-staged MPI on the simulator, or where "
@@ -36,9 +36,7 @@ HELP = ("Workshop Exercise 4: Monte Carlo pi with one MPI rank per GPU; MPI only
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--samples", type=count(1, (1 << 63) - 1), default=None,
-                        help="total samples over all ranks (default 1e11 on GPUs, 4096 on the simulator)")
-    parser.add_argument("--seed", type=seed((1 << 64) - 1), default=2024, help="random seed (default 2024)")
+    add_sample_arguments(parser, 2024, "total samples over all ranks (default 1e11 on GPUs, 4096 on the simulator)")
     parser.add_argument("--backend", default=None, choices=BACKENDS,
                         help="communication backend (default: nccl with one GPU per rank; mpi-host where ranks "
                              "share a GPU and on the simulator)")
@@ -60,7 +58,7 @@ def run(args, ctx) -> Report:
     notes = []
     with step(comm, "input check"):
         require_at_least(samples, size, "samples")
-        from hpclab.pi.kernels import count_hits
+        from hpclab.pi.fast import count_hits
     shared = sharing(comm)  # collective: the same list on every rank
     name = args.backend or ("mpi-host" if sim or shared else "nccl")
     if args.backend is None and sim:

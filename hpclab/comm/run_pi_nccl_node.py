@@ -14,7 +14,7 @@ Exercise 4), on every rank, saying so.
 On the simulator there is one simulated device and no NCCL: the same shares
 are counted one after another on it and added on the host, so the
 decomposition and the check still run. The count for a sample depends only
-on its global index (``hpclab.pi.kernels.count_hits``), so the total is the
+on its global index (``hpclab.pi.fast.count_hits``), so the total is the
 same for any number of GPUs.
 """
 from __future__ import annotations
@@ -27,18 +27,17 @@ import numpy as np
 from hpclab import backend
 from hpclab.decomp import block_range, require_at_least
 from hpclab.errors import step
-from hpclab.options import UsageError, count, seed
+from hpclab.options import UsageError, count
 from hpclab.runner import Report
-from hpclab.pi.report import add_launch_arguments, check_work, estimate, final_lines
+from hpclab.pi.check import estimate
+from hpclab.pi.program import add_launch_arguments, add_sample_arguments, check_work, final_lines
 
 HELP = ("Workshop Exercise 3: Monte Carlo pi with ONE process driving all GPUs of the node; "
         "the per-GPU hit counts are combined by an NCCL all-reduce (ncclCommInitAll).")
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--samples", type=count(1, (1 << 63) - 1), default=None,
-                        help="total samples over all GPUs (default 1e10 on GPUs, 4096 on the simulator)")
-    parser.add_argument("--seed", type=seed((1 << 64) - 1), default=2024, help="random seed (default 2024)")
+    add_sample_arguments(parser, 2024, "total samples over all GPUs (default 1e10 on GPUs, 4096 on the simulator)")
     parser.add_argument("--gpus", type=count(1, 1024), default=None,
                         help="GPUs to drive (default: all of this node's; 2 shares on the simulator)")
     add_launch_arguments(parser)
@@ -78,7 +77,7 @@ def _count_share(cuda, count_hits, device, lo, hi, args):
 def _nccl_all_gpus(shares, args, report_notes):
     """The real thing: initAll, counts on every GPU at once, one grouped all-reduce."""
     from hpclab.comm.nccl import load, pointer, stream_handle, version_string
-    from hpclab.pi.kernels import count_hits
+    from hpclab.pi.fast import count_hits
 
     cuda = backend.cuda()
     nccl = load()
@@ -117,7 +116,7 @@ def _nccl_all_gpus(shares, args, report_notes):
 
 def _simulated(shares, args, notes):
     """Same decomposition on the single simulated device; the host adds the counts."""
-    from hpclab.pi.kernels import count_hits
+    from hpclab.pi.fast import count_hits
 
     notes.append("Exercise 3 needs real GPUs and NCCL (ncclCommInitAll); on the Numba CUDA simulator "
                  "the shares are counted one after another on its single device and added on the host.")

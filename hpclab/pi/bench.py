@@ -1,11 +1,11 @@
 """``hpclab bench pi``: how fast the pi kernels run on this rank's GPU.
 
 Measures, on one GPU: Monte Carlo samples/s with the counter-based generator
-(Philox4x32-7; also Philox4x32-10, its authors' default round count, and
-the SplitMix64 kernel it replaced, for comparison) and with xoroshiro128+
-(its host-side state initialisation timed apart),
-midpoint bins/s with four bins per division and with the textbook one
-division per bin, and a few launch shapes for each fast kernel. Each figure
+(``fast.count_hits``, Philox4x32-7; also Philox4x32-10, its authors' default
+round count, and the SplitMix64 kernel it replaced, for comparison) and with
+xoroshiro128+ (its host-side state initialisation timed apart), midpoint bins/s
+with four bins per division (``fast``) and with the textbook one division per
+bin (``midpoint``), and a few launch shapes for each fast kernel. Each figure
 is the median of several timed runs after a warm-up, at a size calibrated to
 take about ``--seconds``. On the simulator the sizes are tiny and the rates
 mean nothing; the command then only shows that everything runs.
@@ -14,42 +14,34 @@ from __future__ import annotations
 
 import datetime
 import json
-import statistics
 import sys
-import time
+
+from hpclab.pi.check import MAX_BINS
+from hpclab.timing import median_time
 
 TARGETS = {"mc_counter_samples_per_s": 8e11, "midpoint_bins_per_s": 1e12}
 A100_WORKSHOP_MC = 1e13 / 45.212765        # the workshop's CUDA C code on one A100 (samples/s)
-
-
-def _median_seconds(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()                                 # every kernel wrapper copies its result back: synchronised
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def _rate(make, first: int, limit: int, seconds: float, repeats: int) -> tuple[float, int]:
     """(items/s, items) for ``make(n)`` at a size taking about ``seconds`` (median of repeats)."""
     make(min(first, 1 << 20))                # warm-up: compiles
     n = first
-    t = _median_seconds(lambda: make(n), 1)
+    t = median_time(lambda: make(n), 1, warmup=0)
     if t < seconds:
         n = int(min(limit, max(n, n * seconds / max(t, 1e-6))))
-    return n / _median_seconds(lambda: make(n), repeats), n
+    return n / median_time(lambda: make(n), repeats, warmup=0), n
 
 
 def measure(seconds: float = 1.0, repeats: int = 3, shapes: bool = True) -> dict:
     from hpclab import backend
-    from hpclab.pi import kernels as k
+    from hpclab.launch import cuda, full_gpu
+    from hpclab.pi import fast, midpoint, mc, splitmix, xoroshiro
 
     sim = backend.is_simulator()
-    cuda = k.cuda
     first = backend.auto_size(gpu=10**10, sim=2_000)
     limit_mc = backend.auto_size(gpu=10**14, sim=4_000)
-    limit_mid = backend.auto_size(gpu=(1 << 52) - 1, sim=4_000)
+    limit_mid = backend.auto_size(gpu=MAX_BINS, sim=4_000)
     seconds = seconds if not sim else 0.0
     out: dict = {"backend": backend.name(), "date": datetime.datetime.now().isoformat(timespec="seconds")}
     if not sim:
@@ -58,27 +50,27 @@ def measure(seconds: float = 1.0, repeats: int = 3, shapes: bool = True) -> dict
         out["sms"] = dev.MULTIPROCESSOR_COUNT
     else:
         out["device"], out["sms"] = "simulator", 1
-    blocks, threads = k.launch_shape(1 << 40)
+    blocks, threads = full_gpu(1 << 40)
     out["launch"] = {"blocks": blocks, "threads": threads}
 
-    rate, n = _rate(lambda m: k.count_hits(0, m, 123), first, limit_mc, seconds, repeats)
+    rate, n = _rate(lambda m: fast.count_hits(0, m, 123), first, limit_mc, seconds, repeats)
     out["mc_counter_samples_per_s"], out["mc_counter_samples"] = rate, n
-    out["mc_counter_generator"] = f"Philox4x32-{k.ROUNDS}"
-    rate, n = _rate(lambda m: k.count_hits(0, m, 123, rounds=10), first, limit_mc, seconds / 2, repeats)
+    out["mc_counter_generator"] = f"Philox4x32-{mc.ROUNDS}"
+    rate, n = _rate(lambda m: fast.count_hits(0, m, 123, rounds=10), first, limit_mc, seconds / 2, repeats)
     out["mc_philox10_samples_per_s"], out["mc_philox10_samples"] = rate, n
-    rate, n = _rate(lambda m: k.count_hits_splitmix(0, m, 123), first, limit_mc, seconds / 2, repeats)
+    rate, n = _rate(lambda m: splitmix.count_hits(0, m, 123), first, limit_mc, seconds / 2, repeats)
     out["mc_splitmix_samples_per_s"], out["mc_splitmix_samples"] = rate, n
 
-    states = k.xoroshiro_states(blocks * threads, 123)
+    states = xoroshiro.states(blocks * threads, 123)
     out["xoroshiro_states"] = blocks * threads
-    out["xoroshiro_init_s"] = k.xoroshiro_init_seconds(blocks * threads, 123)
-    rate, n = _rate(lambda m: k.count_hits_xoroshiro(m, 123, 0, blocks, threads, states), first // 4,
+    out["xoroshiro_init_s"] = xoroshiro.init_seconds(blocks * threads, 123)
+    rate, n = _rate(lambda m: xoroshiro.count_hits(m, 123, 0, blocks, threads, states), first // 4,
                     limit_mc, seconds, repeats)
     out["mc_xoroshiro_samples_per_s"], out["mc_xoroshiro_samples"] = rate, n
 
-    rate, n = _rate(lambda m: k.midpoint_partial(0, m, m), first, limit_mid, seconds, repeats)
+    rate, n = _rate(lambda m: fast.partial_sum(0, m, m), first, limit_mid, seconds, repeats)
     out["midpoint_bins_per_s"], out["midpoint_bins"] = rate, n
-    rate, n = _rate(lambda m: k.midpoint_partial(0, m, m, plain=True), first, limit_mid, seconds, repeats)
+    rate, n = _rate(lambda m: midpoint.partial_sum(0, m, m), first, limit_mid, seconds, repeats)
     out["midpoint_plain_bins_per_s"], out["midpoint_plain_bins"] = rate, n
 
     if shapes and not sim:
@@ -87,8 +79,8 @@ def measure(seconds: float = 1.0, repeats: int = 3, shapes: bool = True) -> dict
         n_mc, n_mid = out["mc_counter_samples"] // 2, out["midpoint_bins"] // 2
         out["shapes"] = [{
             "blocks": b, "threads": t,
-            "mc_counter_samples_per_s": n_mc / _median_seconds(lambda: k.count_hits(0, n_mc, 123, b, t), 2),
-            "midpoint_bins_per_s": n_mid / _median_seconds(lambda: k.midpoint_partial(0, n_mid, n_mid, b, t), 2),
+            "mc_counter_samples_per_s": n_mc / median_time(lambda: fast.count_hits(0, n_mc, 123, b, t), 2, warmup=0),
+            "midpoint_bins_per_s": n_mid / median_time(lambda: fast.partial_sum(0, n_mid, n_mid, b, t), 2, warmup=0),
         } for b, t in scan]
     out["targets"] = {name: {"target": goal, "measured": out[name], "met": out[name] >= goal}
                       for name, goal in TARGETS.items()}

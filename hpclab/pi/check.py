@@ -1,9 +1,61 @@
-"""Checks for the pi exercises (midpoint rule and Monte Carlo), grounded in theory."""
+"""What a pi answer may be off by, and the checks of the pi exercises.
+
+Needs no GPU (the programs use it to check their input before anything of Numba loads):
+the midpoint rule's error bound, the Monte Carlo standard error, the limits on bins and
+seeds, and the verdicts that tell a learner what a wrong answer most likely did.
+"""
 from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from hpclab.verdict import Verdict, say as _say
+
+MAX_BINS = (1 << 52) - 1     # bin midpoints (i + 1/2) are exact in float64 below 2^52
+SEED_LIMIT = 1 << 64         # seeds are 0 <= seed < 2^64: Philox's key is two 32-bit words
+P_INSIDE = math.pi / 4       # the chance that a sample falls inside the quarter circle
+
+
+def truncation_bound(bins: int) -> float:
+    """The midpoint rule's error bound (b-a) h^2 max|f''| / 24 = h^2 / 3 for f = 4/(1+x^2) on [0, 1]."""
+    return 8.0 / (24.0 * bins * bins)
+
+
+def midpoint_bound(bins: int, blocks: int, threads: int, ranks: int) -> float:
+    """|computed - pi| allowed for ``bins`` bins summed by ``ranks`` launches of blocks x threads.
+
+    The h^2 bound, plus float64 rounding: recursive summation of n terms errs by at
+    most about n u pi (u = 2^-53), n being the longest chain of roundings -- a thread's
+    own terms (each with a few roundings of its own), the block's tree, the atomics of
+    the blocks, the reduction over ranks -- doubled for safety; plus the rounding of math.pi.
+    """
+    share = -(-bins // ranks)                       # the largest rank's bins
+    terms = -(-share // (blocks * threads))         # the longest thread's terms
+    chain = terms + 16 + math.log2(threads) + blocks + ranks
+    u = 2.0 ** -53
+    return truncation_bound(bins) + 2.0 * u * math.pi * chain + u * math.pi
+
+
+def check_seed(seed) -> None:
+    if not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) < SEED_LIMIT:
+        raise ValueError(f"seed {seed!r} is out of range: use a whole number from 0 to 2^64 - 1")
+
+
+def standard_error(samples: int) -> float:
+    """Standard error of 4 hits / N: 4 sqrt(p (1 - p) / N), p = pi / 4."""
+    return 4.0 * math.sqrt(P_INSIDE * (1.0 - P_INSIDE) / samples)
+
+
+def estimate(hits: int, samples: int) -> dict:
+    """pi = 4 hits / samples, its error, and the binomial standard error sigma.
+
+    A correct counter misses pi by more than five sigma with probability below 1e-6.
+    """
+    pi_hat = 4.0 * hits / samples
+    sigma = standard_error(samples)
+    error = abs(pi_hat - math.pi)
+    return {"pi": pi_hat, "abs_error": error, "sigma": sigma, "within_5_sigma": error <= 5 * sigma}
 
 
 def slices(my_slice, quiet: bool = False) -> Verdict:
@@ -32,11 +84,9 @@ def midpoint(computed: float, bins: int, ranks: int = 1, blocks: int = 1, thread
     The rounding allowance grows with the bins each thread adds up: give the
     launch shape (blocks, threads per block) for a tight check.
     """
-    from hpclab.pi.run_midpoint import error_bound
-
     h = 1.0 / bins
     err = abs(computed - math.pi)
-    bound = error_bound(bins, blocks, threads, ranks)
+    bound = midpoint_bound(bins, blocks, threads, ranks)
     if err <= bound:
         return _say(Verdict(True, f"pi = {computed:.15f}, error {err:.3e} <= bound {bound:.3e} "
                                   f"(h^2/12 = {h * h / 12:.3e} is the expected size)"), quiet)
@@ -69,12 +119,12 @@ def _midpoint_hint(computed: float, bins: int) -> str:
 
 def monte_carlo(hits: int, samples: int, seed: int | None = None, quiet: bool = False) -> Verdict:
     """Hits against the exact count of the counter-based generator (small runs) or 5 standard errors."""
-    from hpclab.pi import kernels as k
+    from hpclab.pi.mc import count_hits_reference
 
     pi_hat = 4.0 * hits / samples
-    sigma = k.mc_standard_error(samples)
+    sigma = standard_error(samples)
     if seed is not None and samples <= 2_000_000:
-        exact = k.count_hits_reference(0, samples, seed)
+        exact = count_hits_reference(0, samples, seed)
         if hits == exact:
             return _say(Verdict(True, f"{hits} hits of {samples}: exactly the generator's count; "
                                       f"pi ~ {pi_hat:.6f}, {abs(pi_hat - math.pi) / sigma:.2f} standard errors off"),
@@ -102,13 +152,13 @@ def hit_count(hits: int, expected: int, samples: int, ranks: int = 1, seed: int 
     head = f"{hits} hits, the library counts {expected} for the same {samples} samples"
     if hits == 0:
         return _say(Verdict(False, f"{head}: your kernel counted none. For each of the thread's indices i, add 1 "
-                                   "to hits when kernels.sample_inside(seed, i) is true"), quiet)
+                                   "to hits when mc.sample_inside(seed, i) is true"), quiet)
     if seed is not None and samples <= 2_000_000:
         from hpclab.decomp import block_range
-        from hpclab.pi import kernels as k
+        from hpclab.pi.mc import count_hits_reference
 
         shares = [block_range(samples, ranks, r) for r in range(ranks)]
-        if hits == sum(k.count_hits_reference(0, b - a, seed) for a, b in shares):
+        if hits == sum(count_hits_reference(0, b - a, seed) for a, b in shares):
             return _say(Verdict(False, f"{head}: every rank counted samples 0, 1, 2, ... instead of its own "
                                        "slice; start the loop at start + t (start is the rank's first sample)"),
                         quiet)

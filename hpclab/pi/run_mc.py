@@ -6,26 +6,20 @@ import math
 from hpclab import backend
 from hpclab.decomp import block_range, require_at_least
 from hpclab.errors import step
-from hpclab.options import count, seed as seed_type
 from hpclab.runner import Report
 from hpclab.timing import timed, wall
-from hpclab.pi.report import add_launch_arguments, check_work
+from hpclab.pi.check import standard_error
+from hpclab.pi.program import MAX_SAMPLES, add_launch_arguments, add_sample_arguments, check_work
 
 HELP = ("Workshop Exercise 2: pi by Monte Carlo; each rank counts hits for its share of the "
         "samples on its GPU. The default counter-based generator makes the estimate depend only "
         "on (samples, seed), whatever the number of ranks.")
 
 GENERATORS = ("counter", "xoroshiro")
-MAX_SAMPLES = (1 << 63) - 1
-SEED_LIMIT = 1 << 64          # seeds are 64-bit words
-
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--samples", type=count(1, MAX_SAMPLES), default=None,
-                        help="number of samples (e.g. 1e12; default 1e11 on a GPU, 20000 on the simulator)")
-    parser.add_argument("--seed", type=seed_type(SEED_LIMIT - 1), default=123,
-                        help="generator seed, 0 to 2^64-1 (default 123)")
+    add_sample_arguments(parser, 123, "number of samples (e.g. 1e12; default 1e11 on a GPU, 20000 on the simulator)")
     parser.add_argument("--generator", choices=GENERATORS, default="counter",
                         help="counter: Philox4x32-7 of the global sample index, identical on any number "
                              "of ranks (default); xoroshiro: numba.cuda.random per-thread streams, "
@@ -50,7 +44,7 @@ def check_samples(samples: int, size: int) -> None:
 def run(args, ctx) -> Report:
     from mpi4py import MPI
 
-    from hpclab.pi import kernels   # loads numba.cuda: not needed to reject bad arguments
+    from hpclab.launch import full_gpu    # loads numba.cuda: not needed to reject bad arguments
 
     comm, size, rank = ctx.comm, ctx.comm.size, ctx.comm.rank
     samples = args.samples or default_samples()
@@ -58,19 +52,23 @@ def run(args, ctx) -> Report:
     with step(comm, "input check"):
         check_samples(samples, size)
         start, stop = block_range(samples, size, rank)
-        blocks, threads = kernels.launch_shape(min(stop - start, kernels.LAUNCH_SAMPLES), args.blocks, args.threads)
+        blocks, threads = full_gpu(stop - start, args.blocks, args.threads)
 
     timings = {}
     if args.generator == "counter":
+        from hpclab.pi import fast
+
         with step(comm, "kernel compilation (warm-up)"):
-            kernels.count_hits(0, 2, seed, 1, threads)                      # one Philox call: compiles
-        work = lambda: kernels.count_hits(start, stop - start, seed, blocks, threads)  # noqa: E731
+            fast.count_hits(0, 2, seed, 1, threads)                      # one Philox call: compiles
+        work = lambda: fast.count_hits(start, stop - start, seed, blocks, threads)  # noqa: E731
     else:
+        from hpclab.pi import xoroshiro
+
         with step(comm, "xoroshiro128+ states"):
-            kernels.count_hits_xoroshiro(threads, seed, rank, 1, threads)       # compiles the kernel
-            states, init_s, init_max = wall(lambda: kernels.xoroshiro_states(blocks * threads, seed, rank), comm)
+            xoroshiro.count_hits(threads, seed, rank, 1, threads)       # compiles the kernel
+            states, init_s, init_max = wall(lambda: xoroshiro.states(blocks * threads, seed, rank), comm)
         timings["state_init_s"] = init_max
-        work = lambda: kernels.count_hits_xoroshiro(stop - start, seed, rank, blocks, threads, states)  # noqa: E731
+        work = lambda: xoroshiro.count_hits(stop - start, seed, rank, blocks, threads, states)  # noqa: E731
 
     def estimate():
         hits, compute = timed(work)
@@ -80,7 +78,7 @@ def run(args, ctx) -> Report:
         (hits, compute, total_hits), local, wall_s = wall(estimate, comm)
     pi_hat = 4.0 * total_hits / samples
     err = abs(pi_hat - math.pi)
-    sigma = kernels.mc_standard_error(samples)
+    sigma = standard_error(samples)
     timings.update({"wall_s": wall_s, "compute_s": comm.allreduce(compute, op=MPI.MAX),
                     "samples_per_s": samples / wall_s})
     p = ctx.placement

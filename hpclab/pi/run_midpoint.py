@@ -9,12 +9,11 @@ from hpclab.errors import step
 from hpclab.options import count
 from hpclab.runner import Report
 from hpclab.timing import timed, wall
-from hpclab.pi.report import add_launch_arguments, check_work
+from hpclab.pi.check import MAX_BINS, midpoint_bound, truncation_bound
+from hpclab.pi.program import add_launch_arguments, check_work
 
 HELP = ("Workshop Exercise 1: pi by the midpoint rule in float64; each rank integrates a "
         "contiguous slice of the bins on its GPU, then an MPI reduction adds the slices.")
-
-MAX_BINS = (1 << 52) - 1      # bin midpoints (i + 1/2) stay exact in float64
 
 
 def add_arguments(parser) -> None:
@@ -38,33 +37,23 @@ def check_bins(bins: int, size: int) -> None:
                          f"2^52 - 1 = {MAX_BINS} bins; use fewer bins")
 
 
-def error_bound(bins: int, blocks: int, threads: int, ranks: int) -> float:
-    """|computed - pi| allowed: the midpoint rule's h^2 bound plus float64 rounding."""
-    from hpclab.pi import kernels
-
-    longest_share = -(-bins // ranks)
-    terms = -(-longest_share // (blocks * threads))
-    return (kernels.midpoint_error_bound(bins)
-            + kernels.midpoint_rounding_bound(terms, blocks, threads, ranks)
-            + 2.0 ** -53 * math.pi)                     # math.pi itself is rounded
-
-
 def run(args, ctx) -> Report:
     from mpi4py import MPI
 
-    from hpclab.pi import kernels   # loads numba.cuda: not needed to reject bad arguments
+    from hpclab.launch import full_gpu    # loads numba.cuda: not needed to reject bad arguments
+    from hpclab.pi import fast
 
     comm, size, rank = ctx.comm, ctx.comm.size, ctx.comm.rank
     bins = args.bins or default_bins()
     with step(comm, "input check"):
         check_bins(bins, size)             # also checked by validate; kept for callers of run()
         start, stop = block_range(bins, size, rank)
-        blocks, threads = kernels.launch_shape(stop - start, args.blocks, args.threads)
+        blocks, threads = full_gpu(stop - start, args.blocks, args.threads)
     with step(comm, "kernel compilation (warm-up)"):
-        kernels.midpoint_partial(0, 1, 1, 1, threads)
+        fast.partial_sum(0, 1, 1, 1, threads)
 
     def integrate():
-        partial, compute = timed(lambda: kernels.midpoint_partial(start, stop, bins, blocks, threads))
+        partial, compute = timed(lambda: fast.partial_sum(start, stop, bins, blocks, threads))
         return partial, compute, comm.allreduce(partial)
 
     with step(comm, "midpoint kernel"):
@@ -72,7 +61,7 @@ def run(args, ctx) -> Report:
     # Rank blocks may differ (few bins): the bound uses the largest launch.
     shapes = comm.allgather((blocks, threads))
     big_blocks = max(b for b, _ in shapes)
-    bound = error_bound(bins, big_blocks, threads, size)
+    bound = midpoint_bound(bins, big_blocks, threads, size)
     err = abs(total - math.pi)
     compute_max = comm.allreduce(compute, op=MPI.MAX)
     p = ctx.placement
@@ -83,13 +72,12 @@ def run(args, ctx) -> Report:
         timings={"wall_s": wall_s, "compute_s": compute_max, "bins_per_s": bins / wall_s},
     )
     if rank == 0:
-        h = 1.0 / bins
         report.final = [
             ("Exact PI", f"{math.pi:.15f}"),
             ("Computed PI", f"{total:.15f}"),
             ("Absolute error", f"{err:.8e}"),
             ("Relative error", f"{err / math.pi * 100:.8e} %"),
-            ("Error bound", f"{bound:.3e} (h^2/3 = {kernels.midpoint_error_bound(bins):.3e} + float64 rounding)"),
+            ("Error bound", f"{bound:.3e} (h^2/3 = {truncation_bound(bins):.3e} + float64 rounding)"),
             ("Total bins", f"{bins}"),
             ("Wall time", f"{wall_s:.6f} s"),
             ("Bins/s", f"{bins / wall_s:.3e} ({bins / wall_s / size:.3e} per GPU)"),
@@ -101,6 +89,5 @@ def run(args, ctx) -> Report:
             report.notes.append(f"{bins} bins take {wall_s * 1e6:.0f} us: this times kernel launch and "
                                 "MPI latency, not arithmetic; use --bins 1e11 or more to measure throughput")
         report.result = {"pi": total, "abs_error": err, "rel_error": err / math.pi, "bins": bins,
-                         "error_bound": bound, "h": h, "truncation_bound": kernels.midpoint_error_bound(bins)}
+                         "error_bound": bound, "h": 1.0 / bins, "truncation_bound": truncation_bound(bins)}
     return report
-

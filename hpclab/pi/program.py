@@ -1,21 +1,32 @@
-"""What the pi programs share: launch-shape options, and what the Monte Carlo ones print and check."""
+"""What the four pi programs share (pi-midpoint, pi-mc, pi-nccl-node, pi-nccl-mpi): their
+launch-shape and sample options, the check that the work fits a day, and the Monte Carlo
+lines of FINAL RESULTS."""
 from __future__ import annotations
 
 import math
 
 from hpclab import budget
-from hpclab.options import count
+from hpclab.options import count, seed
+from hpclab.pi.check import SEED_LIMIT, estimate
 
 MAX_BLOCKS = (1 << 31) - 1                 # CUDA's limit on gridDim.x
 THREADS = tuple(1 << k for k in range(11))  # powers of two up to 1024, CUDA's block limit
+MAX_SAMPLES = (1 << 63) - 1                 # sample indices are 64-bit signed integers
 
 
 def add_launch_arguments(parser) -> None:
-    """--blocks and --threads, whose defaults come from ``hpclab.pi.kernels.launch_shape``."""
+    """--blocks and --threads, whose defaults come from ``hpclab.launch.full_gpu``."""
     parser.add_argument("--blocks", type=count(1, MAX_BLOCKS), default=None,
                         help="blocks per launch (default: 2 per SM on a GPU, fewer for little work)")
     parser.add_argument("--threads", type=count(1, 1024), choices=THREADS, default=None, metavar="THREADS",
                         help="threads per block, a power of two up to 1024 (default 1024 on a GPU)")
+
+
+def add_sample_arguments(parser, default_seed: int, samples_help: str) -> None:
+    """--samples and --seed of the Monte Carlo programs."""
+    parser.add_argument("--samples", type=count(1, MAX_SAMPLES), default=None, help=samples_help)
+    parser.add_argument("--seed", type=seed(SEED_LIMIT - 1), default=default_seed,
+                        help=f"generator seed, 0 to 2^64-1 (default {default_seed})")
 
 
 def check_work(option: str, work: int, unit: str, shares: int, launch) -> None:
@@ -25,20 +36,6 @@ def check_work(option: str, work: int, unit: str, shares: int, launch) -> None:
     budget.refuse_long(option, work, work / (rate * shares),
                        f"{work:.3g} {unit} at under {rate:.0e} {unit}/s on each of {shares} "
                        f"{'GPU' if launch.backend == 'gpu' else 'simulated GPU'}(s)")
-
-
-def estimate(hits: int, samples: int) -> dict:
-    """pi = 4 hits / samples, its error, and the binomial standard deviation.
-
-    A hit has probability p = pi/4, so 4*hits/samples has standard deviation
-    4 sqrt(p(1-p)/samples); a correct counter misses pi by more than five of
-    those with probability below 1e-6.
-    """
-    pi_hat = 4.0 * hits / samples
-    p = math.pi / 4
-    sigma = 4.0 * math.sqrt(p * (1 - p) / samples)
-    error = abs(pi_hat - math.pi)
-    return {"pi": pi_hat, "abs_error": error, "sigma": sigma, "within_5_sigma": error <= 5 * sigma}
 
 
 def final_lines(hits: int, samples: int, time_label: str, seconds: float) -> list[tuple[str, str]]:

@@ -1,0 +1,133 @@
+"""Workshop Exercise 2 on one GPU: count the samples that fall inside the quarter circle.
+
+Samples 2p and 2p + 1 of seed s come from one call of the Philox4x32-7 counter-based
+generator (Salmon, Moraes, Dror and Shaw, "Parallel random numbers: as easy as 1, 2, 3",
+SC11, 2011): the 128-bit counter (p, 0) is scrambled with the 64-bit key s by 7 rounds
+of two 32x32 -> 64-bit multiplications and xors, giving four 32-bit words, two per
+sample. Philox is the generator of cuRAND, NumPy, JAX and C++26's std::philox4x32 (10
+rounds there); its authors found it Crush-resistant (all of TestU01's SmallCrush, Crush
+and BigCrush) from 7 rounds on, far more than Monte Carlo pi needs. Because a sample
+depends only on its global index, the hit count for samples [start, start + count) is
+the same for any launch shape and any split among ranks: the estimate depends on
+(samples, seed) alone. (The workshop derives per-rank seeds, so its estimate changes
+with the number of ranks.)
+
+A point's coordinates are the top 26 bits x, y of its two words: the centre
+((x + 1/2) / 2^26, (y + 1/2) / 2^26) of a cell of a 2^26 x 2^26 grid. It is inside
+exactly when x^2 + x + y^2 + y < 2^52; every value in that sum is an integer below
+2^53, so float64 computes it without rounding. (Counting cell centres instead of points
+of the continuous square changes pi/4 by a relative 1e-11 or less, far under the
+statistical error of any feasible run.)
+
+``hpclab.pi.fast.count_hits`` counts the same hits, bit for bit, with half the
+generator's work per sample (both samples of each Philox call) and 32-bit loop
+counters; the programs and the benchmark use it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from hpclab.backend import cuda as _cuda
+from hpclab.launch import full_gpu
+from hpclab.pi.check import check_seed
+from hpclab.pi.reduce import block_sum
+
+cuda = _cuda()
+
+ROUNDS = 7                                            # the fewest rounds found Crush-resistant
+# Philox4x32's constants (Random123, C++26 std::philox4x32). Held as 64-bit words so that
+# c * M is the exact 64-bit product of a 32-bit word: its high and low halves are what
+# Philox uses (and the simulator, which runs this code on NumPy scalars, never overflows).
+PHILOX_M0, PHILOX_M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
+PHILOX_W0, PHILOX_W1 = np.uint64(0x9E3779B9), np.uint64(0xBB67AE85)
+S32 = np.uint64(32)
+LOW32 = np.uint64(0xFFFFFFFF)
+ZERO32 = np.uint32(0)
+SHIFT = np.uint32(6)                                  # coordinates: the top 26 bits of a 32-bit word
+RADIUS2 = float(1 << 52)                              # inside when x^2 + x + y^2 + y < 2^52
+
+
+@cuda.jit(device=True)
+def philox4x32(c0, c1, c2, c3, k0, k1, rounds):
+    """Philox4x32-``rounds`` of the counter (c0, c1, c2, c3) with the key (k0, k1): four 32-bit words."""
+    for _ in range(rounds):
+        p0 = c0 * PHILOX_M0                           # 32 x 32 -> 64 bits
+        p1 = c2 * PHILOX_M1
+        c0, c1, c2, c3 = (np.uint32((p1 >> S32) ^ c1 ^ k0), np.uint32(p1),
+                          np.uint32((p0 >> S32) ^ c3 ^ k1), np.uint32(p0))
+        k0 = np.uint32(k0 + PHILOX_W0)
+        k1 = np.uint32(k1 + PHILOX_W1)
+    return c0, c1, c2, c3
+
+
+@cuda.jit(device=True)
+def sample_inside(seed, i):
+    """True when sample i of ``seed`` falls inside the quarter circle."""
+    p = np.uint64(i) >> np.uint64(1)                  # samples 2p and 2p + 1: Philox call p
+    x0, x1, x2, x3 = philox4x32(np.uint32(p & LOW32), np.uint32(p >> S32), ZERO32, ZERO32,
+                                np.uint32(seed & LOW32), np.uint32(seed >> S32), ROUNDS)
+    if i & 1:
+        x0, x1 = x2, x3
+    x = np.float64(x0 >> SHIFT)
+    y = np.float64(x1 >> SHIFT)
+    return x * x + x + (y * y + y) < RADIUS2
+
+
+@cuda.jit
+def hits_kernel(start, count, seed, out):
+    """out[0] += the hits among samples [start, start + count) of ``seed``."""
+    t = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    hits = 0
+    for i in range(start + t, start + count, stride):
+        if sample_inside(seed, i):
+            hits += 1
+    block_sum(hits, out)
+
+
+def count_hits(start: int, count: int, seed: int, blocks: int | None = None, threads: int | None = None) -> int:
+    """Hits among the samples [start, start + count) of ``seed``, on this rank's GPU."""
+    check_seed(seed)
+    check_range(start, count)
+    out = cuda.to_device(np.zeros(1, dtype=np.uint64))
+    if count:
+        b, t = full_gpu(count, blocks, threads)
+        hits_kernel[b, t](np.int64(start), np.int64(count), np.uint64(seed), out)
+    return int(out.copy_to_host()[0])
+
+
+def check_range(start: int, count: int) -> None:
+    if start < 0 or count < 0 or start + count >= 1 << 63:
+        raise ValueError(f"samples [{start}, {start + count}) are not valid sample indices (0 to 2^63 - 1)")
+
+
+# ---------------------------------------------------------------- the same in NumPy, for the tests and checks
+
+def philox_reference(counter, key, rounds: int = ROUNDS) -> tuple:
+    """Philox4x32-``rounds`` in NumPy: counter = 4 arrays of 32-bit words, key = 2 words."""
+    c0, c1, c2, c3 = (np.asarray(c, dtype=np.uint64) for c in counter)
+    k0, k1 = (np.uint64(k) for k in key)
+    for _ in range(rounds):
+        p0, p1 = c0 * PHILOX_M0, c2 * PHILOX_M1             # exact: both factors < 2^32
+        c0, c1, c2, c3 = (p1 >> S32) ^ c1 ^ k0, p1 & LOW32, (p0 >> S32) ^ c3 ^ k1, p0 & LOW32
+        k0, k1 = (k0 + PHILOX_W0) & LOW32, (k1 + PHILOX_W1) & LOW32
+    return c0, c1, c2, c3
+
+
+def sample_words(start: int, count: int, seed: int, rounds: int = ROUNDS) -> tuple[np.ndarray, np.ndarray]:
+    """The two 32-bit words (x, y) of samples [start, start + count), in NumPy."""
+    i = np.arange(start, start + count, dtype=np.uint64)
+    p = i >> np.uint64(1)
+    seed = int(seed)
+    x0, x1, x2, x3 = philox_reference((p & LOW32, p >> S32, 0 * p, 0 * p),
+                                      (seed & 0xFFFFFFFF, seed >> 32), rounds)
+    odd = (i & np.uint64(1)).astype(bool)
+    return np.where(odd, x2, x0), np.where(odd, x3, x1)
+
+
+def count_hits_reference(start: int, count: int, seed: int, rounds: int = ROUNDS) -> int:
+    """The hit count in exact integer arithmetic: (2x+1)^2 + (2y+1)^2 < 2^54 on 26-bit x, y."""
+    check_seed(seed)
+    x, y = (w >> np.uint64(int(SHIFT)) for w in sample_words(start, count, seed, rounds))
+    x, y = x.astype(object), y.astype(object)
+    return int(np.count_nonzero((2 * x + 1) ** 2 + (2 * y + 1) ** 2 < 1 << 54))
