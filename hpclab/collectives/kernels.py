@@ -1,9 +1,10 @@
-"""Small kernels used to put data on each rank's GPU and say hello."""
+"""Small kernels that put data on each rank's GPU (notebooks 00, 01 and 05) and say hello."""
 from __future__ import annotations
 
 import numpy as np
 
 from hpclab.backend import cuda as _cuda
+from hpclab.launch import launch_1d
 
 cuda = _cuda()
 
@@ -25,10 +26,10 @@ def hello_kernel(out, rank):
         out[i] = rank * 1000 + i
 
 
-def fill(n: int, value, step=0, dtype=np.float64, threads: int = 128):
+def fill(n: int, value, step=0, dtype=np.float64):
     """A device array of n elements: value, value + step, value + 2 step, ..."""
     out = cuda.device_array(n, dtype=dtype)
-    blocks = max(1, min(1024, (n + threads - 1) // threads))
+    blocks, threads = launch_1d(n)
     fill_kernel[blocks, threads](out, dtype(value), dtype(step))
     return out
 

@@ -3,10 +3,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from hpclab import backend, budget, comm as hcomm
-from hpclab.collectives.ring import ring_allreduce, ring_bytes_per_rank
+from hpclab import backend, budget
 from hpclab.collectives import check
 from hpclab.collectives.kernels import fill
+from hpclab.collectives.patterns import exercise0
+from hpclab.collectives.ring import ring_allreduce, ring_bytes_per_rank
+from hpclab.comm import BACKENDS, get
+from hpclab.decomp import require_at_least
+from hpclab.errors import step
 from hpclab.options import count
 from hpclab.runner import Report
 from hpclab.timing import wall
@@ -18,7 +22,7 @@ HELP = ("Workshop Exercise 0: Send/Recv, Bcast, Scatter, Gather, Reduce, Allredu
 def add_arguments(parser) -> None:
     parser.add_argument("--count", type=count(1, (1 << 63) - 1), default=None,
                         help="elements in the ring all-reduce buffer (default: 1M on a GPU, 1000 on the simulator)")
-    parser.add_argument("--backend", default="auto", choices=hcomm.BACKENDS,
+    parser.add_argument("--backend", default="auto", choices=BACKENDS,
                         help="communication backend (default auto)")
 
 
@@ -35,33 +39,12 @@ def validate(args, launch) -> None:
                         available=launch.memory)
 
 
-def exercise0(be) -> dict[str, list[float]]:
-    """Every primitive applied to this rank's device array [rank + 1].
-
-    Returns what this rank holds after each one (host copies, for checking).
-    """
-    rank, size = be.rank, be.size
-    mine = fill(1, rank + 1.0)                                    # GPU r holds [r + 1]
-    held = {}
-    right, left = (rank + 1) % size, (rank - 1) % size
-    held["sendrecv"] = be.sendrecv(mine, dest=right, source=left).copy_to_host()
-    held["bcast"] = be.bcast(fill(1, rank + 1.0), root=0).copy_to_host()
-    held["scatter"] = be.scatter(fill(size, 10.0, 10.0), root=0).copy_to_host()
-    gathered = be.gather(mine, root=0)
-    held["gather"] = (gathered if gathered is not None else mine).copy_to_host()
-    held["reduce"] = be.reduce(mine, root=0).copy_to_host()
-    held["allreduce"] = be.allreduce(mine).copy_to_host()
-    held["allgather"] = be.allgather(mine).copy_to_host()
-    held["reduce_scatter"] = be.reduce_scatter(fill(size, rank + 1.0, rank + 1.0)).copy_to_host()
-    return {k: v.tolist() for k, v in held.items()}
-
-
 def run(args, ctx) -> Report:
     comm, size, rank = ctx.comm, ctx.comm.size, ctx.comm.rank
     count = args.count or default_count()
-    with hcomm.step(comm, "input check"):
-        hcomm.require_at_least(count, size, "elements")
-        be = hcomm.get(args.backend, comm)
+    with step(comm, "input check"):
+        require_at_least(count, size, "elements")
+        be = get(args.backend, comm)
 
     held, _, t_ex0 = wall(lambda: exercise0(be), comm)
     everyone = comm.allgather(held)

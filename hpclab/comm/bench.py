@@ -26,13 +26,11 @@ import time
 import numpy as np
 
 from hpclab import backend
+from hpclab.options import Parser, UsageError, count
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 BACKEND_CHOICES = ("auto", "mpi-host", "mpi-cuda", "nccl", "all")
 RAW = "raw-nccl"
-
-
-from hpclab.options import Parser, UsageError, count  # noqa: E402  (UsageError: kept importable from here)
 
 
 def parse_size(text: str) -> int:
@@ -130,17 +128,12 @@ class HpclabCase:
         self.be, self.dtype = be, np.dtype(dtype)
         self.name = be.name
 
-    def _full(self, count: int, value: float):
-        if backend.is_simulator():  # a fill kernel of 16K simulated threads is slow; a copy is not
-            return self.be.cuda.to_device(np.full(count, value, dtype=self.dtype))
+    def prepare(self, count: int):
         from hpclab.collectives.kernels import fill
 
-        return fill(count, value, 0, dtype=self.dtype.type)
-
-    def prepare(self, count: int):
         be = self.be
-        self.send = self._full(count, be.rank + 1.0)
-        self.out = self._full(count, -1.0)  # a stale result left in reused memory cannot pass
+        self.send = fill(count, be.rank + 1.0, 0, dtype=self.dtype.type)
+        self.out = fill(count, -1.0, 0, dtype=self.dtype.type)  # a stale result in reused memory cannot pass
         be.check_same(self.send, "allreduce", self.out)  # once per size, not per call
         be.synchronize()
         send, out = self.send, self.out
@@ -223,8 +216,8 @@ def backends_to_run(requested: str, comm, notes: list[str]) -> list[str]:
         names.append("mpi-cuda")
     else:
         notes.append(f"mpi-cuda skipped: MPI is not CUDA-aware ({how})")
-    from hpclab.comm.select import NEEDS_OWN_GPU, describe_sharing
-    from hpclab.device import sharing
+    from hpclab.comm.select import NEEDS_OWN_GPU
+    from hpclab.device import describe_sharing, sharing
 
     shared = sharing(comm)
     ok, why = nccl_available()

@@ -57,8 +57,8 @@ class StandInNccl:
 def nccl_module(comm=None):
     """``cupy.cuda.nccl`` with one GPU per rank (when it imports), else a recording stand-in
     whose ``reason`` says why. Collective (it asks every rank of ``comm`` which GPU it uses)."""
-    from hpclab.comm.select import NEEDS_OWN_GPU, describe_sharing
-    from hpclab.device import sharing
+    from hpclab.comm.select import NEEDS_OWN_GPU
+    from hpclab.device import describe_sharing, sharing
 
     if backend.is_simulator():
         return StandInNccl()

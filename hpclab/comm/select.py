@@ -88,11 +88,11 @@ def get(name: str = "auto", comm=None, quiet: bool = False):
             print(f"hpclab communication backend: {key}, because {why}", file=sys.stderr, flush=True)
         _announced = True
     if key == "mpi-host":
-        from hpclab.comm.mpi_host import HostStagedMPI
+        from hpclab.comm.mpi_backends import HostStagedMPI
 
         return HostStagedMPI(comm)
     if key == "mpi-cuda":
-        from hpclab.comm.mpi_cuda import CudaAwareMPI
+        from hpclab.comm.mpi_backends import CudaAwareMPI
 
         return CudaAwareMPI(comm)
     from hpclab.comm.nccl import NcclBackend

@@ -1,22 +1,38 @@
-"""The collectives written once for both MPI backends.
+"""The two MPI backends, written once: host-staged MPI and CUDA-aware MPI.
 
-Host-staged and CUDA-aware MPI make the same MPI calls; they differ only in
-which memory MPI is handed: a (pinned) host copy of the device data, or the
-device data itself. Subclasses say that through three hooks:
+Both make the same MPI calls; they differ only in which memory MPI is handed:
 
-- ``_outgoing(dbuf, slot, stream)``: memory holding ``dbuf``'s data, for MPI to read;
-- ``_incoming(shape, dtype, slot, out)``: memory for MPI to write into;
-- ``_arrived(recv, out, stream)``: the device array holding what MPI wrote;
-- ``_mpi(buf)``: the object mpi4py is handed for that memory.
+- ``mpi-host`` (:class:`HostStagedMPI`): device -> (pinned) host -> MPI -> host -> device.
+  Works with any MPI and on the simulator; every message crosses PCIe twice, which is what
+  CUDA-aware MPI and NCCL avoid.
+- ``mpi-cuda`` (:class:`CudaAwareMPI`): the device arrays themselves. mpi4py's upper-case
+  methods accept any object with ``__cuda_array_interface__`` and pass the device pointer to
+  MPI; a CUDA-aware MPI moves the data itself (through GPUDirect P2P/RDMA where the hardware
+  allows, else by staging inside the library). An MPI that is *not* CUDA-aware treats the
+  pointer as host memory and segfaults (mpi4py #115), so awareness is asked first, on every
+  rank (:func:`hpclab.mpi.cuda_aware`). On the simulator "device" memory is host memory, so
+  with ``HPCLAB_MPI_CUDA_AWARE=1`` this backend runs there too (the code path is the real one).
 
-and ``_before(stream)``, called at the start of every operation (CUDA-aware
-MPI synchronises there: MPI does not know about CUDA streams). ``stream`` is
-the CUDA stream whose work produced the data (0: the whole device), and the
-one host-staged copies run on.
+:class:`MPIBackend` holds the operations; a subclass says which memory through hooks:
+``_outgoing`` (memory holding a device array's data, for MPI to read), ``_incoming`` (memory
+for MPI to write into), ``_arrived`` (the device array holding what MPI wrote), ``_mpi`` (the
+object mpi4py is handed for that memory) and ``_before`` (called first: CUDA-aware MPI
+synchronises there, because MPI knows nothing of CUDA streams). ``stream`` is the CUDA stream
+whose work produced the data (0: the whole device), and the one host-staged copies run on.
 """
 from __future__ import annotations
 
+import numpy as np
+
+from hpclab import backend
 from hpclab.comm.base import Backend
+from hpclab.errors import RankError
+from hpclab.mpi import cuda_aware
+
+FIX = ("use --backend mpi-host (host staging; works everywhere) or nccl (on GPUs), or load an "
+       "MPI built with CUDA support (e.g. Open MPI configured --with-cuda, or with UCX built with "
+       "CUDA). If you know this MPI is CUDA-aware but cannot answer the query, set "
+       "HPCLAB_MPI_CUDA_AWARE=1")
 
 
 def mpi_op(op: str):
@@ -136,3 +152,78 @@ class MPIBackend(Backend):
         if source != MPI.PROC_NULL:
             self._arrived(recv, out=recvbuf, stream=stream)
         return recvbuf
+
+
+class HostStagedMPI(MPIBackend):
+    name = "mpi-host"
+
+    def __init__(self, comm=None):
+        super().__init__(comm)
+        self._pinned = {}
+
+    def _host(self, shape, dtype, slot):
+        # Reuse pinned buffers: page-locked allocation is slow, copies from it fast.
+        key = (tuple(shape), np.dtype(dtype).str, slot)
+        if key not in self._pinned:
+            self._pinned[key] = self.cuda.pinned_array(shape, dtype=dtype)
+        return self._pinned[key]
+
+    def _outgoing(self, dbuf, slot="send", stream=0):
+        host = self._host(dbuf.shape, dbuf.dtype, slot)
+        # Behind the kernels of ``stream`` that wrote dbuf; complete before MPI sees it.
+        dbuf.copy_to_host(host, stream=stream)
+        if stream:
+            stream.synchronize()
+        return host
+
+    def _incoming(self, shape, dtype, slot="recv", out=None):
+        return self._host(shape, dtype, slot)
+
+    def _arrived(self, recv, out=None, stream=0):
+        if out is None:
+            return self.cuda.to_device(recv)
+        out.copy_to_device(recv, stream=stream)
+        if stream:
+            stream.synchronize()
+        return out
+
+    def release(self) -> None:
+        self._pinned.clear()
+
+
+class CudaAwareMPI(MPIBackend):
+    name = "mpi-cuda"
+
+    def __init__(self, comm=None):
+        super().__init__(comm)
+        aware, how = cuda_aware()
+        everyone = self.comm.allgather((aware, how))
+        missing = {r: f"this MPI is not CUDA-aware ({h}); {FIX}"
+                   for r, (a, h) in enumerate(everyone) if not a}
+        if missing:
+            raise RankError("mpi-cuda backend", missing, self.size)
+        self.how = how
+        self._sim = backend.is_simulator()
+
+    def describe(self) -> str:
+        return f"mpi-cuda (device pointers to MPI; {self.how})"
+
+    def _mpi(self, buf):
+        # The simulator's device arrays wrap NumPy arrays: that host memory is
+        # what "device memory" is there, so MPI is given it directly.
+        if buf is None or not self._sim:
+            return buf
+        return np.asarray(buf)
+
+    def _before(self, stream=0) -> None:
+        # MPI must not read data a kernel is still writing.
+        (stream or self.cuda).synchronize()
+
+    def _outgoing(self, dbuf, slot="send", stream=0):
+        return dbuf
+
+    def _incoming(self, shape, dtype, slot="recv", out=None):
+        return out if out is not None else self.cuda.device_array(shape, dtype=dtype)
+
+    def _arrived(self, recv, out=None, stream=0):
+        return recv  # MPI wrote straight into device memory: nothing to copy
