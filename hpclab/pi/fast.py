@@ -69,12 +69,12 @@ def partial_sum(start: int, stop: int, bins: int, blocks: int | None = None, thr
 
 
 @functools.cache
-def hits_kernel(rounds: int):
+def paired_hits_kernel(rounds: int):
     """The Monte Carlo kernel for Philox4x32-``rounds``. Built per round count because the
     rounds must be unrolled at compile time (7 here; 10 for the benchmark's comparison)."""
 
     @cuda.jit
-    def paired_hits_kernel(lo, pairs, hi, key0, key1, out):
+    def hits_kernel(lo, pairs, hi, key0, key1, out):
         """out[0] += hits among the samples of Philox calls (hi, lo + j) for j < pairs."""
         t = cuda.grid(1)
         stride = cuda.gridsize(1)
@@ -97,7 +97,7 @@ def hits_kernel(rounds: int):
                 n = np.uint32(n - ONE32)
         block_sum(np.uint64(hits), out)
 
-    return paired_hits_kernel
+    return hits_kernel
 
 
 def count_hits(start: int, count: int, seed: int, blocks: int | None = None,
@@ -120,7 +120,7 @@ def count_hits(start: int, count: int, seed: int, blocks: int | None = None,
         hits += count_hits_reference(start, 1, seed, rounds)
     if stop % 2:
         hits += count_hits_reference(stop - 1, 1, seed, rounds)
-    kernel = hits_kernel(rounds)
+    kernel = paired_hits_kernel(rounds)
     key0, key1 = np.uint32(seed & 0xFFFFFFFF), np.uint32(seed >> 32)
     out = cuda.to_device(np.zeros(1, dtype=np.uint64))
     p = first

@@ -1,23 +1,13 @@
 """Workshop Exercise 2 on one GPU: count the samples that fall inside the quarter circle.
 
-Samples 2p and 2p + 1 of seed s come from one call of the Philox4x32-7 counter-based
-generator (Salmon, Moraes, Dror and Shaw, "Parallel random numbers: as easy as 1, 2, 3",
-SC11, 2011): the 128-bit counter (p, 0) is scrambled with the 64-bit key s by 7 rounds
-of two 32x32 -> 64-bit multiplications and xors, giving four 32-bit words, two per
-sample. Philox is the generator of cuRAND, NumPy, JAX and C++26's std::philox4x32 (10
-rounds there); its authors found it Crush-resistant (all of TestU01's SmallCrush, Crush
-and BigCrush) from 7 rounds on, far more than Monte Carlo pi needs. Because a sample
-depends only on its global index, the hit count for samples [start, start + count) is
-the same for any launch shape and any split among ranks: the estimate depends on
-(samples, seed) alone. (The workshop derives per-rank seeds, so its estimate changes
-with the number of ranks.)
-
-A point's coordinates are the top 26 bits x, y of its two words: the centre
-((x + 1/2) / 2^26, (y + 1/2) / 2^26) of a cell of a 2^26 x 2^26 grid. It is inside
-exactly when x^2 + x + y^2 + y < 2^52; every value in that sum is an integer below
-2^53, so float64 computes it without rounding. (Counting cell centres instead of points
-of the continuous square changes pi/4 by a relative 1e-11 or less, far under the
-statistical error of any feasible run.)
+Samples 2p and 2p + 1 of seed s come from call p of the counter-based generator
+Philox4x32-7 (Salmon, Moraes, Dror and Shaw, SC11 2011; cuRAND's, NumPy's and C++26's
+generator family, Crush-resistant from 7 rounds on): the counter (p, 0, 0, 0) is
+scrambled with the 64-bit key s into four 32-bit words, two per sample. A sample depends
+only on its global index, so the count for samples [start, start + count) is the same for
+any launch shape and any split among ranks. A point is the centre of a cell of a
+2^26 x 2^26 grid, the top 26 bits x, y of its words; it is inside exactly when
+x^2 + x + y^2 + y < 2^52, integers below 2^53 that float64 adds without rounding.
 
 ``hpclab.pi.fast.count_hits`` counts the same hits, bit for bit, with half the
 generator's work per sample (both samples of each Philox call) and 32-bit loop
