@@ -37,7 +37,7 @@ def full_gpu(work: int, blocks: int | None = None, threads: int | None = None) -
     threads on every SM, one wave), fewer blocks when there is little work; of the
     shapes ``hpclab bench pi`` scans, it was the fastest on an H200 for both pi kernels.
     On the simulator, where every thread is a Python thread, 2 blocks of 32. ``threads``
-    must be a power of two: block reductions halve it (``hpclab.pi.reduce.block_sum``).
+    must be a power of two: tree reductions over a block halve it.
     """
     if threads is None:
         threads = backend.auto_size(gpu=MAX_THREADS, sim=32)
