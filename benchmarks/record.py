@@ -270,16 +270,17 @@ def write(path: Path, rows: list[dict]) -> None:
     path.write_text(out.getvalue())
 
 
-def complete(found: Found, path: Path, given: dict) -> list[dict]:
-    """The rows with date, device, command, run and note filled; what is missing is an error that says how."""
-    meta = {"date": given.get("date") or found.date, "device": given.get("device") or found.device,
-            "command": given.get("command") or found.command}
+def complete(found: Found, path: Path, given: dict, fallback: dict | None = None) -> list[dict]:
+    """The rows with date, device, command, run and note filled: from ``given`` (the command line), else the
+    result's own, else ``fallback`` (the suite's runs.jsonl); what is missing is an error that says how."""
+    fallback = fallback or {}
+    meta = {k: given.get(k) or getattr(found, k) or fallback.get(k, "") for k in ("date", "device", "command")}
     missing = [k for k, v in meta.items() if not v]
     if missing:
         raise RecordError(f"{path}: the result does not say its {' or '.join(missing)}: pass "
                           + " ".join(f"--{k} ..." for k in missing)
                           + " (or record the folder `make bench` wrote: its runs.jsonl says them)")
-    note = "; ".join(x for x in (found.note, given.get("note", "")) if x)
+    note = "; ".join(x for x in (found.note, given.get("note") or fallback.get("note", "")) if x)
     date = re.match(r"\d{4}-\d\d-\d\d", meta["date"])
     if not date:
         raise RecordError(f"{path}: date {meta['date']!r} is not YYYY-MM-DD")
@@ -297,7 +298,7 @@ def add(rows: list[dict], table: Path) -> tuple[int, int]:
     return len(rows), len(old) - len(kept)
 
 
-def record(path: Path, given: dict, into: Path = RESULTS) -> list[tuple[Path, int, int]]:
+def record(path: Path, given: dict, into: Path = RESULTS, fallback: dict | None = None) -> list[tuple[Path, int, int]]:
     """Record one result file, or every file a suite folder's runs.jsonl names: [(table, added, replaced)]."""
     if path.is_dir():
         manifest = path / "runs.jsonl"
@@ -306,13 +307,12 @@ def record(path: Path, given: dict, into: Path = RESULTS) -> list[tuple[Path, in
         done = []
         for line in manifest.read_text().splitlines():
             entry = json.loads(line)
-            meta = {k: entry.get(k, "") for k in ("date", "device", "command", "note")}
-            done += record(path / entry["file"], {**meta, **{k: v for k, v in given.items() if v}}, into)
+            done += record(path / entry["file"], given, into, entry)
         return done
     if not path.is_file():
         raise RecordError(f"{path}: no such file")
     found = read(path)
-    rows = complete(found, path, given)
+    rows = complete(found, path, given, fallback)
     table = into / f"{machine(rows[0]['device'], found.gpus)}_{found.topic}.csv"
     return [(table, *add(rows, table))]
 
