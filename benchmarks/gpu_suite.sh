@@ -245,12 +245,16 @@ for TOPIC in "${TOPICS[@]}"; do
 done
 for TOPIC in "${TOPICS[@]}"; do
     DIR=$OUT/$TOPIC
-    mkdir -p "$DIR/logs"
+    rm -rf "$DIR"; mkdir -p "$DIR/logs"          # a topic run again replaces its files and its notes
+    if [ -f "$OUT/runs.jsonl" ]; then
+        grep -v "\"file\": \"$TOPIC/" "$OUT/runs.jsonl" > "$OUT/runs.jsonl.tmp"; mv "$OUT/runs.jsonl.tmp" "$OUT/runs.jsonl"
+    fi
     say "##### $TOPIC"
     "topic_$TOPIC"
     say "##### $TOPIC done"
 done
 # the results as curated rows, for review: `python benchmarks/record.py $OUT` adds them to benchmarks/results/
+rm -rf "$OUT/curated"
 [ -s "$OUT/runs.jsonl" ] && python3 benchmarks/record.py "$OUT" --into "$OUT/curated"
 if [ ${#FAILED[@]} -eq 0 ]; then say "all steps passed"; else say "FAILED:"; printf '  %s\n' "${FAILED[@]}"; fi
 [ ${#FAILED[@]} -eq 0 ]
