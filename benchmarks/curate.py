@@ -163,7 +163,8 @@ class Figures:
     def caption(self, key: str, where: str) -> str:
         """'One H200, 2026-11-22: `command`' for the run of ``key``."""
         r = self.row(key)
-        return f"{where}, {r['date']}: `{r['command']}`\n\n"
+        command, _, more = r["command"].partition("   (")        # '... (N = 1, 2, 4)': one job per rank count
+        return f"{where}, {r['date']}: `{command}`" + (f" ({more}" if more else "") + "\n\n"
 
 
 # ---------------------------------------------------------------- the README's blocks
@@ -221,7 +222,7 @@ def pi_scaling(f: Figures) -> str:
         top = walls[-1]
         stem = top["key"].rsplit("/", 1)[0]
         eff = f(stem + "/efficiency")
-        note = top["note"].split(";")[0]
+        note = top["note"].split(";")[0].split(",")[0]
         cells = {int(r["gpus"]): f"{fixed(r['value'], 3)} s" for r in walls}
         extra = (f" (Amdahl serial fraction {fixed(f(stem + '/serial_fraction'), 4)}; target ≥ 0.98 at 4: {met(eff >= 0.98)})"
                  if int(top["gpus"]) == 4 else "")
