@@ -84,7 +84,8 @@ def table_problems() -> list[str]:
             if not re.fullmatch(r"\d{4}-\d\d-\d\d", r["date"]) or not (r["device"] and r["command"] and r["unit"]):
                 problems.append(f"{where}: date, device, command and unit are required")
             if record.machine(r["device"], jobs[r["run"], r["program"]]) != name.split("_")[0]:
-                problems.append(f"{where}: {r['device']} on {jobs[r['run'], r['program']]} GPU(s) does not belong in {name}")
+                problems.append(f"{where}: {r['device']} on {jobs[r['run'], r['program']]} GPU(s) "
+                                f"does not belong in {name}")
             if r["baseline"] and abs(float(r["value"]) / float(r["baseline_value"]) - float(r["ratio"])) \
                     > 1e-5 * abs(float(r["ratio"])):
                 problems.append(f"{where}: ratio {r['ratio']} is not value / baseline_value")
@@ -190,26 +191,27 @@ def pi(f: Figures) -> str:
     from hpclab import reference
 
     a100 = next(r for r in reference.a100_scaling("ex2_pi_mc") if r["ranks"] == 1)
-    mc, mid = "pi-mc/{}/h200/1gpu/rate", "pi-midpoint/{}/h200/1gpu/rate"
-    vs = "pi-mc/{}/h200/1gpu/vs_bench-xoroshiro128p"
-    out = f.caption(mc.format("bench"), "One H200")
-    out += ("| measure | H200 | comparison in the same run | target | workshop A100 |\n|---|---|---|---|---|\n"
-            f"| Monte Carlo, counter-based Philox4x32-7, samples/s per GPU | **{sci(f(mc.format('bench')))}** | "
-            f"{fixed(f(vs.format('bench')), 2)}× xoroshiro128+ (`numba.cuda.random`, {sci(f(mc.format('bench-xoroshiro128p')))}) | "
-            f"≥ 8e11: {met(f(mc.format('bench')) >= 8e11)} ({fixed(f(mc.format('bench')) / 8e11, 2)}×) | "
-            f"{sci(a100['work'] / a100['median_wall_s'])} |\n"
-            f"| Monte Carlo, Philox4x32-10 / SplitMix64 | {sci(f(mc.format('bench-philox10')))} / "
-            f"{sci(f(mc.format('bench-splitmix64')))} | {fixed(f(vs.format('bench-philox10')), 2)}× / "
-            f"{fixed(f(vs.format('bench-splitmix64')), 2)}× xoroshiro128+ | | |\n")
+    mc = {v: f(f"pi-mc/{v}/h200/1gpu/rate") for v in ("bench", "bench-philox10", "bench-splitmix64",
+                                                       "bench-xoroshiro128p")}
+    vs = {v: fixed(f(f"pi-mc/{v}/h200/1gpu/vs_bench-xoroshiro128p"), 2) for v in ("bench", "bench-philox10",
+                                                                                   "bench-splitmix64")}
+    mid, plain = f("pi-midpoint/bench/h200/1gpu/rate"), f("pi-midpoint/bench-plain/h200/1gpu/rate")
     init = next(r for r in f.by_key.values() if r["key"].startswith("pi-mc/bench-xoroshiro128p/h200/1gpu/")
                 and r["metric"] == "init_s")
-    out += (f"| xoroshiro128+ state initialisation, {count(float(init['size']))} states | {fixed(float(init['value']), 3)} s "
-            "(host side) | | | |\n"
-            f"| midpoint rule, float64, bins/s per GPU | **{sci(f(mid.format('bench')))}** | "
-            f"{fixed(f('pi-midpoint/bench/h200/1gpu/vs_bench-plain'), 2)}× one division per bin "
-            f"({sci(f(mid.format('bench-plain')))}) | ≥ 1e12: {met(f(mid.format('bench')) >= 1e12)} "
-            f"({fixed(f(mid.format('bench')) / 1e12, 2)}×) | |\n")
-    return out
+    rows = [("Monte Carlo, counter-based Philox4x32-7, samples/s per GPU", f"**{sci(mc['bench'])}**",
+             f"{vs['bench']}× xoroshiro128+ (`numba.cuda.random`, {sci(mc['bench-xoroshiro128p'])})",
+             f"≥ 8e11: {met(mc['bench'] >= 8e11)} ({fixed(mc['bench'] / 8e11, 2)}×)",
+             sci(a100["work"] / a100["median_wall_s"])),
+            ("Monte Carlo, Philox4x32-10 / SplitMix64", f"{sci(mc['bench-philox10'])} / {sci(mc['bench-splitmix64'])}",
+             f"{vs['bench-philox10']}× / {vs['bench-splitmix64']}× xoroshiro128+", "", ""),
+            (f"xoroshiro128+ state initialisation, {count(float(init['size']))} states",
+             f"{fixed(init['value'], 3)} s (host side)", "", "", ""),
+            ("midpoint rule, float64, bins/s per GPU", f"**{sci(mid)}**",
+             f"{fixed(f('pi-midpoint/bench/h200/1gpu/vs_bench-plain'), 2)}× one division per bin ({sci(plain)})",
+             f"≥ 1e12: {met(mid >= 1e12)} ({fixed(mid / 1e12, 2)}×)", "")]
+    return (f.caption("pi-mc/bench/h200/1gpu/rate", "One H200")
+            + "| measure | H200 | comparison in the same run | target | workshop A100 |\n|---|---|---|---|---|\n"
+            + "".join("| " + " | ".join(row) + " |\n" for row in rows))
 
 
 def pi_scaling(f: Figures) -> str:
@@ -224,13 +226,15 @@ def pi_scaling(f: Figures) -> str:
         eff = f(stem + "/efficiency")
         note = top["note"].split(";")[0].split(",")[0]
         cells = {int(r["gpus"]): f"{fixed(r['value'], 3)} s" for r in walls}
-        extra = (f" (Amdahl serial fraction {fixed(f(stem + '/serial_fraction'), 4)}; target ≥ 0.98 at 4: {met(eff >= 0.98)})"
-                 if int(top["gpus"]) == 4 else "")
+        serial = fixed(f(stem + "/serial_fraction"), 4)
+        extra = f" (Amdahl serial fraction {serial}; target ≥ 0.98 at 4: {met(eff >= 0.98)})" \
+            if int(top["gpus"]) == 4 else ""
         out += (f"| {what}, {top['date']}, {note} | {sci(float(top['size']))} | "
                 + " | ".join(cells.get(n, "—") for n in (1, 2, 4)) + f" | **{fixed(eff, 4)}**{extra} |\n")
     a100 = {r["ranks"]: r for r in reference.a100_scaling("ex2_pi_mc")}
     out += (f"| workshop A100 (FASRC) | {sci(a100[1]['work'])} | "
-            + " | ".join(f"{fixed(a100[n]['median_wall_s'], 1)} s" for n in (1, 2, 4)) + f" | {fixed(a100[4]['efficiency'], 4)} |\n")
+            + " | ".join(f"{fixed(a100[n]['median_wall_s'], 1)} s" for n in (1, 2, 4))
+            + f" | {fixed(a100[4]['efficiency'], 4)} |\n")
     return out
 
 
@@ -265,7 +269,8 @@ def ddp_scaling(f: Figures) -> str:
         cells = []
         for mode, batch in (("weak", 1024 * n), ("strong", 2048)):
             eff = f(k.format(mode, n, batch, "efficiency"))
-            cells += [fixed(1e3 * f(k.format(mode, n, batch, "step_s")), 2), count(f(k.format(mode, n, batch, "samples_per_s"))),
+            cells += [fixed(1e3 * f(k.format(mode, n, batch, "step_s")), 2),
+                      count(f(k.format(mode, n, batch, "samples_per_s"))),
                       f"**{fixed(eff, 2)}**" if n == 4 and mode == "weak" else fixed(eff, 2)]
         out += f"| {n} | " + " | ".join(cells) + " |\n"
     return out
@@ -281,12 +286,13 @@ CONV_METHODS = {"winograd": 'ours, Winograd F(2×2, 5×5) (`method="winograd"`)'
 
 def conv_throughput(f: Figures) -> str:
     k = "conv-c2/{}/h200/1gpu/32/{}"
-    out = f.caption(k.format("winograd", "tflops"), "One H200") + f"({f.row(k.format('winograd', 'tflops'))['note']})\n\n"
+    out = f.caption(k.format("winograd", "tflops"), "One H200") \
+        + f"({f.row(k.format('winograd', 'tflops'))['note']})\n\n"
     out += ("| method | TFLOP/s back to back | per call | error vs float64 | / cuDNN FP32 (back to back, per call) |\n"
             "|---|---|---|---|---|\n")
     for method, label in CONV_METHODS.items():
-        ratio = "—" if method == "cudnn-fp32" else \
-            f"{fixed(f(k.format(method, 'vs_cudnn-fp32')), 3)}, {fixed(f(k.format(method, 'latency_tflops_vs_cudnn-fp32')), 3)}"
+        ratio = "—" if method == "cudnn-fp32" else (f"{fixed(f(k.format(method, 'vs_cudnn-fp32')), 3)}, "
+                                                    f"{fixed(f(k.format(method, 'latency_tflops_vs_cudnn-fp32')), 3)}")
         value = tf(f(k.format(method, "tflops")))
         out += (f"| {label} | {'**' + value + '**' if method == 'winograd' else value} | "
                 f"{tf(f(k.format(method, 'latency_tflops')))} | {sci(f(k.format(method, 'error')), 1)} | {ratio} |\n")
@@ -317,7 +323,8 @@ def conv_scaling(f: Figures) -> str:
             effs = " / ".join(fixed(f(k.format(mode, c, n, rows(n), "efficiency")), 3) for c in ("mpi-host", "nccl"))
             cells.append(f"{walls} s: " + (f"**{effs}**" if n == 4 else effs))
         ok = all(f(k.format(mode, c, 4, rows(4), "efficiency")) >= target for c in ("mpi-host", "nccl"))
-        out += f"| {what}, host-staged / NCCL halos | " + " | ".join(cells) + f" | ≥ {fixed(target, 2)} at 4: {met(ok)} |\n"
+        out += (f"| {what}, host-staged / NCCL halos | " + " | ".join(cells)
+                + f" | ≥ {fixed(target, 2)} at 4: {met(ok)} |\n")
     return out
 
 

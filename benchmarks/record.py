@@ -97,7 +97,8 @@ def matmul_bench(d: dict) -> Found:
                 variant = f"fast-{slug(r['config'])}"                  # the tile-shape sweep
             base = cublas if r["kernel"] != "cublas" else None
             rows.append(fig("matmul", variant, 1, int(size), "N", "tflops", r["tflops"], "TFLOP/s", "cublas", base))
-            rows += [fig("matmul", variant, 1, int(size), "N", k, r[k], unit) for k, unit in resources.items() if k in r]
+            rows += [fig("matmul", variant, 1, int(size), "N", k, r[k], unit)
+                     for k, unit in resources.items() if k in r]
             rows += [fig("matmul", variant, 1, int(size), "N", f"sass_{op}", n, "instructions")
                      for op, n in r.get("sass", {}).items()]
     command = re.sub(r"\s--out\s+\S+", "", d.get("command", ""))
@@ -112,13 +113,16 @@ def pi_bench(d: dict) -> Found:
     mc, mid = d["mc_counter_samples_per_s"], d["midpoint_bins_per_s"]
     xoro = d["mc_xoroshiro_samples_per_s"]
     rows = [fig("pi-mc", "bench", 1, "", "", "rate", mc, "samples/s", "bench-xoroshiro128p", xoro)]
-    for key, variant in (("mc_philox10_samples_per_s", "bench-philox10"), ("mc_splitmix_samples_per_s", "bench-splitmix64")):
+    for key, variant in (("mc_philox10_samples_per_s", "bench-philox10"),
+                         ("mc_splitmix_samples_per_s", "bench-splitmix64")):
         if key in d:
             rows.append(fig("pi-mc", variant, 1, "", "", "rate", d[key], "samples/s", "bench-xoroshiro128p", xoro))
+    plain = d["midpoint_plain_bins_per_s"]
     rows += [fig("pi-mc", "bench-xoroshiro128p", 1, "", "", "rate", xoro, "samples/s"),
-             fig("pi-mc", "bench-xoroshiro128p", 1, d["xoroshiro_states"], "states", "init_s", d["xoroshiro_init_s"], "s"),
-             fig("pi-midpoint", "bench", 1, "", "", "rate", mid, "bins/s", "bench-plain", d["midpoint_plain_bins_per_s"]),
-             fig("pi-midpoint", "bench-plain", 1, "", "", "rate", d["midpoint_plain_bins_per_s"], "bins/s")]
+             fig("pi-mc", "bench-xoroshiro128p", 1, d["xoroshiro_states"], "states", "init_s", d["xoroshiro_init_s"],
+                 "s"),
+             fig("pi-midpoint", "bench", 1, "", "", "rate", mid, "bins/s", "bench-plain", plain),
+             fig("pi-midpoint", "bench-plain", 1, "", "", "rate", plain, "bins/s")]
     note = f"counter-based generator {d['mc_counter_generator']}" if d.get("mc_counter_generator") else ""
     return Found("pi", 1, rows, d.get("date", ""), d.get("device", ""), d.get("command", ""), note)
 
@@ -142,7 +146,8 @@ def allreduce(d: dict) -> Found:
 def conv_throughput(d: dict) -> Found:
     """`hpclab bench conv throughput`: our methods (the direct kernel's best tile shape) against cuDNN FP32."""
     program, batch = f"conv-{d['layer'].lower()}", d["shape"][0]
-    methods = {"direct": d["ours"][d["best_direct"]], **{k: v for k, v in d["ours"].items() if not k.startswith("direct")}}
+    methods = {"direct": d["ours"][d["best_direct"]],
+               **{k: v for k, v in d["ours"].items() if not k.startswith("direct")}}
     theirs = {"cudnn_fp32": "cudnn-fp32", "cudnn_tf32": "cudnn-tf32", "torch_im2col_sgemm_fp32": "torch-sgemm-fp32"}
     methods.update({name: d[k] for k, name in theirs.items() if k in d})
     base = d.get("cudnn_fp32", {})
@@ -284,9 +289,13 @@ def complete(found: Found, path: Path, given: dict, fallback: dict | None = None
     date = re.match(r"\d{4}-\d\d-\d\d", meta["date"])
     if not date:
         raise RecordError(f"{path}: date {meta['date']!r} is not YYYY-MM-DD")
-    return [{**r, "date": date.group(0), "run": given.get("run", ""), "device": meta["device"],
-             "command": meta["command"], "note": note,
-             "size": number(r["size"], whole=True), **{k: number(r[k]) for k in ("value", "baseline_value", "ratio")}} for r in found.rows]
+    run = given.get("run", "")
+    if run and not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", run):
+        raise RecordError(f"--run {run!r}: a short name of lower-case letters, digits, '-' and '.' "
+                          "(it becomes part of keys)")
+    return [{**r, "date": date.group(0), "run": run, "device": meta["device"], "command": meta["command"], "note": note,
+             "size": number(r["size"], whole=True), **{k: number(r[k]) for k in ("value", "baseline_value", "ratio")}}
+            for r in found.rows]
 
 
 def add(rows: list[dict], table: Path) -> tuple[int, int]:
@@ -311,15 +320,24 @@ def record(path: Path, given: dict, into: Path = RESULTS, fallback: dict | None 
         return done
     if not path.is_file():
         raise RecordError(f"{path}: no such file")
-    found = read(path)
+    try:
+        found = read(path)
+    except (KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, RecordError):
+            raise
+        raise RecordError(f"{path}: the result lacks or mangles {exc} (written by another version of its "
+                          "benchmark? its converter in benchmarks/record.py says what it reads)") from None
+    if not found.rows:
+        raise RecordError(f"{path}: the result holds no figures")
     rows = complete(found, path, given, fallback)
     table = into / f"{machine(rows[0]['device'], found.gpus)}_{found.topic}.csv"
     return [(table, *add(rows, table))]
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="benchmarks/record.py", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    summary, usage = __doc__.split("\n\n", 1)
+    p = argparse.ArgumentParser(prog="benchmarks/record.py", description=summary, epilog=usage,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("paths", nargs="+", type=Path, help="result files, or folders written by the GPU suite")
     p.add_argument("--command", default="", help="the exact command that wrote the file")
     p.add_argument("--date", default="", help="YYYY-MM-DD (default: the result's own)")
@@ -333,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         for path in args.paths:
             for table, added, replaced in record(path, given, args.into):
                 print(f"{table}: {added} rows" + (f" (replacing {replaced})" if replaced else ""))
-    except (RecordError, KeyError, OSError) as exc:
+    except (RecordError, OSError) as exc:
         print(f"record.py: error: {exc}", file=sys.stderr)
         return 1
     if args.into == RESULTS:

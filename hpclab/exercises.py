@@ -115,8 +115,9 @@ def filled(solution: Path, root: Path) -> nbformat.NotebookNode:
     for index, cell, cell_id in links:
         origin = lesson.get(cell_id)
         if origin is None:
-            raise LinkError(f"{solution} cell {index} is a copy of cell {cell_id!r} of {lesson_path}, which has no "
-                            "cell with that id; link it again (hpclab exercises link) or remove its hpclab.from metadata")
+            raise LinkError(f"{solution} cell {index} is a copy of cell {cell_id!r} of {lesson_path}, which has "
+                            "no cell with that id; link it again (hpclab exercises link) or remove its hpclab.from "
+                            "metadata")
         if origin.cell_type != cell.cell_type:
             raise LinkError(f"{solution} cell {index} is a {cell.cell_type} cell copied from a {origin.cell_type} cell "
                             f"({cell_id!r} in {lesson_path})")

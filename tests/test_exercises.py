@@ -118,7 +118,7 @@ def test_missing_dependency_names_the_module_and_the_environment(monkeypatch, ca
     assert "no module 'nbformat'" in err and "make setup" in err and sys.executable in err
 
 
-# ---------------------------------------------------------------- one source per cell: solution cells linked to lesson cells
+# ---------------------------------------------------------------- one source per cell: solutions linked to lessons
 
 def _lesson_and_solution(root, ids=True):
     """notebooks/99_demo.ipynb (a lesson) and solutions/99_demo.ipynb, whose first two cells copy the lesson's."""

@@ -11,6 +11,7 @@ rounded to the digits quoted.
 """
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import re
@@ -188,8 +189,9 @@ def test_a_new_run_replaces_the_record_and_a_named_run_stays_beside_it(tmp_path)
     assert table.name == "h200x2_allreduce.csv" and added == 4               # the 4-byte size is not a latency
     nccl = {r["metric"]: r for r in record.load(table) if r["variant"] == "nccl"}
     assert nccl["time_s"]["ratio"] == "1.111111" and nccl["busbw"]["baseline"] == "raw-nccl"
-    ALLREDUCE["rows"][2]["time_us"] = 19.0
-    path.write_text(json.dumps(ALLREDUCE))
+    again = copy.deepcopy(ALLREDUCE)
+    again["rows"][2]["time_us"] = 19.0
+    path.write_text(json.dumps(again))
     assert record.record(path, {**given, "date": "2027-01-06"}, tmp_path) == [(table, 4, 4)]
     assert {r["date"] for r in record.load(table)} == {"2027-01-06"}
     record.record(path, {**given, "run": "repeat"}, tmp_path)
@@ -213,7 +215,8 @@ def test_the_suite_folder_names_each_files_command(tmp_path):
     (tmp_path / "pi").mkdir()
     (tmp_path / "pi" / "pi-mc_strong.csv").write_text(
         "program,mode,ranks,trial,work,wall_s,passed,median_wall_s,speedup,efficiency,serial_fraction,backend\n"
-        "pi-mc,strong,1,0,1000,2.0,True,2.0,1.0,1.0,0.01,gpu\npi-mc,strong,4,0,1000,0.52,True,0.52,3.85,0.96,0.01,gpu\n")
+        "pi-mc,strong,1,0,1000,2.0,True,2.0,1.0,1.0,0.01,gpu\n"
+        "pi-mc,strong,4,0,1000,0.52,True,0.52,3.85,0.96,0.01,gpu\n")
     entries = [{"file": "comm/allreduce.json", "command": "$MPIRUN -n 2 python3 -m hpclab bench allreduce --json",
                 "date": "2027-01-05T10:00:00Z", "device": "NVIDIA H200"},
                {"file": "pi/pi-mc_strong.csv", "command": "python3 -m hpclab scaling pi-mc", "date": "2027-01-05",
@@ -241,3 +244,13 @@ def test_table_problems_catch_inconsistent_rows(tmp_path, monkeypatch):
     assert any("does not belong in h100_matmul.csv" in p for p in problems)
     assert any("line 3: ratio 0.5 is not value / baseline_value" in p for p in problems)
     assert any("line 4: date, device, command and unit are required" in p for p in problems)
+
+
+def test_a_result_of_another_shape_or_a_bad_run_name_is_refused_clearly(tmp_path):
+    path = tmp_path / "allreduce.json"
+    path.write_text(json.dumps({"benchmark": "allreduce", "ranks": 2, "rows": [{"backend": "nccl"}]}))
+    with pytest.raises(record.RecordError, match="lacks or mangles 'size_bytes'"):
+        record.record(path, {"command": "x", "date": "2027-01-05", "device": "NVIDIA H200"}, tmp_path)
+    path.write_text(json.dumps(ALLREDUCE))
+    with pytest.raises(record.RecordError, match="--run 'my run'"):
+        record.record(path, {"command": "x", "date": "2027-01-05", "run": "my run"}, tmp_path)
