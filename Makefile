@@ -67,10 +67,11 @@ exercises: $(VENV)/.installed-run
 my-work: $(VENV)/.installed-run
 	$(BIN)/python -m hpclab exercises copy
 
-# Every topic's GPU benchmark on this GPU node (results in build/bench/); needs real GPUs.
+# Every topic's GPU benchmark and GPU checks on this GPU node (results in build/bench/; then
+# `python benchmarks/record.py build/bench` adds them to the curated tables); needs real GPUs.
 bench: $(VENV)/.installed-run
 	@nvidia-smi -L >/dev/null 2>&1 || { echo "make bench needs NVIDIA GPUs (nvidia-smi found none)"; exit 1; }
-	OUT=build/bench bash benchmarks/gpu_suite.sh matmul pi comm conv ddp
+	OUT=build/bench bash benchmarks/gpu_suite.sh
 
 clean:
 	rm -rf build .pytest_cache

@@ -4,7 +4,8 @@
   hpclab run NAME [options]        a workshop program (under mpiexec/srun, or alone)
   hpclab bench NAME [options]      a benchmark (its topic's bench.py: hpclab.topics)
   hpclab scaling NAME [options]    strong/weak scaling sweep, CSV + PNG
-  hpclab exercises build|check     exercises/ generated from solutions/
+  hpclab exercises build|check     exercises/ generated from solutions/ (cells shared with notebooks/ filled in)
+  hpclab exercises link [NB ...]   mark the solution cells that copy a lesson cell (--dry-run: only count them)
   hpclab exercises copy            your working copies in my-work/ (never overwritten)
   hpclab workbook [--engines N]    execute every notebook on MPI engines into build/
   hpclab cluster init --slurm ...  a profile whose engines are a Slurm job
@@ -157,8 +158,10 @@ def _main(argv: list[str] | None) -> int:
     sub.add_parser("scaling", help="strong/weak scaling sweep over rank counts (see hpclab scaling -h)",
                    add_help=False)
     ex = sub.add_parser("exercises", help="generate or check exercises/ from solutions/, or copy them to my-work/")
-    ex.add_argument("action", choices=["build", "check", "copy"])
+    ex.add_argument("action", choices=["build", "check", "copy", "link"])
+    ex.add_argument("notebooks", nargs="*", help="link: solution notebooks (default: all of solutions/)")
     ex.add_argument("--root", default=".", help="project root (default .)")
+    ex.add_argument("--dry-run", action="store_true", help="link: say what would be linked, write nothing")
     wb = sub.add_parser("workbook", help="execute every notebook on MPI engines into build/")
     wb.add_argument("--engines", type=count(1, 1024), default=4)
     wb.add_argument("--notebooks", default="notebooks")
@@ -200,12 +203,13 @@ def _main(argv: list[str] | None) -> int:
         from hpclab import scaling
 
         return scaling.main(rest)
-    if rest:
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    if args.command == "exercises":
+    if args.command == "exercises" and not any(r.startswith("-") for r in rest):
         from hpclab import exercises
 
-        return exercises.main(args.action, args.root)
+        # notebooks named after an option arrive in rest (argparse gives * positionals their values once)
+        return exercises.main(args.action, args.root, args.notebooks + rest, args.dry_run)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "workbook":
         from hpclab import workbook
 

@@ -12,6 +12,14 @@ line that raises ``NotImplementedError`` telling the learner what to write.
 Outputs are dropped. ``exercises/`` is generated (``build`` rewrites it), so a
 learner works on a copy: ``copy`` puts the exercises into ``my-work/`` (ignored
 by git) and never overwrites a notebook already there.
+
+One source per cell: a solution cell that repeats a cell of the lesson notebook
+of the same name (``notebooks/NN_name.ipynb``) carries, instead of a hand-kept
+copy, the lesson cell's id in its metadata, ``{"hpclab": {"from": "<cell id>"}}``;
+``build`` fills its source from that cell before making the exercise, and
+``check`` fails when a copy differs from its lesson cell. ``link`` finds the
+solution cells that are identical to a lesson cell and adds that metadata
+(giving the lesson's cells ids, nbformat 4.5, where they have none).
 """
 from __future__ import annotations
 
@@ -20,10 +28,12 @@ import sys
 from pathlib import Path
 
 import nbformat
+from nbformat.v4.nbbase import random_cell_id
 
 from hpclab.options import UsageError
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+LESSONS = "notebooks"
 STUB = 'raise NotImplementedError("exercise: write this part (see the instructions above)")'
 
 
@@ -33,6 +43,10 @@ class MarkerError(ValueError):
 
 class NotebookError(ValueError):
     """A notebook that cannot be read, or an output that cannot be written."""
+
+
+class LinkError(ValueError):
+    """A solution cell copied from a lesson cell that cannot be found."""
 
 
 def strip_solution(source: str, where: str = "cell") -> str:
@@ -59,6 +73,7 @@ def strip_solution(source: str, where: str = "cell") -> str:
 def exercise_notebook(solution: nbformat.NotebookNode, name: str = "") -> nbformat.NotebookNode:
     nb = nbformat.from_dict(solution)
     for index, cell in enumerate(nb.cells):
+        cell.metadata.pop("hpclab", None)     # the link to a lesson cell means nothing in the learner's copy
         if cell.cell_type == "code":
             cell.source = strip_solution(cell.source, f"{name} cell {index}")
             cell.outputs, cell.execution_count = [], None
@@ -80,8 +95,42 @@ def _read(path: Path) -> nbformat.NotebookNode:
                             "restore it from git (git checkout -- FILE) or fix its JSON") from None
 
 
-def render(solution: Path) -> str:
-    nb = exercise_notebook(_read(solution), solution.name)
+def source_of(cell) -> str | None:
+    """The id of the lesson cell this solution cell is a copy of, if it is one."""
+    link = cell.get("metadata", {}).get("hpclab", {}).get("from")
+    return str(link) if link else None
+
+
+def filled(solution: Path, root: Path) -> nbformat.NotebookNode:
+    """The solution notebook with every linked cell's source taken from its lesson cell."""
+    nb = _read(solution)
+    links = [(index, cell, source_of(cell)) for index, cell in enumerate(nb.cells) if source_of(cell)]
+    if not links:
+        return nb
+    lesson_path = root / LESSONS / solution.name
+    if not lesson_path.is_file():
+        raise LinkError(f"{solution} has cells copied from {lesson_path}, which does not exist; restore it, "
+                        "or remove the cells' hpclab.from metadata")
+    lesson = {cell.get("id"): cell for cell in _read(lesson_path).cells}
+    for index, cell, cell_id in links:
+        origin = lesson.get(cell_id)
+        if origin is None:
+            raise LinkError(f"{solution} cell {index} is a copy of cell {cell_id!r} of {lesson_path}, which has "
+                            "no cell with that id; link it again (hpclab exercises link) or remove its hpclab.from "
+                            "metadata")
+        if origin.cell_type != cell.cell_type:
+            raise LinkError(f"{solution} cell {index} is a {cell.cell_type} cell copied from a {origin.cell_type} cell "
+                            f"({cell_id!r} in {lesson_path})")
+        cell.source = origin.source
+    return nb
+
+
+def render_solution(solution: Path, root: Path) -> str:
+    return nbformat.writes(filled(solution, root)) + "\n"
+
+
+def render(solution: Path, root: Path | None = None) -> str:
+    nb = exercise_notebook(filled(solution, root if root is not None else solution.parent.parent), solution.name)
     return nbformat.writes(nb) + "\n"
 
 
@@ -124,7 +173,11 @@ def build(root: Path) -> list[Path]:
     _folder(root / "exercises")
     written = []
     for solution, exercise in _pairs(root):
-        text = render(solution)
+        text = render_solution(solution, root)
+        if solution.read_text() != text:
+            _write(solution, text)
+            written.append(solution)
+        text = render(solution, root)
         if not exercise.exists() or exercise.is_dir() or exercise.read_text() != text:
             _write(exercise, text)
             written.append(exercise)
@@ -140,7 +193,8 @@ def check(root: Path) -> list[str]:
     """Problems that make exercises/ differ from what build() would write."""
     problems = []
     for solution, exercise in _pairs(root):
-        expected = render(solution)           # an unreadable solution stops the check: nothing to compare
+        problems += _drift(solution, root)
+        expected = render(solution, root)     # an unreadable solution stops the check: nothing to compare
         if BEGIN not in solution.read_text():
             problems.append(f"{solution} has no {BEGIN} marker: nothing for the learner to write")
         if not exercise.is_file():
@@ -154,6 +208,68 @@ def check(root: Path) -> list[str]:
         problems += [f"{p} has no solution" for p in (root / "exercises").glob("*.ipynb")
                      if p.name not in known]
     return problems
+
+
+def _drift(solution: Path, root: Path) -> list[str]:
+    """Linked solution cells whose source differs from their lesson cell (a copy edited by hand)."""
+    nb, want = _read(solution), filled(solution, root)
+    return [f"{solution} cell {index} differs from cell {source_of(cell)!r} of {root / LESSONS / solution.name}, "
+            "its source: edit the lesson notebook, then build"
+            for index, (cell, lesson) in enumerate(zip(nb.cells, want.cells)) if cell.source != lesson.source]
+
+
+def link(solution: Path, root: Path, write: bool = True) -> list[tuple[int, str, int]]:
+    """Link each solution cell that is identical to a lesson cell: [(cell index, lesson cell id, lines)].
+
+    The lesson notebook's cells get ids first where they have none (nbformat 4.5). A cell already
+    linked, an empty cell and a cell holding an answer (the solution markers) are left as they are.
+    """
+    lesson_path = root / LESSONS / solution.name
+    if not lesson_path.is_file():
+        raise LinkError(f"{solution} has no lesson notebook {lesson_path} to link to")
+    nb, lesson = _read(solution), _read(lesson_path)
+    ids_added = any("id" not in cell for cell in lesson.cells)
+    if ids_added:
+        lesson.nbformat_minor = max(lesson.nbformat_minor, 5)
+        for cell in lesson.cells:
+            cell.setdefault("id", random_cell_id())
+    used, found = set(), []
+    for index, cell in enumerate(nb.cells):
+        if source_of(cell) or not cell.source.strip() or BEGIN in cell.source:
+            continue
+        same = [c for c in lesson.cells if c.cell_type == cell.cell_type and c.source == cell.source]
+        origin = next((c for c in same if c.id not in used), same[0] if same else None)
+        if origin is None:
+            continue
+        used.add(origin.id)
+        cell.metadata.setdefault("hpclab", {})["from"] = origin.id
+        found.append((index, origin.id, len(cell.source.splitlines())))
+    if write and found:
+        if ids_added:
+            _write(lesson_path, nbformat.writes(lesson) + "\n")
+        _write(solution, nbformat.writes(nb) + "\n")
+    return found
+
+
+def _link_all(root: Path, names: list[str], dry_run: bool) -> int:
+    solutions = [Path(n) if Path(n).is_file() else root / "solutions" / Path(n).name for n in names] \
+        or [s for s, _ in _pairs(root)]
+    total_cells = total_lines = linked_cells = linked_lines = 0
+    for solution in solutions:
+        if not solution.is_file():
+            raise LinkError(f"{solution}: no such solution notebook")
+        cells = _read(solution).cells
+        found = link(solution, root, write=not dry_run)
+        lines = sum(len(c.source.splitlines()) for c in cells)
+        done = sum(n for _, _, n in found)
+        total_cells, total_lines = total_cells + len(cells), total_lines + lines
+        linked_cells, linked_lines = linked_cells + len(found), linked_lines + done
+        print(f"{solution}: {'would link' if dry_run else 'linked'} {len(found)} of {len(cells)} cells "
+              f"({done} of {lines} lines) to {root / LESSONS / solution.name}"
+              + (f": cells {', '.join(str(i) for i, _, _ in found)}" if found else ""))
+    print(f"{'would link' if dry_run else 'linked'} {linked_cells} of {total_cells} cells, {linked_lines} of "
+          f"{total_lines} lines" + ("" if dry_run else "; now `hpclab exercises build`, and commit notebooks/ too"))
+    return 0
 
 
 MY_WORK = "my-work"
@@ -173,9 +289,13 @@ def copy(root: Path, dest: str = MY_WORK) -> list[tuple[Path, bool]]:
     return done
 
 
-def main(action: str, root: str = ".") -> int:
+def main(action: str, root: str = ".", notebooks: list[str] | None = None, dry_run: bool = False) -> int:
     path = check_root(Path(root), "exercises" if action == "copy" else "solutions")  # UsageError: the hpclab command says it and exits with 2
+    if notebooks and action != "link":
+        raise UsageError(f"hpclab exercises {action}: error: notebooks are named only for link")
     try:
+        if action == "link":
+            return _link_all(path, notebooks or [], dry_run)
         if action == "copy":
             for target, copied in copy(path):
                 print(f"{'copied' if copied else 'kept yours'}: {target}")
@@ -187,7 +307,7 @@ def main(action: str, root: str = ".") -> int:
             print("exercises/ is up to date")
             return 0
         problems = check(path)
-    except (MarkerError, NotebookError) as exc:
+    except (MarkerError, NotebookError, LinkError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     for p in problems:

@@ -116,3 +116,85 @@ def test_missing_dependency_names_the_module_and_the_environment(monkeypatch, ca
     assert cli.main(["exercises", "check", "--root", str(ROOT)]) == 1
     err = capsys.readouterr().err
     assert "no module 'nbformat'" in err and "make setup" in err and sys.executable in err
+
+
+# ---------------------------------------------------------------- one source per cell: solutions linked to lessons
+
+def _lesson_and_solution(root, ids=True):
+    """notebooks/99_demo.ipynb (a lesson) and solutions/99_demo.ipynb, whose first two cells copy the lesson's."""
+    for folder in ("notebooks", "solutions", "exercises"):
+        (root / folder).mkdir(exist_ok=True)
+    v4 = nbformat.v4
+    lesson = v4.new_notebook(cells=[v4.new_markdown_cell("# Demo"), v4.new_code_cell("import math\nx = 2"),
+                                    v4.new_code_cell("print(x)"), v4.new_code_cell("print(x)")])
+    if not ids:                                     # as nbformat 4.4 wrote it: no cell ids
+        lesson.nbformat_minor = 4
+        for cell in lesson.cells:
+            del cell["id"]
+    solution = v4.new_notebook(cells=[v4.new_markdown_cell("# Demo"), v4.new_code_cell("import math\nx = 2"),
+                                      v4.new_code_cell("### BEGIN SOLUTION\ny = math.sqrt(x)\n### END SOLUTION"),
+                                      v4.new_code_cell("print(x)"), v4.new_code_cell("print(x)"),
+                                      v4.new_code_cell("print(y)"), v4.new_code_cell("")])
+    (root / "notebooks" / "99_demo.ipynb").write_text(nbformat.writes(lesson) + "\n")
+    (root / "solutions" / "99_demo.ipynb").write_text(nbformat.writes(solution) + "\n")
+    return root / "notebooks" / "99_demo.ipynb", root / "solutions" / "99_demo.ipynb"
+
+
+def test_link_marks_identical_cells_and_gives_the_lesson_cell_ids(tmp_path):
+    lesson_path, solution_path = _lesson_and_solution(tmp_path, ids=False)
+    before = (lesson_path.read_text(), solution_path.read_text())
+    found = exercises.link(solution_path, tmp_path, write=False)               # dry run: counts, writes nothing
+    assert [(i, n) for i, _, n in found] == [(0, 1), (1, 2), (3, 1), (4, 1)]
+    assert (lesson_path.read_text(), solution_path.read_text()) == before
+    found = exercises.link(solution_path, tmp_path)
+    lesson, solution = nbformat.read(lesson_path, as_version=4), nbformat.read(solution_path, as_version=4)
+    assert lesson.nbformat_minor == 5 and all(cell.get("id") for cell in lesson.cells)
+    links = [exercises.source_of(cell) for cell in solution.cells]
+    assert links == [lesson.cells[0].id, lesson.cells[1].id, None, lesson.cells[2].id, lesson.cells[3].id, None, None]
+    assert exercises.link(solution_path, tmp_path) == []                     # linking again finds nothing new
+    assert exercises.build(tmp_path) == [tmp_path / "exercises" / "99_demo.ipynb"]
+    assert exercises.check(tmp_path) == []
+
+
+def test_build_fills_linked_cells_from_the_lesson_and_check_catches_a_copy_edited_by_hand(tmp_path):
+    lesson_path, solution_path = _lesson_and_solution(tmp_path)
+    exercises.link(solution_path, tmp_path)
+    exercises.build(tmp_path)
+    assert exercises.check(tmp_path) == []
+    # a copy edited by hand in solutions/: check fails and names the cell; build puts the lesson's source back
+    solution_path.write_text(solution_path.read_text().replace('"import math\\n",', '"import math  # edited\\n",'))
+    problems = exercises.check(tmp_path)
+    assert problems[0].startswith(f"{solution_path} cell 1 differs from cell ")
+    assert "edit the lesson notebook, then build" in problems[0]
+    assert exercises.build(tmp_path) == [solution_path]          # the exercise never held the edit
+    assert "# edited" not in solution_path.read_text() and exercises.check(tmp_path) == []
+    # the lesson changes: the solution and the exercise are out of date until build carries the change over
+    lesson_path.write_text(lesson_path.read_text().replace('"x = 2"', '"x = 3"'))
+    assert any("cell 1 differs" in p for p in exercises.check(tmp_path))
+    assert exercises.build(tmp_path) == [solution_path, tmp_path / "exercises" / "99_demo.ipynb"]
+    assert "x = 3" in (tmp_path / "exercises" / "99_demo.ipynb").read_text() and exercises.check(tmp_path) == []
+
+
+def test_a_link_to_a_missing_lesson_cell_says_what_to_do(tmp_path, capsys):
+    from hpclab import cli
+
+    lesson_path, solution_path = _lesson_and_solution(tmp_path)
+    exercises.link(solution_path, tmp_path)
+    lesson = nbformat.read(lesson_path, as_version=4)
+    gone = lesson.cells.pop(1).id
+    lesson_path.write_text(nbformat.writes(lesson) + "\n")
+    assert cli.main(["exercises", "check", "--root", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert f"cell 1 is a copy of cell {gone!r}" in err and "link it again (hpclab exercises link)" in err
+
+
+def test_link_command_counts_cells_and_lines(tmp_path, capsys):
+    from hpclab import cli
+
+    _, solution_path = _lesson_and_solution(tmp_path)
+    assert cli.main(["exercises", "link", "--root", str(tmp_path), "--dry-run", str(solution_path)]) == 0
+    out = capsys.readouterr().out
+    assert "would link 4 of 7 cells (5 of 9 lines)" in out and "cells 0, 1, 3, 4" in out
+    assert exercises.source_of(nbformat.read(solution_path, as_version=4).cells[0]) is None
+    assert cli.main(["exercises", "link", "--root", str(tmp_path)]) == 0
+    assert "linked 4 of 7 cells, 5 of 9 lines; now `hpclab exercises build`" in capsys.readouterr().out

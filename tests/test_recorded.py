@@ -1,6 +1,8 @@
-"""The recorded GPU results: the table matches the result files, and numbers quoted in notebooks match the table.
+"""The recorded GPU results: the curated tables in benchmarks/results/ are the source; hpclab/data/recorded.csv
+and the README's tables are generated from them and must be current; every figure quoted in the README's
+measured section or in a notebook carries its key and matches the tables.
 
-A quoted number carries its key in an HTML comment right after it (invisible in JupyterLab):
+A quoted number carries its key in an HTML comment right after it (invisible when rendered):
 
     a 256 MiB all-reduce took 0.923 ms<!-- recorded: allreduce/nccl/h200x2/2gpu/268435456/time_s -->
 
@@ -9,8 +11,12 @@ rounded to the digits quoted.
 """
 from __future__ import annotations
 
+import copy
 import importlib.util
+import json
 import re
+import shutil
+import sys
 from pathlib import Path
 
 import nbformat
@@ -19,23 +25,28 @@ import pytest
 from hpclab import recorded
 
 ROOT = Path(__file__).resolve().parent.parent
-MARKER = re.compile(r"<!--\s*recorded:\s*(\S+)\s*-->")
-NUMBER = re.compile(r"(\d{1,3}(?:[,\u2009\u202f ]\d{3})+|\d+(?:\.\d+)?(?:e[-+]?\d+)?)")
-# Units a quote may use, as factors from the table's unit (s, fraction, count).
-SCALE = {"%": 100.0, "ms": 1e3, "µs": 1e6, "us": 1e6, "ns": 1e9, "M": 1e-6}
 
 
-def _generator():
-    spec = importlib.util.spec_from_file_location("recorded_table", ROOT / "benchmarks" / "recorded_table.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _script(name: str):
+    """benchmarks/NAME.py as a module (the scripts are not part of the installed package)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
 
 
-def test_table_is_generated_from_the_result_files():
-    text = _generator().build()
-    assert (ROOT / "hpclab" / "data" / "recorded.csv").read_text() == text, \
-        "hpclab/data/recorded.csv is out of date: run python benchmarks/recorded_table.py"
+curate = _script("curate")
+record = curate.record
+
+
+def test_generated_files_are_current_and_quotes_match():
+    """What `python benchmarks/curate.py check` checks: recorded.csv and the README's tables are what the
+    curated tables give, every README quote matches, and no measured figure is left unmarked."""
+    assert curate.check() == []
 
 
 def test_every_row_names_its_device_date_command_and_an_existing_source():
@@ -59,54 +70,37 @@ def test_curves_carry_labels_with_device_date_and_size():
     assert [p["ranks"] for p in recorded.curves("pi-midpoint")[0].points] == [1]
     assert {p["mode"] for p in recorded.conv_points()} == {"strong", "weak"}
     assert set(recorded.allreduce("h200x2")) == {"mpi-host", "nccl", "raw-nccl"}
+    assert recorded.value("matmul/naive/h200/1gpu/4096/vs_cublas") == pytest.approx(
+        recorded.value("matmul/naive/h200/1gpu/4096/tflops") / recorded.value("matmul/cublas/h200/1gpu/4096/tflops"))
     with pytest.raises(KeyError, match="keys beginning"):
         recorded.get("pi-mc/strong/h200x4/8gpu/wall_s")
 
 
 # ---------------------------------------------------------------- quoted numbers
 
-def quote_problem(text_before: str, key: str) -> str | None:
-    """None when the number just before a marker equals the table's value as quoted, else why not."""
-    row = recorded.get(key)
-    tail = re.sub(r"[*_`]+$", "", text_before.rstrip()).rstrip()
-    match = re.search(NUMBER.pattern + r"\s*([^\s\d(]*)$", tail)
-    if not match:
-        return f"no number before the marker for {key}"
-    number, unit = match.group(1), match.group(2)
-    digits = re.sub(r"[,\u2009\u202f ]", "", number)
-    quoted = float(digits)
-    if unit in ("", row["unit"]) or unit == row["unit"].split("/")[0]:
-        scale = 1.0
-    elif unit in SCALE:
-        scale = SCALE[unit]
-    else:
-        return f"{number} {unit}: unit {unit!r} cannot be compared with the table's {row['unit']!r} ({key})"
-    mantissa, _, exponent = digits.lower().partition("e")
-    decimals = len(mantissa.partition(".")[2])
-    half_step = 0.5 * 10.0 ** (-decimals) * (10.0 ** int(exponent) if exponent else 1.0)
-    actual = row["value"] * scale
-    if abs(quoted - actual) > half_step * (1 + 1e-9):
-        return (f"quotes {number}{(' ' + unit) if unit else ''} but {key} is {row['value']:.6g} {row['unit']} "
-                f"(= {actual:.6g} {unit or row['unit']}; source {row['source']})")
-    return None
-
-
 def _quotes(path: Path):
     nb = nbformat.read(path, as_version=4)
     for index, cell in enumerate(nb.cells):
-        if cell.cell_type != "markdown":
-            continue
-        for m in MARKER.finditer(cell.source):
-            yield index, cell.source[:m.start()], m.group(1)
+        if cell.cell_type == "markdown":
+            for before, key in curate.quotes(cell.source):
+                yield index, before, key
 
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted((ROOT / "solutions").glob("*.ipynb"))
 
 
+def _problem(before: str, key: str) -> str | None:
+    try:
+        row = recorded.get(key)
+    except KeyError as exc:
+        return str(exc)
+    return curate.quote_problem(before, key, row)
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_quoted_numbers_match_the_recorded_table(path):
     problems = [f"{path.parent.name}/{path.name} cell {index}: {why}"
-                for index, before, key in _quotes(path) if (why := quote_problem(before, key))]
+                for index, before, key in _quotes(path) if (why := _problem(before, key))]
     assert not problems, "\n".join(problems)
 
 
@@ -130,4 +124,133 @@ def test_notebooks_that_quote_gpu_figures_mark_them():
     ("the A100's 45.2 s", "a100/ex2_pi_mc/1gpu/wall_s", True),
 ])
 def test_quote_checker_catches_wrong_numbers(text, key, ok):
-    assert (quote_problem(text, key) is None) == ok
+    assert (_problem(text, key) is None) == ok
+
+
+def test_measured_figures_in_prose_must_be_marked():
+    text = ("took 1.2 ms and 0.87 at 4 GPUs (target ≥ 0.95), 1.16× raw NCCL, 25 % occupancy, 5×5 filters on "
+            "4× H200 with Open MPI 4.1.6 on sm_90, 3 × 4096, `--samples 1e10`, 1 GiB, 20 epochs, "
+            "**97.0 %**<!-- recorded: x/y --> and 0.7 ms<!-- recorded: x/z -->\n"
+            "<!-- table: matmul -->\n| 50.3 TFLOP/s |\n<!-- /table -->\n")
+    assert curate.unmarked_figures(text) == ["1.2 ms", "0.87", "1.16×", "25 %"]
+
+
+def test_check_notices_a_table_that_disagrees_with_the_readme(tmp_path, monkeypatch):
+    """A new run recorded (or a value edited) makes recorded.csv, the README's tables and its quotes stale."""
+    results = tmp_path / "results"
+    shutil.copytree(ROOT / "benchmarks" / "results", results)
+    for name, old, new in (("h200_matmul.csv", ",cublas,4096,N,tflops,50.31708,", ",cublas,4096,N,tflops,48.31708,"),
+                           ("h200_ddp.csv", ",fp32,,,train_s,0.4582587,", ",fp32,,,train_s,0.6,")):
+        table = results / name
+        assert old in table.read_text()
+        table.write_text(table.read_text().replace(old, new))
+    monkeypatch.setattr(curate, "RESULTS", results)
+    problems = curate.check()
+    assert problems[:2] == ["hpclab/data/recorded.csv is out of date with benchmarks/results/",
+                            "README.md's result tables are out of date with benchmarks/results/"]
+    assert problems[2].startswith("README.md: quotes 0.46 s but ddp-digits/fp32/h200/1gpu/train_s is 0.6 s")
+    assert len(problems) == 3
+
+
+# ---------------------------------------------------------------- results -> curated rows
+
+MATMUL = {"date": "2027-01-05T10:00:00+00:00", "command": "hpclab bench matmul --sizes 64 --out /tmp/x.json",
+          "device": {"name": "NVIDIA H100 80GB HBM3"}, "default_fast_config": "128x128x8 / 8x8 vec4 pad4",
+          "sizes": {"64": {"rows": [
+              {"kernel": "cublas", "config": "CuPy matmul (cuBLAS SGEMM)", "tflops": 40.0},
+              {"kernel": "fast", "config": "128x128x8 / 8x8 vec4 pad4", "tflops": 30.0, "regs_per_thread": 127},
+              {"kernel": "fast", "config": "64x64x8 / 4x4 vec4 pad4", "tflops": 20.0}]}}}
+ALLREDUCE = {"benchmark": "allreduce", "ranks": 2, "gpu": "NVIDIA H200", "rows": [
+    {"backend": b, "size_bytes": s, "time_us": t, "busbw_GBps": bw} for b, s, t, bw in (
+        ("nccl", 4, 100.0, 0.1), ("raw-nccl", 4, 90.0, 0.1),
+        ("nccl", 1024, 20.0, 0.05), ("raw-nccl", 1024, 18.0, 0.0556))]}
+
+
+def test_a_benchmark_json_becomes_curated_rows_with_its_comparison(tmp_path):
+    path = tmp_path / "matmul_bench.json"
+    path.write_text(json.dumps(MATMUL))
+    [(table, added, replaced)] = record.record(path, {}, tmp_path)
+    assert table.name == "h100_matmul.csv" and (added, replaced) == (4, 0)
+    rows = {(r["variant"], r["metric"]): r for r in record.load(table)}
+    fast = rows["fast", "tflops"]
+    assert (fast["date"], fast["device"], fast["size"], fast["unit"]) == ("2027-01-05", "NVIDIA H100 80GB HBM3", "64",
+                                                                          "TFLOP/s")
+    assert fast["command"] == "python3 -m hpclab bench matmul --sizes 64"        # --out dropped
+    assert (fast["baseline"], fast["baseline_value"], fast["ratio"]) == ("cublas", "40", "0.75")
+    assert rows["fast-64x64x8-4x4-vec4-pad4", "tflops"]["ratio"] == "0.5"
+    assert rows["fast", "regs_per_thread"]["value"] == "127" and not rows["cublas", "tflops"]["baseline"]
+
+
+def test_a_new_run_replaces_the_record_and_a_named_run_stays_beside_it(tmp_path):
+    path = tmp_path / "allreduce.json"
+    path.write_text("hpclab bench allreduce | 2 ranks\n" + json.dumps(ALLREDUCE) + "\n")   # a log: its JSON line
+    given = {"command": "$MPIRUN -n 2 python3 -m hpclab bench allreduce --json", "date": "2027-01-05"}
+    [(table, added, _)] = record.record(path, given, tmp_path)
+    assert table.name == "h200x2_allreduce.csv" and added == 4               # the 4-byte size is not a latency
+    nccl = {r["metric"]: r for r in record.load(table) if r["variant"] == "nccl"}
+    assert nccl["time_s"]["ratio"] == "1.111111" and nccl["busbw"]["baseline"] == "raw-nccl"
+    again = copy.deepcopy(ALLREDUCE)
+    again["rows"][2]["time_us"] = 19.0
+    path.write_text(json.dumps(again))
+    assert record.record(path, {**given, "date": "2027-01-06"}, tmp_path) == [(table, 4, 4)]
+    assert {r["date"] for r in record.load(table)} == {"2027-01-06"}
+    record.record(path, {**given, "run": "repeat"}, tmp_path)
+    assert sorted({r["run"] for r in record.load(table)}) == ["", "repeat"] and len(record.load(table)) == 8
+
+
+def test_a_result_without_its_command_says_how_to_give_it(tmp_path, capsys):
+    path = tmp_path / "allreduce.json"
+    path.write_text(json.dumps(ALLREDUCE))
+    assert record.main([str(path), "--into", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "does not say its date or command" in err and "--date" in err and "--command" in err
+    path.write_text('{"something": 1}')
+    assert record.main([str(path), "--into", str(tmp_path), "--command", "x", "--date", "2027-01-05"]) == 1
+    assert "does not know" in capsys.readouterr().err
+
+
+def test_the_suite_folder_names_each_files_command(tmp_path):
+    (tmp_path / "comm").mkdir()
+    (tmp_path / "comm" / "allreduce.json").write_text(json.dumps(ALLREDUCE))
+    (tmp_path / "pi").mkdir()
+    (tmp_path / "pi" / "pi-mc_strong.csv").write_text(
+        "program,mode,ranks,trial,work,wall_s,passed,median_wall_s,speedup,efficiency,serial_fraction,backend\n"
+        "pi-mc,strong,1,0,1000,2.0,True,2.0,1.0,1.0,0.01,gpu\n"
+        "pi-mc,strong,4,0,1000,0.52,True,0.52,3.85,0.96,0.01,gpu\n")
+    entries = [{"file": "comm/allreduce.json", "command": "$MPIRUN -n 2 python3 -m hpclab bench allreduce --json",
+                "date": "2027-01-05T10:00:00Z", "device": "NVIDIA H200"},
+               {"file": "pi/pi-mc_strong.csv", "command": "python3 -m hpclab scaling pi-mc", "date": "2027-01-05",
+                "device": "NVIDIA H200"}]
+    (tmp_path / "runs.jsonl").write_text("".join(json.dumps(e) + "\n" for e in entries))
+    done = record.record(tmp_path, {}, tmp_path / "tables")
+    assert [(t.name, n) for t, n, _ in done] == [("h200x2_allreduce.csv", 4), ("h200x4_pi.csv", 7)]
+    pi = {(r["gpus"], r["metric"]): r["value"] for r in record.load(tmp_path / "tables" / "h200x4_pi.csv")}
+    assert pi["4", "wall_s"] == "0.52" and pi["4", "serial_fraction"] == "0.01"
+
+
+@pytest.mark.parametrize("device, gpus, name", [("NVIDIA H200", 4, "h200x4"), ("NVIDIA H100 80GB HBM3", 1, "h100"),
+                                                ("NVIDIA A100-SXM4-80GB", 2, "a100x2"), ("Tesla V100", 1, "v100")])
+def test_machine_names(device, gpus, name):
+    assert record.machine(device, gpus) == name
+
+
+def test_table_problems_catch_inconsistent_rows(tmp_path, monkeypatch):
+    rows = record.load(ROOT / "benchmarks" / "results" / "h200_matmul.csv")[:3]
+    rows[1] = {**rows[1], "ratio": "0.5"}
+    rows[2] = {**rows[2], "command": ""}
+    record.write(tmp_path / "h100_matmul.csv", rows)
+    monkeypatch.setattr(curate, "RESULTS", tmp_path)
+    problems = curate.table_problems()
+    assert any("does not belong in h100_matmul.csv" in p for p in problems)
+    assert any("line 3: ratio 0.5 is not value / baseline_value" in p for p in problems)
+    assert any("line 4: date, device, command and unit are required" in p for p in problems)
+
+
+def test_a_result_of_another_shape_or_a_bad_run_name_is_refused_clearly(tmp_path):
+    path = tmp_path / "allreduce.json"
+    path.write_text(json.dumps({"benchmark": "allreduce", "ranks": 2, "rows": [{"backend": "nccl"}]}))
+    with pytest.raises(record.RecordError, match="lacks or mangles 'size_bytes'"):
+        record.record(path, {"command": "x", "date": "2027-01-05", "device": "NVIDIA H200"}, tmp_path)
+    path.write_text(json.dumps(ALLREDUCE))
+    with pytest.raises(record.RecordError, match="--run 'my run'"):
+        record.record(path, {"command": "x", "date": "2027-01-05", "run": "my run"}, tmp_path)
