@@ -1,6 +1,6 @@
 """Convolution benchmarks (``hpclab bench conv ...``).
 
-  throughput  single GPU: AlexNet C2 at batch 32, our direct kernel,
+  throughput  single GPU: AlexNet C2 at batch 32, our direct tiled kernel, the plain one,
               im2col + GEMM and Winograd F(2x2, 5x5) against PyTorch's conv2d (cuDNN) in the same
               process: cuDNN with TF32 forbidden (true FP32, the target's
               baseline) and allowed (TF32), and unfold + cuBLAS SGEMM
@@ -30,6 +30,7 @@ import time
 import numpy as np
 
 THROUGHPUT_TARGET, STRONG_TARGET, WEAK_TARGET = 0.25, 0.90, 0.95
+COMPARISONS = ("cudnn_fp32", "cudnn_tf32", "torch_im2col_sgemm_fp32")
 
 
 def _gpu_times(fn, sync, repeats=10, warmup=2, queued=10):
@@ -93,7 +94,8 @@ def _conv_float64(x, w, stride, pad):
 
 
 def throughput(args) -> int:
-    """C2 at batch 32: our direct kernel, im2col + GEMM and Winograd; cuDNN in FP32 and TF32; one process."""
+    """C2 at batch 32: our direct tiled kernel, the plain one, im2col + GEMM and Winograd; cuDNN in FP32
+    and TF32; one process."""
     from hpclab import backend
 
     backend.select()
@@ -124,6 +126,7 @@ def throughput(args) -> int:
               "tflops_note": "effective TFLOP/s = 2NKCRSPQ / time (direct-convolution operation count)"}
     configs = {"sim": conv_tiled.SIM_CONFIG} if sim else conv_tiled.GPU_CONFIGS
     runs = {f"direct {name}": dict(config=cfg, method="direct") for name, cfg in configs.items()}
+    runs["naive"] = dict(method="naive")            # the plain kernel notebook 06 shows
     runs["gemm"] = dict(method="gemm")
     runs["winograd"] = dict(method="winograd")      # F(2x2, 5x5): 36 products per 4 outputs instead of 100
     for name, kw in runs.items():
@@ -167,7 +170,7 @@ def throughput(args) -> int:
         result["cudnn_error"] = f"{type(exc).__name__}: {exc}"
     if best:
         ours = timed[best]["seconds"]
-        for label in ("cudnn_fp32", "cudnn_tf32", "torch_im2col_sgemm_fp32"):
+        for label in COMPARISONS:
             if label in result:
                 result[f"ratio_vs_{label}"] = result[label]["seconds"] / ours
                 result[f"latency_ratio_vs_{label}"] = (result[label]["latency_seconds"]
@@ -183,18 +186,12 @@ def throughput(args) -> int:
                 "algorithm with fewer multiplications (Winograd/FFT), not TF32")
     print(json.dumps(result))
     sys.stdout.flush()
-    for name, v in result["ours"].items():
-        if "seconds" in v:
-            print(f"C2 batch {n}: ours {name:<10} {v['tflops']:6.2f} TFLOP/s back to back, "
-                  f"{v['latency_tflops']:6.2f} synchronised per call  err {v['max_rel_error_vs_float64']:.1e}",
-                  file=sys.stderr)
-        else:
-            print(f"C2 batch {n}: ours {name:<10} FAILED {v['error'][:200]}", file=sys.stderr)
-    for label in ("cudnn_fp32", "cudnn_tf32", "torch_im2col_sgemm_fp32"):
-        if label in result:
-            print(f"C2 batch {n}: {label:<23} {result[label]['tflops']:6.2f} TFLOP/s back to back, "
-                  f"{result[label]['latency_tflops']:6.2f} synchronised per call  err "
-                  f"{result[label]['max_rel_error_vs_float64']:.1e}", file=sys.stderr)
+    lines = {f"ours {name}": v for name, v in result["ours"].items()}
+    lines.update({label: result[label] for label in COMPARISONS if label in result})
+    for name, v in lines.items():
+        said = (f"{v['tflops']:6.2f} TFLOP/s back to back, {v['latency_tflops']:6.2f} synchronised per call  "
+                f"err {v['max_rel_error_vs_float64']:.1e}") if "seconds" in v else f"FAILED {v['error'][:200]}"
+        print(f"C2 batch {n}: {name:<23} {said}", file=sys.stderr)
     return 0
 
 

@@ -211,12 +211,6 @@ def _conv_kernel(s_, stride_, lanes_, nty_, px_, kx_, cc_, in_max_, relu_):
     return conv_tile
 
 
-def kernel_for(plan: TilePlan, relu: bool):
-    cfg = plan.config
-    return _conv_kernel(plan.s, plan.stride, cfg.lanes, cfg.nty, cfg.px, cfg.kx, plan.cc,
-                        plan.in_max, bool(relu))
-
-
 def conv_rows_tiled(x, wt, bias, out, stride: int, pad_top: int, pad_w: int, oh_begin: int, oh_end: int,
                     relu: bool = False, stream=0, config: ConvConfig | None = None) -> None:
     """Output rows [oh_begin, oh_end) of ``out`` (N, K, Ho, Wo) from the band ``x``.
@@ -229,7 +223,8 @@ def conv_rows_tiled(x, wt, bias, out, stride: int, pad_top: int, pad_w: int, oh_
     _, r, s, k = wt.shape
     wo = out.shape[3]
     plan = plan_tiles(c, wo, s, stride, config or default_config(k))
+    cfg = plan.config
+    kernel = _conv_kernel(s, stride, cfg.lanes, cfg.nty, cfg.px, cfg.kx, plan.cc, plan.in_max, bool(relu))
     tiles_h, tiles_w = plan.tiles(oh_end - oh_begin, wo)
-    grid = (tiles_h * tiles_w, n, -(-k // plan.config.bm))
-    kernel_for(plan, relu)[grid, plan.config.threads, stream](
+    kernel[(tiles_h * tiles_w, n, -(-k // cfg.bm)), cfg.threads, stream](
         x, wt, bias, out, r, pad_top, pad_w, oh_begin, oh_end, plan.th, plan.tw, tiles_w, plan.wwin)

@@ -112,8 +112,7 @@ def run(args, ctx) -> Report:
         versions = with_twins(args.version)
         ops, shape, scale = _setup(args, size)
         n, c, h, w = shape
-        check_chain(ops, (c, h, w), size, what="in the trunk, " if args.layer == "trunk" else "")
-        out_shapes = shapes(ops, (c, h, w))
+        out_shapes = shapes(ops, (c, h, w))          # (validate has checked the chain)
         dense = alexnet.dense_ops(int(np.prod(out_shapes[-1])), scale, args.seed) \
             if args.layer == "trunk" else []
     repeats = args.repeats or (1 if sim else 3)
