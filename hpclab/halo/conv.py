@@ -55,8 +55,9 @@ def conv2d_kernel(x, w, bias, out, stride, pad_top, pad_w, oh_begin, oh_end, rel
     S = w.shape[3]
     Wo = out.shape[3]
     rows = oh_end - oh_begin
+    # One output value per thread; a grid smaller than the output steps on (a grid-stride loop).
     for e in range(cuda.grid(1), out.shape[0] * K * rows * Wo, cuda.gridsize(1)):
-        n, k, t, ow = unravel4(e, K, rows, Wo)          # this thread's output value
+        n, k, t, ow = unravel4(e, K, rows, Wo)
         oh = oh_begin + t
         acc = float32(0.0)
         for c in range(C):
@@ -160,7 +161,6 @@ def conv2d(x, w, stride: int = 1, pad: int = 0, bias=None, relu: bool = False,
     """
     x = np.asarray(x, dtype=np.float32)
     ref.check_conv(x.shape, np.shape(w), stride, pad)
-    method = check_method(method)
     x4, single = ref.as_batch(x)
     out = conv2d_device(cuda.to_device(np.ascontiguousarray(x4)), ConvWeights(w, bias), stride, pad, relu,
                         method=method).copy_to_host()
