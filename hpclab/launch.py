@@ -27,6 +27,18 @@ def unravel4(e, C, H, W):
     return t // C, t % C, h, w
 
 
+def launch_2d(rows: int, cols: int) -> tuple[tuple[int, int], int]:
+    """(grid, threads) for a kernel that grid-strides over a rows x cols matrix: rows along the
+    grid's y, columns along x, so that a warp's threads take consecutive columns (coalesced).
+
+    Blocks are as wide as the columns rounded up to a warp, at most 256 threads.
+    """
+    if backend.is_simulator():
+        return (min(2, -(-cols // 32)), min(2, rows)), 32
+    threads = min(256, 32 * -(-cols // 32))
+    return (min(-(-cols // threads), 1024), min(rows, 65535)), threads
+
+
 MAX_THREADS = 1024          # CUDA's limit on threads per block
 
 

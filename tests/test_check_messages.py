@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from hpclab.collectives import check as collectives
+from hpclab.halo import check as halo
 from hpclab.matmul import check as matmul
 from hpclab.pi import check as pi
 from hpclab.decomp import block_range
@@ -133,3 +134,40 @@ def test_math_of_the_stale_tile_model():
     a, b = rng.uniform(-1, 1, (9, 29)), rng.uniform(-1, 1, (29, 8))
     stale = a @ b + a[:, 13:16] @ b[13:16]                   # TILE 16: tail k = 13, 14, 15 re-added
     assert "3 extra products" in matmul.diagnose(stale, a, b, tile=16)
+
+
+# ---- notebook 06: halo extents and the exchange ----------------------------------------
+
+def _extent(height, kernel, stride, pad, size, rank, clip=True, out_rows=None):
+    """The exercise's answer, with the slips a learner makes as options."""
+    ho = (height + 2 * pad - kernel) // stride + 1
+    o0, o1 = out_rows(ho, size, rank) if out_rows else block_range(ho, size, rank)
+    lo, hi = o0 * stride - pad, (o1 - 1) * stride - pad + kernel
+    return (o0, o1, max(lo, 0), min(hi, height)) if clip else (o0, o1, lo, hi)
+
+
+def test_halo_extent_check_names_unclipped_padding_and_wrong_bands():
+    assert halo.halo_extents(_extent, quiet=True)
+    unclipped = halo.halo_extents(lambda *a: _extent(*a, clip=False), quiet=True)
+    assert not unclipped and "clip [lo, hi) to the image" in unclipped.message
+    by_input = halo.halo_extents(lambda h, *a: _extent(h, *a, out_rows=lambda ho, s, r: block_range(h, s, r)),
+                                 quiet=True)
+    assert not by_input and "the output rows are hcomm.block_range(output height" in by_input.message
+    short = halo.halo_extents(lambda *a: (*_extent(*a)[:3], _extent(*a)[3] - 1), quiet=True)
+    assert not short and "so the band reads [o0*stride - pad, (o1-1)*stride - pad + R)" in short.message
+    raised = halo.halo_extents(lambda *a: 1 / 0, quiet=True)
+    assert not raised and "your function raised ZeroDivisionError" in raised.message
+
+
+def test_exchange_check_names_the_wrong_rows_and_where_they_come_from():
+    full = np.arange(2 * 3 * 27 * 4, dtype=np.float32).reshape(2, 3, 27, 4)
+    h, r, s, p, size, rank = 27, 5, 1, 2, 3, 1                # C2's geometry, the middle rank of 3
+    lo, hi = _extent(h, r, s, p, size, rank)[2:]
+    work = full[:, :, lo:hi].copy()
+    assert halo.exchange(work, full, h, r, s, p, size, rank, quiet=True)
+    short = halo.exchange(work[:, :, 1:], full, h, r, s, p, size, rank, quiet=True)
+    assert not short and "the working buffer has shape" in short.message
+    work[:, :, -1] = 0                                        # the last halo row never arrived
+    below = halo.exchange(work, full, h, r, s, p, size, rank, quiet=True)
+    assert not below and f"input rows [{hi - 1}] are wrong" in below.message
+    assert "rows below its band (from rank 2)" in below.message

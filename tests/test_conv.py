@@ -54,13 +54,15 @@ GEOMETRIES = [  # N, C, H, W, K, R, S, stride, pad
 ]
 
 
+@pytest.mark.parametrize("method", ["naive", "direct"])
 @pytest.mark.parametrize("geom", GEOMETRIES, ids=lambda g: "N{}C{}H{}W{}K{}R{}S{}s{}p{}".format(*g))
-def test_conv2d_matches_scipy(geom):
+def test_conv2d_matches_scipy(geom, method):
+    """The plain kernel the notebook shows, and the tiled direct kernel."""
     n, c, h, w, k, r, s, stride, pad = geom
     x = RNG.uniform(-1, 1, (n, c, h, w)).astype(np.float32)
     wt = RNG.uniform(-1, 1, (k, c, r, s)).astype(np.float32)
     want = scipy_conv(x, wt, stride, pad)
-    got = gpu.conv2d(x, wt, stride, pad)
+    got = gpu.conv2d(x, wt, stride, pad, method=method)
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(ref.conv2d(x, wt, stride, pad), want, rtol=1e-4, atol=1e-4)
@@ -157,7 +159,7 @@ def test_winograd_refuses_layers_it_cannot_do(w_shape, stride, words):
 
 
 def test_unknown_method_is_a_clear_error():
-    with pytest.raises(ValueError, match="unknown convolution method 'fft'; choose one of direct, gemm, winograd"):
+    with pytest.raises(ValueError, match="unknown convolution method 'fft'; choose one of naive, direct, gemm, winograd"):
         gpu.conv2d(np.zeros((1, 4, 4), np.float32), np.zeros((1, 1, 3, 3), np.float32), method="fft")
 
 
@@ -219,13 +221,16 @@ def test_maxpool_and_lrn_match_numpy():
     np.testing.assert_allclose(gpu.lrn(y), want, rtol=1e-5)
 
 
-def test_linear_kernel_matches_numpy():
+def test_linear_layer_matches_numpy():
+    """A fully connected layer runs as a 1x1 convolution (im2col + the fast GEMM)."""
     x = RNG.uniform(-1, 1, (3, 21)).astype(np.float32)
     w = RNG.uniform(-1, 1, (10, 21)).astype(np.float32)
     b = RNG.uniform(-1, 1, 10).astype(np.float32)
-    got = gpu.linear_device(gpu.cuda.to_device(x), gpu.cuda.to_device(w), gpu.cuda.to_device(b),
-                            relu=True).copy_to_host()
-    np.testing.assert_allclose(got, np.maximum(x @ w.T + b, 0), rtol=1e-5, atol=1e-5)
+    got = gpu.linear_device(gpu.cuda.to_device(x), gpu.ConvWeights(w[:, :, None, None], b), relu=True)
+    assert got.shape == (3, 10)
+    np.testing.assert_allclose(got.copy_to_host(), np.maximum(x @ w.T + b, 0), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="input has 21 features but the weights expect 20"):
+        gpu.linear_device(gpu.cuda.to_device(x), gpu.ConvWeights(w[:, :20, None, None], b))
 
 
 def test_band_rows_equal_rows_of_the_whole_image():
@@ -240,41 +245,39 @@ def test_band_rows_equal_rows_of_the_whole_image():
             np.testing.assert_array_equal(rows, whole[:, :, p.out_rows[0]:p.out_rows[1]])
 
 
-def test_device_band_kernel_equals_full_kernel_bitwise():
+@pytest.mark.parametrize("method", ["naive", "direct", "gemm"])
+def test_device_band_kernel_equals_full_kernel_bitwise(method):
+    """A band computed on its own is bit for bit those rows of the whole image, by every exact method."""
     x = RNG.uniform(-1, 1, (1, 2, 9, 5)).astype(np.float32)
     w = RNG.uniform(-1, 1, (3, 2, 3, 3)).astype(np.float32)
-    wts = gpu.prepare_weights(w)
-    # method named: the default is "gemm" on a GPU and "direct" on the simulator
-    whole = gpu.conv2d_device(gpu.cuda.to_device(x), wts, 2, 1, method="direct").copy_to_host()
+    wts = gpu.ConvWeights(w)
+    whole = gpu.conv2d_device(gpu.cuda.to_device(x), wts, 2, 1, method=method).copy_to_host()
     p = plan_band(9, 3, 2, 1, 2, 1)
     band = gpu.cuda.to_device(np.ascontiguousarray(x[:, :, p.have[0]:p.have[1]]))
     out = gpu.cuda.device_array((1, 3, p.out_rows[1] - p.out_rows[0], whole.shape[3]), np.float32)
-    plan = gpu.plan_tiles(2, whole.shape[3], 3, 2, gpu.default_config(3))
-    gpu.conv_rows_device(band, wts, out, 2, p.pad_top, 1, 0, out.shape[2], plan=plan, method="direct")
-    np.testing.assert_array_equal(out.copy_to_host(), whole[:, :, p.out_rows[0]:p.out_rows[1]])
-    # The GEMM path too: a band is bit-for-bit those rows of the whole image.
-    whole = gpu.conv2d_device(gpu.cuda.to_device(x), wts, 2, 1, method="gemm").copy_to_host()
-    gpu.conv_rows_device(band, wts, out, 2, p.pad_top, 1, 0, out.shape[2], method="gemm")
+    gpu.conv_rows_device(band, wts, out, 2, p.pad_top, 1, 0, out.shape[2], method=method)
     np.testing.assert_array_equal(out.copy_to_host(), whole[:, :, p.out_rows[0]:p.out_rows[1]])
 
 
 def test_device_chain_split_pass_gives_the_same_output_and_adds_up():
-    """Timer(sync=True) (the measured time split) computes the same output as the overlapped run."""
+    """Phases(sync=True) (the measured time split) computes the same output as the overlapped run."""
     from mpi4py import MPI
 
-    from hpclab.halo.executors import Buffers, Conv, Pool, Timer, run_device
+    from hpclab.halo.executors import Buffers, run_device
+    from hpclab.halo.layers import Conv, Pool
+    from hpclab.timing import Phases
 
     x = gpu.cuda.to_device(RNG.uniform(-1, 1, (1, 2, 9, 6)).astype(np.float32))
     ops = [Conv("c", RNG.uniform(-1, 1, (3, 2, 3, 3)).astype(np.float32), np.zeros(3, np.float32), 1, 1,
                 method="gemm"), Pool("p", 3, 2)]
     plain = run_device(ops, x, MPI.COMM_SELF).copy_to_host()
-    timer = Timer(sync=True)
+    phases = Phases(sync=True)
     t = MPI.Wtime()
-    split = run_device(ops, x, MPI.COMM_SELF, timer=timer, buffers=Buffers()).copy_to_host()
+    split = run_device(ops, x, MPI.COMM_SELF, phases=phases, buffers=Buffers()).copy_to_host()
     wall = MPI.Wtime() - t
     np.testing.assert_array_equal(split, plain)
-    assert set(timer.seconds) == {"compute", "halo"}
-    assert sum(timer.seconds.values()) <= wall
+    assert set(phases.seconds) == {"compute", "halo"}
+    assert sum(phases.seconds.values()) <= wall
 
 
 @pytest.mark.parametrize("kernel, stride, pad", [(11, 4, 0), (5, 1, 2), (3, 1, 1), (3, 2, 0), (7, 3, 3),
@@ -316,6 +319,17 @@ def test_more_ranks_than_rows_is_a_clear_error():
     assert "mpiexec -n 3" in str(err.value)
 
 
+def test_too_short_a_chain_names_the_least_input_height():
+    from hpclab.halo import alexnet
+    from hpclab.halo.layers import check_chain, shapes
+
+    ops = alexnet.conv_ops("c1", 3, scale=32)             # 11x11 stride 4, then max-pool 3x3 stride 2
+    with pytest.raises(ValueError, match=r"3 output rows but 4 ranks.*or an input height of at least 43\."):
+        check_chain(ops, (3, 19, 19), 4)
+    rows = lambda h: min(shape[1] for shape in shapes(ops, (3, h, 19)))  # noqa: E731
+    assert rows(43) >= 4 > rows(42)
+
+
 def test_seeded_bands_are_the_same_on_host_and_device():
     full = hash_values((2, 3, 10, 4), seed=7)
     assert full.min() >= -1 and full.max() < 1 and abs(float(full.mean())) < 0.2
@@ -352,7 +366,7 @@ def test_v5_fallback_note_gives_each_reason_whole():
 @pytest.mark.mpi
 def test_mpi_two_and_three_ranks_match_serial():
     """Like with like: the 3-rank run uses the method the 2-rank run used (the default: gemm on a
-    GPU, direct on the simulator). The band code sums in the serial order, so the digests (values
+    GPU, naive on the simulator). The band code sums in the serial order, so the digests (values
     to 5 significant digits) are equal whatever the rank count; between methods only a bound holds."""
     runs, method = {}, []
     for n, extra in ((2, []), (3, ["--version", "v2,v4"])):

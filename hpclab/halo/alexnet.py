@@ -10,11 +10,9 @@ rows in the layer table are computed from the layer definitions.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from hpclab.halo.executors import LRN, Conv, Pool, shapes
+from hpclab.halo.layers import LRN, Conv, Dense, Pool, shapes
 from hpclab.halo.geometry import plan_bands
 from hpclab.halo.reference import conv_flops
 
@@ -26,17 +24,6 @@ LRN_AFTER = {"c2"}
 FCS = [("fc6", 4096, True), ("fc7", 4096, True), ("fc8", 1000, False)]
 INPUT = (3, 227, 227)
 LAYERS = ("c1", "c2", "c3", "c4", "c5", "trunk")
-
-
-@dataclass
-class Dense:
-    name: str
-    w: np.ndarray       # (M, D)
-    bias: np.ndarray
-    relu: bool
-
-    def describe(self) -> str:
-        return f"fully connected {self.w.shape[1]} -> {self.w.shape[0]}" + (" + ReLU" if self.relu else "")
 
 
 def channels(scale: int) -> dict[str, int]:
@@ -52,12 +39,12 @@ def _weights(rng, shape, fan_in):
 
 def conv_ops(name: str, c_in: int, scale: int = 1, seed: int = 0) -> list:
     """The ops of block ``name``: the convolution (+ReLU), then pool / LRN where AlexNet has them."""
-    spec = {n: (k, r, s, p) for n, k, r, s, p in CONVS}
-    if name not in spec:
+    names = [n for n, *_ in CONVS]
+    if name not in names:
         raise ValueError(f"unknown layer {name!r}; choose one of {', '.join(LAYERS)}")
-    k, r, s, p = spec[name]
+    _, _, r, s, p = CONVS[names.index(name)]
     k = channels(scale)[name]
-    rng = np.random.default_rng([seed, CONVS.index(next(c for c in CONVS if c[0] == name))])
+    rng = np.random.default_rng([seed, names.index(name)])
     ops = [Conv(name, _weights(rng, (k, c_in, r, r), c_in * r * r),
                 rng.uniform(-0.1, 0.1, k).astype(np.float32), s, p, relu=True)]
     if name in POOL_AFTER:

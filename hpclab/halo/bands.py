@@ -13,9 +13,8 @@ import warnings
 
 import numpy as np
 
-from hpclab import backend
 from hpclab.backend import cuda as _cuda
-from hpclab.launch import launch_1d, unravel4
+from hpclab.launch import launch_1d, launch_2d, unravel4
 
 cuda = _cuda()
 from numba import float32, uint64  # noqa: E402
@@ -26,7 +25,6 @@ _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _S30, _S27, _S31, _S40 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(40)
 _SCALE = np.float32(2.0 ** -23)
-
 
 
 def hash_values(shape, seed: int, row0: int = 0, height: int | None = None) -> np.ndarray:
@@ -91,18 +89,6 @@ def copy_rows(src, s0: int, dst, d0: int, nrows: int, stream=0) -> None:
     """dst[:, :, d0:d0+nrows] = src[:, :, s0:s0+nrows] on the device."""
     if nrows <= 0:
         return
-    w = src.shape[3]
-    if backend.is_simulator():
-        threads, rows_at_once = 32, 4
-    else:
-        threads, rows_at_once = min(256, 32 * -(-w // 32)), 65535
-    grid = (-(-w // threads), min(rows_at_once, src.shape[0] * src.shape[1] * nrows))
+    grid, threads = launch_2d(src.shape[0] * src.shape[1] * nrows, src.shape[3])
     _copy_rows_kernel[grid, threads, stream](src, s0, dst, d0, nrows)
 
-
-def take_rows(src, r0: int, r1: int, stream=0):
-    """A new contiguous device array holding rows [r0, r1) of src."""
-    n, c, _, w = src.shape
-    out = cuda.device_array((n, c, r1 - r0, w), dtype=src.dtype)
-    copy_rows(src, r0, out, 0, r1 - r0, stream)
-    return out

@@ -1,6 +1,6 @@
 """Convolution benchmarks (``hpclab bench conv ...``).
 
-  throughput  single GPU: AlexNet C2 at batch 32, our direct kernel,
+  throughput  single GPU: AlexNet C2 at batch 32, our direct tiled kernel, the plain one,
               im2col + GEMM and Winograd F(2x2, 5x5) against PyTorch's conv2d (cuDNN) in the same
               process: cuDNN with TF32 forbidden (true FP32, the target's
               baseline) and allowed (TF32), and unfold + cuBLAS SGEMM
@@ -30,6 +30,7 @@ import time
 import numpy as np
 
 THROUGHPUT_TARGET, STRONG_TARGET, WEAK_TARGET = 0.25, 0.90, 0.95
+COMPARISONS = ("cudnn_fp32", "cudnn_tf32", "torch_im2col_sgemm_fp32")
 
 
 def _gpu_times(fn, sync, repeats=10, warmup=2, queued=10):
@@ -93,23 +94,23 @@ def _conv_float64(x, w, stride, pad):
 
 
 def throughput(args) -> int:
-    """C2 at batch 32: our direct kernel, im2col + GEMM and Winograd; cuDNN in FP32 and TF32; one process."""
+    """C2 at batch 32: our direct tiled kernel, the plain one, im2col + GEMM and Winograd; cuDNN in FP32
+    and TF32; one process."""
     from hpclab import backend
 
     backend.select()
-    from hpclab.halo import conv as kc
+    from hpclab.halo import conv as kc, conv_tiled
     from hpclab.halo.reference import conv_flops, output_size
 
     cuda = kc.cuda
-    n, c, h, w, k, r, stride, pad = args.batch, 96, 27, 27, 256, 5, 1, 2
-    if backend.is_simulator():
-        n, c, h, w, k = 1, 4, 7, 7, 8
+    sim = backend.is_simulator()
+    n, c, h, w, k, r, stride, pad = (1, 4, 7, 7, 8, 5, 1, 2) if sim else (args.batch, 96, 27, 27, 256, 5, 1, 2)
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, (n, c, h, w)).astype(np.float32)
     wt = rng.uniform(-0.1, 0.1, (k, c, r, r)).astype(np.float32)
     ho = output_size(h, r, stride, pad)
     flops = conv_flops(n, k, c, r, r, ho, ho)
-    xd, weights = cuda.to_device(x), kc.prepare_weights(wt)
+    xd, weights = cuda.to_device(x), kc.ConvWeights(wt)
     out = cuda.device_array((n, k, ho, ho), np.float32)
     # float64 reference of two images: how each method rounds (FP32 ~1e-6, TF32 ~1e-3)
     m = min(n, 2)
@@ -123,8 +124,9 @@ def throughput(args) -> int:
     result = {"layer": "C2", "shape": [n, c, h, w], "weights": [k, c, r, r], "pad": pad, "gflop": flops / 1e9,
               "device": device, "fp32_peak_tflops": _fp32_peak(device), "ours": {},
               "tflops_note": "effective TFLOP/s = 2NKCRSPQ / time (direct-convolution operation count)"}
-    runs = {f"direct {name}": dict(config=cfg, method="direct")
-            for name, cfg in (kc.GPU_CONFIGS.items() if not backend.is_simulator() else [("sim", kc.SIM_CONFIG)])}
+    configs = {"sim": conv_tiled.SIM_CONFIG} if sim else conv_tiled.GPU_CONFIGS
+    runs = {f"direct {name}": dict(config=cfg, method="direct") for name, cfg in configs.items()}
+    runs["naive"] = dict(method="naive")            # the plain kernel notebook 06 shows
     runs["gemm"] = dict(method="gemm")
     runs["winograd"] = dict(method="winograd")      # F(2x2, 5x5): 36 products per 4 outputs instead of 100
     for name, kw in runs.items():
@@ -168,7 +170,7 @@ def throughput(args) -> int:
         result["cudnn_error"] = f"{type(exc).__name__}: {exc}"
     if best:
         ours = timed[best]["seconds"]
-        for label in ("cudnn_fp32", "cudnn_tf32", "torch_im2col_sgemm_fp32"):
+        for label in COMPARISONS:
             if label in result:
                 result[f"ratio_vs_{label}"] = result[label]["seconds"] / ours
                 result[f"latency_ratio_vs_{label}"] = (result[label]["latency_seconds"]
@@ -184,18 +186,12 @@ def throughput(args) -> int:
                 "algorithm with fewer multiplications (Winograd/FFT), not TF32")
     print(json.dumps(result))
     sys.stdout.flush()
-    for name, v in result["ours"].items():
-        if "seconds" in v:
-            print(f"C2 batch {n}: ours {name:<10} {v['tflops']:6.2f} TFLOP/s back to back, "
-                  f"{v['latency_tflops']:6.2f} synchronised per call  err {v['max_rel_error_vs_float64']:.1e}",
-                  file=sys.stderr)
-        else:
-            print(f"C2 batch {n}: ours {name:<10} FAILED {v['error'][:200]}", file=sys.stderr)
-    for label in ("cudnn_fp32", "cudnn_tf32", "torch_im2col_sgemm_fp32"):
-        if label in result:
-            print(f"C2 batch {n}: {label:<23} {result[label]['tflops']:6.2f} TFLOP/s back to back, "
-                  f"{result[label]['latency_tflops']:6.2f} synchronised per call  err "
-                  f"{result[label]['max_rel_error_vs_float64']:.1e}", file=sys.stderr)
+    lines = {f"ours {name}": v for name, v in result["ours"].items()}
+    lines.update({label: result[label] for label in COMPARISONS if label in result})
+    for name, v in lines.items():
+        said = (f"{v['tflops']:6.2f} TFLOP/s back to back, {v['latency_tflops']:6.2f} synchronised per call  "
+                f"err {v['max_rel_error_vs_float64']:.1e}") if "seconds" in v else f"FAILED {v['error'][:200]}"
+        print(f"C2 batch {n}: {name:<23} {said}", file=sys.stderr)
     return 0
 
 
@@ -225,12 +221,15 @@ def scaling(args) -> int:
     from hpclab.device import select_gpu
 
     select_gpu(comm)
-    from hpclab.halo.executors import Buffers, Conv, Timer, run_device
-    from hpclab.halo.versions import gpu_aware_backend
+    from mpi4py import MPI
+
     from hpclab.halo.bands import hash_fill
     from hpclab.halo.conv import check_method
+    from hpclab.halo.executors import Buffers, run_device
+    from hpclab.halo.layers import Conv
     from hpclab.halo.reference import conv_flops, output_size
-    from mpi4py import MPI
+    from hpclab.halo.versions import gpu_aware_backend
+    from hpclab.timing import Phases
 
     size, rank = comm.size, comm.rank
     c, k, r, pad, w, n = args.channels, args.out_channels, args.kernel, args.kernel // 2, args.width, args.batch
@@ -251,23 +250,24 @@ def scaling(args) -> int:
         cu.synchronize()
         flops = conv_flops(n, k, c, r, r, output_size(height, r, 1, pad), output_size(w, r, 1, pad))
         for version, be in backends.items():
-            def once(timer=None):
+            def once(phases=None):
                 comm.Barrier()
                 t0 = MPI.Wtime()
-                run_device([layer], x, comm, be, True, timer, buffers, height)   # ends with a stream sync
+                run_device([layer], x, comm, be, True, phases, buffers, height)   # ends with a stream sync
                 return comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
 
             for _ in range(args.warmup):
                 once()                                        # compile, fill the buffers
             wall = statistics.median([once() for _ in range(args.repeats)])
-            timer = Timer(sync=True)
-            split_wall = once(timer)
-            phases = {p: comm.allreduce(timer.seconds.get(p, 0.0), op=MPI.MAX) for p in ("compute", "halo")}
+            split = Phases(sync=True)
+            split_wall = once(split)
+            phases = split.max_over_ranks(comm)
             rows.append({"mode": mode, "version": version, "comm": be.name, "method": method, "overlap": True,
                          "ranks": size, "height": height, "width": w, "batch": n, "channels": c,
                          "out_channels": k, "kernel": r, "wall_s": wall, "tflops": flops / wall / 1e12,
-                         "compute_s": phases["compute"], "halo_s": phases["halo"], "split_wall_s": split_wall})
-        del x, buffers
+                         "compute_s": phases.get("compute", 0.0), "halo_s": phases.get("halo", 0.0),
+                         "split_wall_s": split_wall})
+        x = buffers = None                                    # freed before the next mode's
     if rank == 0:
         print(json.dumps({"ranks": size, "device": _device_name(), "note": note5, "runs": rows}))
         sys.stdout.flush()
@@ -315,6 +315,7 @@ def summarize(args) -> int:
 
 def main(argv: list[str]) -> int:
     from hpclab.comm import BACKENDS
+    from hpclab.halo.layers import BAND_METHODS
     from hpclab.options import Parser, count
 
     side = count(1, (1 << 31) - 1)
@@ -334,7 +335,7 @@ def main(argv: list[str]) -> int:
     s.add_argument("--batch", type=count(1, 1 << 16), default=1)
     s.add_argument("--repeats", type=count(1, 10**4), default=5)
     s.add_argument("--warmup", type=count(0, 10**4), default=2)
-    s.add_argument("--method", default="auto", choices=("auto", "direct", "gemm"),
+    s.add_argument("--method", default="auto", choices=("auto", *BAND_METHODS),
                    help="convolution on the GPU (auto: gemm on a GPU)")
     s.add_argument("--comm", default="auto", choices=BACKENDS, help="V5's backend: auto, nccl, mpi-cuda")
     m = sub.add_parser("summarize", help="scaling JSON lines -> CSV with speedup and efficiency")

@@ -1,93 +1,82 @@
-"""Convolution, max-pooling, LRN and fully connected layers as Numba CUDA kernels.
+"""The GPU kernels of an AlexNet block: convolution, max-pooling, local response normalisation.
 
-The convolution is direct (no im2col buffer) and tiled through shared memory:
+``conv2d_kernel`` is the convolution to read: one thread per output value,
 
-- a block computes a tile of output pixels (TH rows x TW columns of one
-  image) for a group of BM output channels;
-- the reduction runs over chunks of CC input channels x one kernel row r:
-  the block stages the input rows that chunk needs (the tile plus its halo,
-  (TW-1)*stride + S columns wide) and the weights [CC, S, BM] in shared memory;
-- each thread keeps PX pixels x KX output channels of accumulators in
-  registers, so every value read from shared memory feeds several
-  multiply-adds (register blocking). Lanes of a warp take consecutive pixels
-  (coalesced loads and stores, conflict-free shared reads); all lanes of a
-  warp share the same output channels (weight reads are broadcasts).
+    out[n, k, oh, ow] = bias[k] + sum over (c, r, s) of w[k, c, r, s] * x[n, c, oh*stride - pad + r, ow*stride - pad + s]
 
-A second path, ``method="gemm"`` (:mod:`hpclab.halo.conv_gemm`), unrolls
-the input patches (im2col) and multiplies by the weight matrix with the
-register-blocked GEMM of :mod:`hpclab.matmul.kernels`: several times faster
-on a GPU, and the default there. The direct kernel is the one to read (and
-the simulator's default); ``default_method()`` says which is used. A third,
-``method="winograd"`` (:mod:`hpclab.halo.conv_winograd`), does stride-1
-3x3 and 5x5 layers with 2.3-2.8 times fewer multiplications; its results
-depend on where tiles start, so it is not the default.
+with every input and weight read from global memory. The topic's advanced
+part computes the same sum faster (``method=``):
 
-The sum over (c, r, s) runs in the same order whatever the tile or the band
-of rows, so a band computed on one rank is bit-for-bit the same as those rows
+- ``"direct"`` (:mod:`hpclab.halo.conv_tiled`): tiled through shared memory, sums kept in registers;
+- ``"gemm"`` (:mod:`hpclab.halo.conv_gemm`): im2col + the matmul topic's fast GEMM, the default on a GPU;
+- ``"winograd"`` (:mod:`hpclab.halo.conv_winograd`): stride-1 3x3 and 5x5 layers with 2.3-2.8 times
+  fewer multiplications. A value depends on where its tile starts, so it is never the default.
+
+Every other method sums each output value in an order that does not depend on
+the band of rows, so a band computed on one rank is bit-for-bit those rows
 computed on one GPU: the distributed versions can be checked exactly.
 
-Rows: every kernel computes output rows [oh_begin, oh_end) of a band whose
-input row ``oh * stride - pad_top + r`` is local row index; rows outside the
-band are zero (padding, or beyond the image edge). ``pad_top = pad`` and the
-full image gives the ordinary layer.
+Rows: the kernels compute output rows [oh_begin, oh_end) of a band whose input
+row ``oh * stride - pad_top + r`` is local row index; rows outside the band
+are zero (padding, or beyond the image edge). ``pad_top = pad`` and the full
+image give the ordinary layer.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property
 
 import numpy as np
 
 from hpclab import backend
 from hpclab.backend import cuda as _cuda
-from hpclab.halo import reference as ref
+from hpclab.halo import conv_gemm, conv_tiled, conv_winograd, reference as ref
 from hpclab.launch import launch_1d, unravel4
 
 cuda = _cuda()
-from numba import float32, int32  # noqa: E402  (after the backend is chosen)
+from numba import float32  # noqa: E402  (after the backend is chosen)
 
-SHARED_FLOATS = 11776          # 46 KiB: below the 48 KiB static shared-memory limit
-FASTMATH = True
-
-
-@dataclass(frozen=True)
-class ConvConfig:
-    """Launch shape: LANES x NTY threads; each PX pixels x KX output channels."""
-    lanes: int
-    nty: int
-    px: int
-    kx: int
-    cc: int                    # input channels per shared-memory chunk
-
-    @property
-    def threads(self) -> int:
-        return self.lanes * self.nty
-
-    @property
-    def bm(self) -> int:       # output channels per block
-        return self.nty * self.kx
-
-    @property
-    def slots(self) -> int:    # output pixels per block
-        return self.lanes * self.px
-
-
-GPU_CONFIGS = {
-    "8x8": ConvConfig(lanes=32, nty=8, px=8, kx=8, cc=8),     # 256 px x 64 ch per block
-    "4x8": ConvConfig(lanes=32, nty=8, px=4, kx=8, cc=8),     # 128 px x 64 ch
-    "8x4": ConvConfig(lanes=32, nty=8, px=8, kx=4, cc=8),     # 256 px x 32 ch
+METHODS = {
+    "naive": "the plain kernel, one thread per output value",
+    "direct": "direct tiled kernel (shared memory, register blocking)",
+    "gemm": "im2col + register-blocked GEMM",
+    "winograd": "Winograd F(2x2, r x r)",
 }
-# The simulator runs one Python thread per CUDA thread: few, small blocks.
-SIM_CONFIG = ConvConfig(lanes=8, nty=2, px=2, kx=2, cc=4)
 
 
-METHODS = ("direct", "gemm", "winograd")
+@cuda.jit
+def conv2d_kernel(x, w, bias, out, stride, pad_top, pad_w, oh_begin, oh_end, relu):
+    """Output rows [oh_begin, oh_end) of out (N, K, Ho, Wo) from x (N, C, H, W) and w (K, C, R, S)."""
+    C = x.shape[1]
+    H = x.shape[2]
+    W = x.shape[3]
+    K = w.shape[0]
+    R = w.shape[2]
+    S = w.shape[3]
+    Wo = out.shape[3]
+    rows = oh_end - oh_begin
+    # One output value per thread; a grid smaller than the output steps on (a grid-stride loop).
+    for e in range(cuda.grid(1), out.shape[0] * K * rows * Wo, cuda.gridsize(1)):
+        n, k, t, ow = unravel4(e, K, rows, Wo)
+        oh = oh_begin + t
+        acc = float32(0.0)
+        for c in range(C):
+            for r in range(R):
+                ih = oh * stride - pad_top + r
+                if ih >= 0 and ih < H:                   # else a row of zero padding
+                    for s in range(S):
+                        iw = ow * stride - pad_w + s
+                        if iw >= 0 and iw < W:
+                            acc += w[k, c, r, s] * x[n, c, ih, iw]
+        acc += bias[k]
+        if relu:
+            acc = max(acc, float32(0.0))
+        out[n, k, oh, ow] = acc
 
 
 def default_method() -> str:
-    """im2col + GEMM on a GPU (fastest); the direct teaching kernel on the simulator."""
-    return "direct" if backend.is_simulator() else "gemm"
+    """On a GPU the fastest method that is exact across bands; on the simulator the kernel to read."""
+    return "naive" if backend.is_simulator() else "gemm"
 
 
 def check_method(method: str | None) -> str:
@@ -97,248 +86,69 @@ def check_method(method: str | None) -> str:
     return method
 
 
-def default_config(k: int) -> ConvConfig:
-    if backend.is_simulator():
-        return SIM_CONFIG
-    # 64 output channels per block unless that wastes a large part of a block.
-    return GPU_CONFIGS["8x8"] if k % 64 == 0 or k > 256 else GPU_CONFIGS["8x4"]
-
-
-@dataclass(frozen=True)
-class TilePlan:
-    """Tile geometry of one layer; depends on the layer, never on the band."""
-    config: ConvConfig
-    s: int
-    stride: int
-    cc: int
-    th: int
-    tw: int
-    wwin: int
-    in_max: int
-
-    def tiles(self, rows: int, wo: int) -> tuple[int, int]:
-        return -(-rows // self.th), -(-wo // self.tw)
-
-
-def plan_tiles(c: int, wo: int, s: int, stride: int, config: ConvConfig) -> TilePlan:
-    """Tile height/width and channel chunk that fit the shared-memory budget."""
-    tw = min(wo, config.slots)
-    th = max(1, config.slots // tw)
-    cc = max(1, min(config.cc, c))
-
-    def need(cc_, th_, tw_):
-        wwin_ = (tw_ - 1) * stride + s
-        return cc_ * th_ * wwin_ + cc_ * s * config.bm, wwin_
-
-    while need(cc, th, tw)[0] > SHARED_FLOATS:
-        if th > 1:
-            th -= 1
-        elif cc > 1:
-            cc = max(1, cc // 2)
-        elif tw > 1:
-            tw = max(1, tw // 2)
-        else:
-            raise ValueError(f"a {s}-wide kernel with stride {stride} does not fit in shared memory")
-    total, wwin = need(cc, th, tw)
-    in_max = -(-(cc * th * wwin) // 256) * 256      # round up: fewer distinct kernels
-    in_max = min(in_max, SHARED_FLOATS - cc * s * config.bm)
-    return TilePlan(config, s, stride, cc, th, tw, wwin, in_max)
-
-
-@lru_cache(maxsize=None)
-def _conv_kernel(s_, stride_, lanes_, nty_, px_, kx_, cc_, in_max_, relu_):
-    # Geometry that the inner loops depend on is baked in as constants, so
-    # the compiler unrolls them and keeps the accumulators in registers.
-    S, STRIDE, LANES, NTY, PX, KX, CC, IN_MAX, RELU = (s_, stride_, lanes_, nty_, px_, kx_, cc_,
-                                                       in_max_, relu_)
-    BM = NTY * KX
-    NT = LANES * NTY
-    W_SIZE = CC * S * BM
-    W_ITERS = (W_SIZE + NT - 1) // NT
-
-    @cuda.jit(fastmath=FASTMATH)
-    def conv_tile(x, wt, bias, out, R, pad_t, pad_w, oh_begin, oh_end, TH, TW, tiles_w, Wwin):
-        in_sh = cuda.shared.array(IN_MAX, dtype=float32)
-        w_sh = cuda.shared.array(W_SIZE, dtype=float32)
-        acc = cuda.local.array((PX, KX), dtype=float32)
-        a = cuda.local.array(PX, dtype=float32)
-        b = cuda.local.array(KX, dtype=float32)
-        off = cuda.local.array(PX, dtype=int32)
-        tid = cuda.threadIdx.x
-        lane = tid % LANES
-        ty = tid // LANES
-        tile = cuda.blockIdx.x
-        n = cuda.blockIdx.y
-        k0 = cuda.blockIdx.z * BM
-        th0 = oh_begin + (tile // tiles_w) * TH
-        tw0 = (tile % tiles_w) * TW
-        C = x.shape[1]
-        H = x.shape[2]
-        W = x.shape[3]
-        K = wt.shape[3]
-        Wo = out.shape[3]
-        slots = TH * TW
-        plane = TH * Wwin
-        for i in range(PX):
-            q = lane + LANES * i
-            t = q // TW
-            off[i] = t * Wwin + (q - t * TW) * STRIDE if q < slots else 0
-            for j in range(KX):
-                acc[i, j] = float32(0.0)
-        ih0 = th0 * STRIDE - pad_t
-        iw0 = tw0 * STRIDE - pad_w
-        for c0 in range(0, C, CC):
-            for r in range(R):
-                # Input rows of this chunk: CC channels x TH rows, Wwin wide (tile + halo).
-                for row in range(ty, CC * TH, NTY):
-                    cc = row // TH
-                    c = c0 + cc
-                    ih = ih0 + (row - cc * TH) * STRIDE + r
-                    inside = c < C and ih >= 0 and ih < H
-                    for col in range(lane, Wwin, LANES):
-                        iw = iw0 + col
-                        v = float32(0.0)
-                        if inside and iw >= 0 and iw < W:
-                            v = x[n, c, ih, iw]
-                        in_sh[row * Wwin + col] = v
-                # Weights of this chunk: [CC, S, BM], from the (C, R, S, K) layout.
-                for it in range(W_ITERS):
-                    e = tid + it * NT
-                    if e < W_SIZE:
-                        cs = e // BM
-                        m = e - cs * BM
-                        cc = cs // S
-                        c = c0 + cc
-                        kk = k0 + m
-                        v = float32(0.0)
-                        if c < C and kk < K:
-                            v = wt[c, r, cs - cc * S, kk]
-                        w_sh[e] = v
-                cuda.syncthreads()
-                for cc in range(CC):
-                    base = cc * plane
-                    for sx in range(S):
-                        for i in range(PX):
-                            a[i] = in_sh[base + off[i] + sx]
-                        wb = (cc * S + sx) * BM + ty * KX
-                        for j in range(KX):
-                            b[j] = w_sh[wb + j]
-                        for i in range(PX):
-                            for j in range(KX):
-                                acc[i, j] += a[i] * b[j]
-                cuda.syncthreads()
-        rows = oh_end - th0
-        cols = Wo - tw0
-        for i in range(PX):
-            q = lane + LANES * i
-            t = q // TW
-            u = q - t * TW
-            if q < slots and t < rows and u < cols:
-                for j in range(KX):
-                    kk = k0 + ty * KX + j
-                    if kk < K:
-                        v = acc[i, j] + bias[kk]
-                        if RELU:
-                            v = max(v, float32(0.0))
-                        out[n, kk, th0 + t, tw0 + u] = v
-
-    return conv_tile
-
-
-def kernel_for(plan: TilePlan, relu: bool):
-    cfg = plan.config
-    return _conv_kernel(plan.s, plan.stride, cfg.lanes, cfg.nty, cfg.px, cfg.kx, plan.cc,
-                        plan.in_max, bool(relu))
-
-
-# -- weights ------------------------------------------------------------------
-@dataclass
 class ConvWeights:
-    """Weights on the device in (C, R, S, K) order (output channel fastest:
-    coalesced loads into shared memory) for the direct kernel, as a
-    (K, C*R*S) matrix for the GEMM path, with the bias; Winograd-transformed
-    (alpha^2, K, C) on the first use of that path (``winograd()``)."""
-    wt: object
-    bias: object
-    k: int
-    c: int
-    r: int
-    s: int
-    wmat: object = None
-    host: np.ndarray | None = None
-    _wino: object = None
+    """A layer's weights and bias on the device, in the layout each method reads:
+    (K, C, R, S) for the plain kernel, the same memory as a (K, C*R*S) matrix for
+    im2col + GEMM; the tiled kernel's and Winograd's layouts are made on first use."""
 
+    def __init__(self, w, bias=None):
+        self.host = np.ascontiguousarray(w, dtype=np.float32)
+        if self.host.ndim != 4:
+            raise ValueError(f"weights must have shape (K, C, R, S), got {self.host.shape}")
+        self.k, self.c, self.r, self.s = self.host.shape
+        b = np.zeros(self.k, np.float32) if bias is None else np.asarray(bias, dtype=np.float32)
+        if b.shape != (self.k,):
+            raise ValueError(f"bias must have shape ({self.k},) to match {self.k} output channels, got {b.shape}")
+        self.bias = cuda.to_device(b)
+        self.w = cuda.to_device(self.host)
+        self.wmat = self.w.reshape(self.k, self.c * self.r * self.s)
+
+    @cached_property
+    def tiled(self):
+        """(C, R, S, K): output channel fastest, for coalesced loads into shared memory."""
+        return cuda.to_device(np.ascontiguousarray(self.host.transpose(1, 2, 3, 0)))
+
+    @cached_property
     def winograd(self):
-        if self._wino is None:
-            from hpclab.halo.conv_winograd import filter_transform
-
-            self._wino = cuda.to_device(filter_transform(self.host))
-        return self._wino
+        """The transformed filters (alpha^2, K, C)."""
+        return cuda.to_device(conv_winograd.filter_transform(self.host))
 
 
-def prepare_weights(w, bias=None) -> ConvWeights:
-    w = np.asarray(w, dtype=np.float32)
-    if w.ndim != 4:
-        raise ValueError(f"weights must have shape (K, C, R, S), got {w.shape}")
-    k, c, r, s = w.shape
-    b = np.zeros(k, np.float32) if bias is None else np.asarray(bias, dtype=np.float32)
-    if b.shape != (k,):
-        raise ValueError(f"bias must have shape ({k},) to match {k} output channels, got {b.shape}")
-    wt = cuda.to_device(np.ascontiguousarray(w.transpose(1, 2, 3, 0)))
-    wmat = cuda.to_device(np.ascontiguousarray(w.reshape(k, c * r * s)))
-    return ConvWeights(wt, cuda.to_device(b), k, c, r, s, wmat, w.copy())  # host copy: Winograd on demand
+def conv_rows_device(x, weights: ConvWeights, out, stride: int, pad_top: int, pad_w: int, oh_begin: int,
+                     oh_end: int, relu: bool = False, stream=0, method: str | None = None, workspace=None,
+                     config=None) -> None:
+    """Output rows [oh_begin, oh_end) of ``out`` (N, K, Ho, Wo) from the band ``x`` (device arrays).
 
-
-# -- convolution on device arrays ---------------------------------------------
-def conv_rows_device(x, weights: ConvWeights, out, stride: int, pad_top: int, pad_w: int,
-                     oh_begin: int, oh_end: int, relu: bool = False, plan: TilePlan | None = None,
-                     stream=0, method: str | None = None, workspace=None) -> None:
-    """Compute output rows [oh_begin, oh_end) of ``out`` (N, K, Ho, Wo) from the band ``x``."""
+    ``workspace``: scratch of the GEMM and Winograd paths; ``config``: the tiled kernel's launch shape.
+    """
     if oh_end <= oh_begin:
         return
     method = check_method(method)
-    if method == "winograd":
-        from hpclab.halo import conv_winograd as wg
-
-        why = wg.supported(weights.r, weights.s, stride)
+    if method == "naive":
+        blocks, threads = launch_1d(out.shape[0] * weights.k * (oh_end - oh_begin) * out.shape[3])
+        conv2d_kernel[blocks, threads, stream](x, weights.w, weights.bias, out, stride, pad_top, pad_w,
+                                               oh_begin, oh_end, bool(relu))
+    elif method == "direct":
+        conv_tiled.conv_rows_tiled(x, weights.tiled, weights.bias, out, stride, pad_top, pad_w, oh_begin, oh_end,
+                                   relu, stream, config)
+    elif method == "gemm":
+        conv_gemm.conv_rows_gemm(x, weights.wmat, weights.bias, out, weights.r, weights.s, stride, pad_top,
+                                 pad_w, oh_begin, oh_end, relu, stream, workspace=workspace)
+    else:
+        why = conv_winograd.supported(weights.r, weights.s, stride)
         if why:
             raise ValueError(f"method='winograd' cannot do {why}; use method='gemm' or 'direct'")
-        wg.conv_rows_winograd(x, weights.winograd(), weights.bias, out, weights.r, pad_top, pad_w, oh_begin,
-                              oh_end, relu, stream, workspace=workspace)
-        return
-    if method == "gemm":
-        from hpclab.halo.conv_gemm import conv_rows_gemm
-
-        conv_rows_gemm(x, weights.wmat, weights.bias, out, weights.r, weights.s, stride, pad_top, pad_w,
-                       oh_begin, oh_end, relu, stream, workspace=workspace)
-        return
-    n, c, _, _ = x.shape
-    wo = out.shape[3]
-    plan = plan or plan_tiles(c, wo, weights.s, stride, default_config(weights.k))
-    tiles_h, tiles_w = plan.tiles(oh_end - oh_begin, wo)
-    grid = (tiles_h * tiles_w, n, -(-weights.k // plan.config.bm))
-    kernel = kernel_for(plan, relu)
-    kernel[grid, plan.config.threads, stream](
-        x, weights.wt, weights.bias, out, weights.r, pad_top, pad_w, oh_begin, oh_end,
-        plan.th, plan.tw, tiles_w, plan.wwin)
+        conv_winograd.conv_rows_winograd(x, weights.winograd, weights.bias, out, weights.r, pad_top, pad_w,
+                                         oh_begin, oh_end, relu, stream, workspace=workspace)
 
 
-def conv2d_device(x, weights: ConvWeights, stride: int = 1, pad: int = 0, relu: bool = False,
-                  config: ConvConfig | None = None, out=None, stream=0, method: str | None = None):
-    """Convolution of a device array (N, C, H, W); returns a device array (N, K, Ho, Wo).
-
-    ``method``: "direct" (tiled kernel, ``config`` its launch shape), "gemm"
-    (im2col + register-blocked GEMM) or "winograd" (stride 1, 3x3 or 5x5);
-    default ``default_method()``.
-    """
-    n, c, h, w = x.shape
-    ho, wo = ref.check_conv(x.shape, (weights.k, weights.c, weights.r, weights.s), stride, pad)
+def conv2d_device(x, weights: ConvWeights, stride: int = 1, pad: int = 0, relu: bool = False, out=None,
+                  stream=0, method: str | None = None, config=None):
+    """Convolution of a device array (N, C, H, W); returns a device array (N, K, Ho, Wo)."""
+    ho, wo = ref.check_conv(x.shape, weights.host.shape, stride, pad)
     if out is None:
-        out = cuda.device_array((n, weights.k, ho, wo), dtype=np.float32)
-    method = check_method(method)
-    plan = plan_tiles(c, wo, weights.s, stride, config or default_config(weights.k)) \
-        if method == "direct" else None
-    conv_rows_device(x, weights, out, stride, pad, pad, 0, ho, relu, plan, stream, method)
+        out = cuda.device_array((x.shape[0], weights.k, ho, wo), dtype=np.float32)
+    conv_rows_device(x, weights, out, stride, pad, pad, 0, ho, relu, stream, method, config=config)
     return out
 
 
@@ -347,16 +157,27 @@ def conv2d(x, w, stride: int = 1, pad: int = 0, bias=None, relu: bool = False,
     """2-D convolution (cross-correlation) on the GPU of (C,H,W) or (N,C,H,W) input.
 
     ``w`` has shape (K, C, R, S). Returns a NumPy array (K,Ho,Wo) or (N,K,Ho,Wo).
-    ``method``: "direct", "gemm" (im2col + GEMM) or "winograd" (stride 1, 3x3
-    or 5x5 kernels); default ``default_method()``.
+    ``method``: one of ``METHODS``; default ``default_method()``.
     """
     x = np.asarray(x, dtype=np.float32)
     ref.check_conv(x.shape, np.shape(w), stride, pad)
-    method = check_method(method)
     x4, single = ref.as_batch(x)
-    out = conv2d_device(cuda.to_device(np.ascontiguousarray(x4)), prepare_weights(w, bias),
-                        stride, pad, relu, method=method).copy_to_host()
+    out = conv2d_device(cuda.to_device(np.ascontiguousarray(x4)), ConvWeights(w, bias), stride, pad, relu,
+                        method=method).copy_to_host()
     return out[0] if single else out
+
+
+def linear_device(x, weights: ConvWeights, relu: bool = False, stream=0):
+    """A fully connected layer on device rows x (N, D): returns (N, M) on the device.
+
+    It is a 1x1 convolution of a 1x1 image with D channels, so it runs as
+    im2col + GEMM: ``weights`` is ``ConvWeights(w.reshape(M, D, 1, 1), bias)``.
+    """
+    n, d = x.shape
+    if d != weights.c:
+        raise ValueError(f"fully connected layer: input has {d} features but the weights expect {weights.c}")
+    out = conv2d_device(x.reshape(n, d, 1, 1), weights, relu=relu, stream=stream, method="gemm")
+    return out.reshape(n, weights.k)
 
 
 # -- max-pooling ----------------------------------------------------------------
@@ -390,23 +211,19 @@ def maxpool_rows_device(x, out, size: int, stride: int, pad_top: int, oh_begin: 
     _maxpool_kernel[blocks, threads, stream](x, out, size, stride, pad_top, pad_w, oh_begin, oh_end)
 
 
-def maxpool2d_device(x, size: int = 3, stride: int = 2, pad: int = 0, stream=0):
-    n, c, h, w = x.shape
-    ref.check_window(h, w, size, size, stride, pad, what="pooling window")
-    ho, wo = ref.output_size(h, size, stride, pad), ref.output_size(w, size, stride, pad)
-    out = cuda.device_array((n, c, ho, wo), dtype=np.float32)
-    maxpool_rows_device(x, out, size, stride, pad, 0, ho, pad, stream)
-    return out
-
-
 def maxpool2d(x, size: int = 3, stride: int = 2, pad: int = 0) -> np.ndarray:
     x4, single = ref.as_batch(np.asarray(x, dtype=np.float32))
-    out = maxpool2d_device(cuda.to_device(np.ascontiguousarray(x4)), size, stride, pad).copy_to_host()
+    n, c, h, w = x4.shape
+    ref.check_window(h, w, size, size, stride, pad, what="pooling window")
+    out = cuda.device_array((n, c, ref.output_size(h, size, stride, pad), ref.output_size(w, size, stride, pad)),
+                            dtype=np.float32)
+    maxpool_rows_device(cuda.to_device(np.ascontiguousarray(x4)), out, size, stride, pad, 0, out.shape[2], pad)
+    out = out.copy_to_host()
     return out[0] if single else out
 
 
 # -- local response normalisation (channel-wise: no spatial halo) ---------------
-@cuda.jit(fastmath=FASTMATH)
+@cuda.jit(fastmath=True)
 def _lrn_kernel(x, out, size, alpha, beta, k):
     C = x.shape[1]
     H = x.shape[2]
@@ -434,51 +251,3 @@ def lrn(x, size: int = ref.LRN_SIZE, alpha: float = ref.LRN_ALPHA, beta: float =
     x4, single = ref.as_batch(np.asarray(x, dtype=np.float32))
     out = lrn_device(cuda.to_device(np.ascontiguousarray(x4)), size, alpha, beta, k).copy_to_host()
     return out[0] if single else out
-
-
-# -- fully connected: a shared-memory tiled GEMM, y = x w^T + b ------------------
-@lru_cache(maxsize=None)
-def _linear_kernel(tile_, relu_):
-    TILE, RELU = tile_, relu_
-    PADDED = TILE + 1                                   # +1: no bank conflicts
-
-    @cuda.jit(fastmath=FASTMATH)
-    def linear(x, w, bias, out):
-        xs = cuda.shared.array((TILE, TILE), dtype=float32)
-        ws = cuda.shared.array((TILE, PADDED), dtype=float32)
-        tx = cuda.threadIdx.x
-        ty = cuda.threadIdx.y
-        row = cuda.blockIdx.y * TILE + ty          # sample
-        col = cuda.blockIdx.x * TILE + tx          # output feature
-        wrow = cuda.blockIdx.x * TILE + ty
-        N = x.shape[0]
-        D = x.shape[1]
-        M = w.shape[0]
-        acc = float32(0.0)
-        for d0 in range(0, D, TILE):
-            d = d0 + tx
-            xs[ty, tx] = x[row, d] if row < N and d < D else float32(0.0)
-            ws[ty, tx] = w[wrow, d] if wrow < M and d < D else float32(0.0)
-            cuda.syncthreads()
-            for dd in range(TILE):
-                acc += xs[ty, dd] * ws[tx, dd]
-            cuda.syncthreads()
-        if row < N and col < M:
-            v = acc + bias[col]
-            if RELU:
-                v = max(v, float32(0.0))
-            out[row, col] = v
-
-    return linear
-
-
-def linear_device(x, w, bias, relu: bool = False, stream=0):
-    """x (N, D) and w (M, D) device arrays, bias (M,): returns (N, M) on the device."""
-    n, d = x.shape
-    m, dw = w.shape
-    if d != dw:
-        raise ValueError(f"fully connected layer: input has {d} features but the weights expect {dw}")
-    tile = 8 if backend.is_simulator() else 16
-    out = cuda.device_array((n, m), dtype=np.float32)
-    _linear_kernel(tile, bool(relu))[(-(-m // tile), -(-n // tile)), (tile, tile), stream](x, w, bias, out)
-    return out

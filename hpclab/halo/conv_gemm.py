@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hpclab import backend
+from hpclab import backend, launch
 from hpclab.backend import cuda as _cuda
 from hpclab.matmul import kernels as mm
 
@@ -34,7 +34,7 @@ SIM_MAX_BYTES = 64 << 10             # the simulator: small chunks (and tests of
 
 
 def max_bytes() -> int:
-    return SIM_MAX_BYTES if backend.is_simulator() else DEFAULT_MAX_BYTES
+    return backend.auto_size(DEFAULT_MAX_BYTES, SIM_MAX_BYTES)
 
 
 @cuda.jit
@@ -83,14 +83,6 @@ def _scatter_kernel(mat, bias, out, n0, t0, rows, relu):
             out[n0 + n, k, t0 + q, p - q * Wo] = v
 
 
-def _launch_2d(rows: int, cols: int):
-    """(grid, threads): rows of the matrix along y, columns along x."""
-    if backend.is_simulator():
-        return (min(2, -(-cols // 32)), min(2, rows)), 32
-    threads = 256
-    return (min(-(-cols // threads), 1024), min(rows, 65535)), threads
-
-
 class Workspace:
     """Reused flat device buffers: no allocation per call (allocation syncs the GPU).
 
@@ -114,9 +106,6 @@ class Workspace:
                 self._views = {k: v for k, v in self._views.items() if k[0] != name}
             view = self._views[key] = buf[:need].reshape(*shape)
         return view
-
-    def matrix(self, name: str, rows: int, cols: int):
-        return self.array(name, (rows, cols))
 
 
 _WORKSPACE = Workspace()
@@ -147,7 +136,7 @@ def conv_rows_gemm(x, wmat, bias, out, r: int, s: int, stride: int, pad_top: int
     """
     if oh_end <= oh_begin:
         return
-    n, c = x.shape[0], x.shape[1]
+    n = x.shape[0]
     k, crs = wmat.shape
     wo = out.shape[3]
     ws = workspace or _WORKSPACE
@@ -156,11 +145,11 @@ def conv_rows_gemm(x, wmat, bias, out, r: int, s: int, stride: int, pad_top: int
     for n0, nb, r0, rows in chunks(n, oh_end - oh_begin, wo, 4 * (crs + k), limit or max_bytes()):
         t0 = oh_begin + r0
         cols = nb * rows * wo
-        col = ws.matrix("col", crs, cols)
-        mat = ws.matrix("mat", k, cols)
-        blocks, threads = _launch_2d(crs, cols)
+        col = ws.array("col", (crs, cols))
+        mat = ws.array("mat", (k, cols))
+        blocks, threads = launch.launch_2d(crs, cols)
         _im2col_kernel[blocks, threads, stream](x, col, n0, t0, rows, stride, pad_top, pad_w, r, s, wo)
         grid = (-(-cols // cfg.bn), -(-k // cfg.bm))
         gemm[grid, cfg.threads, stream](wmat, col, mat)
-        blocks, threads = _launch_2d(k, cols)
+        blocks, threads = launch.launch_2d(k, cols)
         _scatter_kernel[blocks, threads, stream](mat, bias, out, n0, t0, rows, bool(relu))

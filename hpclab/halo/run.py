@@ -8,9 +8,9 @@ import numpy as np
 
 from hpclab import backend, budget, comm as hcomm
 from hpclab.halo import alexnet
-from hpclab.halo.executors import Conv, check_chain, shapes
 from hpclab.halo.geometry import min_input_height, plan_bands
-from hpclab.halo.versions import TWIN, VERSIONS, digest, max_rel_error, parse_versions, run_version
+from hpclab.halo.layers import BAND_METHODS, Conv, check_chain, shapes
+from hpclab.halo.versions import TWIN, VERSIONS, digest, max_rel_error, run_version, with_twins
 from hpclab.options import choice_list, count, seed
 from hpclab.runner import Report
 
@@ -22,8 +22,6 @@ TOLERANCE = 1e-4          # max error relative to max |V1| (float32 sums in a di
 SIM_SCALE = 32            # channels / 32 on the simulator
 # (height, width) of the input of each block on the simulator: a few output rows per rank.
 SIM_INPUT = {"c1": (35, 19), "c2": (11, 7), "c3": (7, 5), "c4": (7, 5), "c5": (7, 5), "trunk": (67, 67)}
-
-
 MAX_SIDE = (1 << 31) - 1
 
 
@@ -47,9 +45,9 @@ def add_arguments(parser) -> None:
                         help="exchange halos first, then compute every row (no overlap)")
     parser.add_argument("--repeats", type=count(1, 1000), default=None,
                         help="timed runs per version, median reported (default 3 on a GPU, 1 on the simulator)")
-    parser.add_argument("--method", default="auto", choices=("auto", "direct", "gemm"),
-                        help="GPU convolution: direct tiled kernel or im2col + GEMM "
-                             "(auto: gemm on a GPU, direct on the simulator)")
+    parser.add_argument("--method", default="auto", choices=("auto", *BAND_METHODS),
+                        help="GPU convolution: the plain kernel (naive), the direct tiled kernel or "
+                             "im2col + GEMM (auto: gemm on a GPU, naive on the simulator)")
     parser.add_argument("--progress", action="store_true",
                         help="rank 0 prints a line to stderr as each version starts and ends")
     parser.add_argument("--seed", type=seed(), default=2012)
@@ -57,7 +55,7 @@ def add_arguments(parser) -> None:
 
 def validate(args, launch) -> None:
     """The block fits the ranks (a row of every layer's output per rank), the memory and the day."""
-    versions = parse_versions(",".join(args.version))
+    versions = with_twins(args.version)
     ops, shape, _ = _setup(args, launch.ranks)
     n, c, h, w = shape
     option = "--rows-per-rank" if args.rows_per_rank else "--height" if args.height else "--width" \
@@ -77,17 +75,14 @@ def validate(args, launch) -> None:
 
 
 def _setup(args, size):
-    sim = backend.is_simulator()
-    scale = args.scale or (SIM_SCALE if sim else 1)
+    scale = args.scale or backend.auto_size(1, SIM_SCALE)
     if args.layer == "trunk":
         ops = alexnet.trunk_ops(scale, args.seed)
         c = alexnet.INPUT[0]
     else:
         c = alexnet.input_channels(args.layer, scale)
         ops = alexnet.conv_ops(args.layer, c, scale, args.seed)
-    _, h, w = alexnet.default_input(args.layer, scale)
-    if sim:
-        h, w = SIM_INPUT[args.layer]
+    h, w = backend.auto_size(alexnet.default_input(args.layer, scale)[1:], SIM_INPUT[args.layer])
     if args.rows_per_rank:
         kernel, stride, pad = ops[0].window
         h = min_input_height(args.rows_per_rank * size, kernel, stride, pad)
@@ -114,11 +109,10 @@ def run(args, ctx) -> Report:
     comm, size, rank = ctx.comm, ctx.comm.size, ctx.comm.rank
     sim = backend.is_simulator()
     with hcomm.step(comm, "input check"):
-        versions = parse_versions(",".join(args.version))
+        versions = with_twins(args.version)
         ops, shape, scale = _setup(args, size)
         n, c, h, w = shape
-        check_chain(ops, (c, h, w), size, what="in the trunk, " if args.layer == "trunk" else "")
-        out_shapes = shapes(ops, (c, h, w))
+        out_shapes = shapes(ops, (c, h, w))          # (validate has checked the chain)
         dense = alexnet.dense_ops(int(np.prod(out_shapes[-1])), scale, args.seed) \
             if args.layer == "trunk" else []
     repeats = args.repeats or (1 if sim else 3)
@@ -137,7 +131,7 @@ def run(args, ctx) -> Report:
                                       warmup=0 if sim or v in ("v1", "v2") else 1)  # compile first
         progress(f"{v.upper()} done, {outcomes[v].wall_s:.4f} s per run")
 
-    from hpclab.halo.conv import default_method
+    from hpclab.halo.conv import METHODS, default_method
 
     method = next((op.method for op in ops if isinstance(op, Conv)), None) or default_method()
     report = Report(rank_line=_rank_line(ctx.placement, ops, shape, size, rank))
@@ -179,8 +173,7 @@ def run(args, ctx) -> Report:
         split = ", ".join(f"{k} {x:.4f} s" for k, x in p.phases.items())
         how = "" if sim or primary in ("v1", "v2") else " (separate pass: no overlap, GPU synchronised per phase)"
         report.final.append((f"Time split {primary.upper()}{how}", split))
-        report.final.append(("GPU convolution", f"{method} (" + ("im2col + register-blocked GEMM" if method == "gemm"
-                                                               else "direct tiled kernel") + ")"))
+        report.final.append(("GPU convolution", f"{method} ({METHODS[method]})"))
         report.notes = [ch["note"] for ch in checks.values() if ch["note"]]
         if sim:
             report.notes.append(f"simulator: reduced sizes (channels / {scale}, input {h}x{w}); "

@@ -6,23 +6,24 @@ V5 MPI + GPU, GPU-to-GPU halos (NCCL or CUDA-aware MPI; host-staged where neithe
    e.g. where ranks share a GPU: NCCL needs one per rank, and the answer is V4's either way)
 
 Checks: max error relative to V1 (float32 sums in another order on the GPU),
-and a digest — FNV-1a 64 of the values rounded to 5 significant digits —
+and a digest — a 64-bit BLAKE2 hash of the values rounded to 5 significant digits —
 which must be identical between a distributed version and its serial twin
 on the same kind of processor (V2 = V1, V4 = V5 = V3): the band code sums
 in exactly the serial order, so distribution must not change a single bit.
 """
 from __future__ import annotations
 
+import hashlib
 import statistics
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from hpclab import backend, comm as hcomm
-from hpclab.halo.executors import Timer, run_device, run_host
-from hpclab.halo import reference as ref
 from hpclab.halo.bands import hash_values
+from hpclab.halo.executors import Buffers, run_device, run_host
 from hpclab.mpi import first_ranks
+from hpclab.timing import Phases
 
 VERSIONS = {
     "v1": "serial NumPy (one CPU)",
@@ -35,29 +36,8 @@ TWIN = {"v1": "v1", "v2": "v1", "v3": "v3", "v4": "v3", "v5": "v3"}
 DIGITS = 5
 
 
-def _fnv1a(data: np.ndarray) -> int:
-    h = 0xCBF29CE484222325
-    for b in data.tobytes():
-        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return h
-
-
-try:  # compiled on the CPU when Numba's CPU target is there (it is wherever numba is)
-    from numba import njit
-
-    @njit(cache=False)
-    def _fnv1a_fast(data):
-        h = np.uint64(0xCBF29CE484222325)
-        prime = np.uint64(0x100000001B3)
-        for b in data:
-            h = (h ^ np.uint64(b)) * prime
-        return h
-except Exception:  # noqa: BLE001
-    _fnv1a_fast = None
-
-
 def digest(x, digits: int = DIGITS) -> str:
-    """FNV-1a 64 of the tensor's values rounded to ``digits`` significant digits, and its shape."""
+    """A 64-bit hash (BLAKE2) of the tensor's values rounded to ``digits`` significant digits, and its shape."""
     a = np.asarray(x, dtype=np.float64).ravel()
     mag = np.abs(a)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -65,9 +45,7 @@ def digest(x, digits: int = DIGITS) -> str:
     mant = np.round(a / 10.0 ** (exp - digits + 1)).astype(np.int64)
     words = np.concatenate([np.asarray(np.shape(x), dtype=np.int64),
                             np.stack([mant, exp.astype(np.int64)], axis=1).ravel()])
-    raw = words.view(np.uint8)
-    h = int(_fnv1a_fast(raw)) if _fnv1a_fast is not None else _fnv1a(raw)
-    return f"{h:016x}"
+    return hashlib.blake2b(words.tobytes(), digest_size=8).hexdigest()
 
 
 def max_rel_error(x, reference) -> float:
@@ -111,156 +89,89 @@ def gpu_aware_backend(comm, requested: str = "auto"):
         "V5 ran with host-staged MPI (mpi-host), so it equals V4")
 
 
-def _band(shape, seed, comm):
-    n, c, h, w = shape
-    r0, r1 = hcomm.block_range(h, comm.size, comm.rank)
-    return hash_values((n, c, r1 - r0, w), seed, r0, h)
+def with_twins(wanted) -> list[str]:
+    """The versions to run for ``wanted`` (names, or "all"): V1 and each one's serial twin added."""
+    wanted = list(VERSIONS) if "all" in wanted else list(wanted)
+    need = {"v1", *wanted, *(TWIN[v] for v in wanted)}
+    return [v for v in VERSIONS if v in need]
 
 
-def _gather(band, comm, timer):
-    from mpi4py import MPI
-
-    t = MPI.Wtime()
-    parts = comm.gather(band, root=0)
-    timer.add("gather", MPI.Wtime() - t)
-    return np.concatenate(parts, axis=2) if comm.rank == 0 else None
-
-
-def _dense_host(dense, x):
-    y = x.reshape(x.shape[0], -1)
-    for op in dense:
-        y = ref.linear(y, op.w, op.bias)
-        y = ref.relu(y) if op.relu else y
-    return y
-
-
-def _dense_device(dense, x):
-    from hpclab.halo.conv import cuda, linear_device
-
-    y = cuda.to_device(np.ascontiguousarray(x.reshape(x.shape[0], -1)))
-    for op in dense:
-        y = linear_device(y, cuda.to_device(op.w), cuda.to_device(op.bias), op.relu)
-    return y.copy_to_host()
-
-
-def run_once(version: str, ops, dense, shape, seed, comm, be=None, overlap=True, sync=False):
-    """One forward pass of ``version``; returns (output on rank 0, wall seconds, Timer).
-
-    The wall time runs from the input on the host (made outside the timed
-    region) to the output band on the host; gathering to rank 0 and the
-    dense layers come after it. ``sync``: measure the phase split (GPU
-    versions run without overlap, synchronised at every phase boundary).
-    """
-    from mpi4py import MPI
-
-    timer = Timer(sync)
-    serial = version in ("v1", "v3")
-    if serial:   # rank 0 alone; the others wait for its outcome (an error there is raised everywhere)
-        return _on_root(comm, lambda: (*_forward(version, ops, dense, shape, seed, MPI.COMM_SELF,
-                                                 be, overlap, timer), timer), (None, 0.0, timer))
-    out, wall = _forward(version, ops, [], shape, seed, comm, be, overlap, timer)
-    if dense:
-        out = _on_root(comm, lambda: _dense(version, dense, out, timer), None)
-    return out, wall, timer
-
-
-def _on_root(world, fn, elsewhere):
-    """Run ``fn`` on rank 0 only; the other ranks wait, get ``elsewhere``, and raise if rank 0 failed.
-
-    Without this, an error on rank 0 would leave the others waiting forever in
-    the next collective call.
-    """
-    if world.size == 1:
-        return fn()
-    if world.rank == 0:
-        try:
+def _on_root(comm, what: str, fn, elsewhere):
+    """``fn()`` on rank 0 alone; the other ranks get ``elsewhere``. An error on rank 0 is
+    raised on every rank: the others would otherwise wait for it in the next collective."""
+    result = elsewhere
+    with hcomm.step(comm, what):
+        if comm.rank == 0:
             result = fn()
-        except Exception as exc:
-            world.bcast(f"{type(exc).__name__}: {exc}", root=0)
-            raise
-        world.bcast(None, root=0)
-        return result
-    error = world.bcast(None, root=0)
-    if error:
-        raise RuntimeError(f"rank 0 failed ({error})")
-    return elsewhere
+    return result
 
 
-def _forward(version, ops, dense, shape, seed, comm, be, overlap, timer):
-    """Input band -> output band (gathered on rank 0); dense layers on rank 0 for serial versions."""
+def _dense(version, dense, x, phases):
+    """The dense layers on whole images (N, ...) -> (N, classes), on the CPU or the GPU."""
+    with phases("dense"):
+        y = x.reshape(x.shape[0], -1)
+        if version in ("v1", "v2"):
+            for op in dense:
+                y = op.host(y)
+            return y
+        y = backend.cuda().to_device(np.ascontiguousarray(y))
+        for op in dense:
+            y = op.device(y)
+        return y.copy_to_host()
+
+
+def _forward(version, ops, dense, shape, seed, comm, be, overlap, phases, buffers):
+    """This rank's input band -> the output gathered on rank 0 (then the dense layers there).
+
+    Returns (output on rank 0, wall seconds): the wall time runs from the input
+    band on the host (made outside it) to the output band on the host, max over ranks.
+    """
     from mpi4py import MPI
 
-    serial = comm.size == 1 and version in ("v1", "v3")
+    n, c, h, w = shape
     comm.Barrier()
-    t0 = MPI.Wtime()
-    x = hash_values(shape, seed) if serial else _band(shape, seed, comm)
-    gen = MPI.Wtime() - t0
+    with phases("input_generation"):
+        r0, r1 = hcomm.block_range(h, comm.size, comm.rank)
+        x = hash_values((n, c, r1 - r0, w), seed, r0, h)
     t0 = MPI.Wtime()
     if version in ("v1", "v2"):
-        y = run_host(ops, x, comm, overlap, timer)
+        y = run_host(ops, x, comm, overlap, phases)
     else:
-        from hpclab.backend import cuda
-
-        t = MPI.Wtime()
-        xd = cuda().to_device(x)
-        cuda().synchronize()
-        timer.add("transfer", MPI.Wtime() - t)
-        yd = run_device(ops, xd, comm, be, overlap, timer)
-        t = MPI.Wtime()
-        y = yd.copy_to_host()
-        timer.add("transfer", MPI.Wtime() - t)
-    local = MPI.Wtime() - t0
-    wall = comm.allreduce(local, op=MPI.MAX)
-    timer.add("input_generation", gen)
-    out = y if serial else _gather(y, comm, timer)
-    if dense and out is not None:
-        out = _dense(version, dense, out, timer)
-    return out, wall
+        cuda = backend.cuda()
+        with phases("transfer"):
+            xd = cuda.to_device(x)
+            cuda.synchronize()     # the copy may still be in flight, and the executor's streams do not wait for it
+        yd = run_device(ops, xd, comm, be, overlap, phases, buffers)
+        with phases("transfer"):
+            y = yd.copy_to_host()
+    wall = comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
+    if comm.size > 1:
+        with phases("gather"):
+            parts = comm.gather(y, root=0)
+        y = np.concatenate(parts, axis=2) if comm.rank == 0 else None
+    if dense and y is not None:
+        y = _dense(version, dense, y, phases)
+    return y, wall
 
 
-def _dense(version, dense, out, timer):
+def run_once(version: str, ops, dense, shape, seed, comm, be=None, overlap=True, sync=False, buffers=None):
+    """One forward pass of ``version``; returns (output on rank 0, wall seconds, Phases).
+
+    Gathering to rank 0 and the dense layers come after the timed region.
+    ``sync``: measure the phase split (GPU versions run without overlap,
+    synchronised at every phase boundary).
+    """
     from mpi4py import MPI
 
-    t = MPI.Wtime()
-    out = _dense_host(dense, out) if version in ("v1", "v2") else _dense_device(dense, out)
-    timer.add("dense", MPI.Wtime() - t)
-    return out
-
-
-def run_version(version: str, ops, dense, shape, seed, comm, comm_name="auto", overlap=True,
-                repeats: int = 1, warmup: int = 0) -> Outcome:
-    be, note, used = None, "", ""
-    if version in ("v4", "v5") and comm.size > 1:
-        if version == "v4":
-            be = hcomm.get("mpi-host", comm)
-        else:
-            be, note = gpu_aware_backend(comm, comm_name)
-        used = be.name
-    elif version in ("v2",):
-        used = "mpi4py (host)"
-    for _ in range(warmup):
-        run_once(version, ops, dense, shape, seed, comm, be, overlap)
-    walls, out, timer = [], None, Timer()
-    for _ in range(max(1, repeats)):
-        out, wall, timer = run_once(version, ops, dense, shape, seed, comm, be, overlap)
-        walls.append(wall)
-    if needs_split_pass(version):
-        timer = run_once(version, ops, dense, shape, seed, comm, be, overlap, sync=True)[2]
-    from mpi4py import MPI
-
-    phases = max_phases(timer, comm) if version not in ("v1", "v3") else comm.bcast(dict(timer.seconds), root=0)
-    wall = comm.bcast(statistics.median(walls), root=0)
-    return Outcome(version, out, wall, phases, used, note)
-
-
-def max_phases(timer, comm) -> dict:
-    """Seconds per phase, max over ranks. Ranks may have different phases (the dense
-    layers run on rank 0 only), so agree on the names first: one allreduce per name on
-    every rank, never a different number of them (that would hang)."""
-    from mpi4py import MPI
-
-    names = sorted(set().union(*comm.allgather(sorted(timer.seconds))))
-    return {k: comm.allreduce(timer.seconds.get(k, 0.0), op=MPI.MAX) for k in names}
+    phases = Phases(sync=sync)
+    if version in ("v1", "v3"):   # rank 0 alone
+        out, wall = _on_root(comm, f"{version.upper()} on rank 0", lambda: _forward(
+            version, ops, dense, shape, seed, MPI.COMM_SELF, be, overlap, phases, buffers), (None, 0.0))
+        return out, wall, phases
+    out, wall = _forward(version, ops, [], shape, seed, comm, be, overlap, phases, buffers)
+    if dense:
+        out = _on_root(comm, "the dense layers on rank 0", lambda: _dense(version, dense, out, phases), None)
+    return out, wall, phases
 
 
 def needs_split_pass(version: str) -> bool:
@@ -270,15 +181,29 @@ def needs_split_pass(version: str) -> bool:
     return version in ("v3", "v4", "v5") and not backend.is_simulator()
 
 
-def parse_versions(text: str) -> list[str]:
-    """'all', 'v4' or 'v1,v4' -> the versions to run (their serial twins added)."""
-    wanted = list(VERSIONS) if text == "all" else [v.strip().lower() for v in text.split(",") if v.strip()]
-    bad = [v for v in wanted if v not in VERSIONS]
-    if bad or not wanted:
-        raise ValueError(f"unknown version {', '.join(bad) or repr(text)}; use all or a comma list of "
-                         f"{', '.join(VERSIONS)}")
-    need = set(wanted) | {"v1"} | {TWIN[v] for v in wanted}
-    return [v for v in VERSIONS if v in need]
+def run_version(version: str, ops, dense, shape, seed, comm, comm_name="auto", overlap=True,
+                repeats: int = 1, warmup: int = 0) -> Outcome:
+    """``repeats`` timed passes of ``version`` after ``warmup`` ones (the median wall time), and
+    the time per phase (max over ranks; from a synchronised pass on a GPU)."""
+    be, note, used = None, "", "mpi4py (host)" if version == "v2" else ""
+    if version in ("v4", "v5") and comm.size > 1:
+        be, note = (hcomm.get("mpi-host", comm), "") if version == "v4" else gpu_aware_backend(comm, comm_name)
+        used = be.name
+    buffers = Buffers() if version in ("v3", "v4", "v5") else None
+
+    def once(sync=False):
+        return run_once(version, ops, dense, shape, seed, comm, be, overlap, sync, buffers)
+
+    for _ in range(warmup):
+        once()
+    walls = []
+    for _ in range(max(1, repeats)):
+        out, wall, phases = once()
+        walls.append(wall)
+    if needs_split_pass(version):
+        phases = once(sync=True)[2]
+    times = comm.bcast(dict(phases.seconds), root=0) if version in ("v1", "v3") else phases.max_over_ranks(comm)
+    return Outcome(version, out, comm.bcast(statistics.median(walls), root=0), times, used, note)
 
 
 def scaling_point(mode: str, ranks: int, ops, shape, comm, version: str = "v4", overlap: bool = True,
@@ -290,25 +215,14 @@ def scaling_point(mode: str, ranks: int, ops, shape, comm, version: str = "v4", 
     on a GPU; ranks_per_gpu > 1: they took turns on a GPU, time sharing, not scaling);
     None elsewhere.
     """
-    with first_ranks(comm, ranks) as sub:
-        point = None if sub is None else _time_band(mode, ranks, ops, shape, sub, version, overlap, repeats, seed)
-    comm.Barrier()   # the ranks left out wait for the others
-    return point
-
-
-def _time_band(mode, ranks, ops, shape, sub, version, overlap, repeats, seed) -> dict:
     from hpclab.device import ranks_per_gpu
 
-    be = hcomm.get("mpi-host", sub) if version in ("v4", "v5") else None
-    if version == "v5" and ranks > 1:
-        be, _ = gpu_aware_backend(sub)
-    walls, timer = [], None
-    for _ in range(max(1, repeats)):
-        _, wall, timer = run_once(version, ops, [], shape, seed, sub, be, overlap)
-        walls.append(wall)
-    if needs_split_pass(version):
-        timer = run_once(version, ops, [], shape, seed, sub, be, overlap, sync=True)[2]
-    phases = max_phases(timer, sub)
-    return {"mode": mode, "ranks": ranks, "height": shape[2], "wall_s": statistics.median(walls),
-            **{k: phases.get(k, 0.0) for k in ("compute", "halo", "transfer")},
-            "ranks_per_gpu": ranks_per_gpu(sub)}
+    point = None
+    with first_ranks(comm, ranks) as sub:
+        if sub is not None:
+            o = run_version(version, ops, [], shape, seed, sub, overlap=overlap, repeats=repeats)
+            point = {"mode": mode, "ranks": ranks, "height": shape[2], "wall_s": o.wall_s,
+                     **{k: o.phases.get(k, 0.0) for k in ("compute", "halo", "transfer")},
+                     "ranks_per_gpu": ranks_per_gpu(sub)}
+    comm.Barrier()   # the ranks left out wait for the others
+    return point

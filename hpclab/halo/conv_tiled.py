@@ -1,0 +1,230 @@
+"""The direct convolution, tiled: shared memory and register blocking (``method="direct"``).
+
+The same sum as the plain kernel of :mod:`hpclab.halo.conv`, arranged for speed:
+
+- a block computes a tile of output pixels (TH rows x TW columns of one
+  image) for a group of BM output channels;
+- the reduction runs over chunks of CC input channels x one kernel row r:
+  the block stages the input rows that chunk needs (the tile plus its halo,
+  (TW-1)*stride + S columns wide) and the weights [CC, S, BM] in shared memory;
+- each thread keeps PX pixels x KX output channels of accumulators in
+  registers, so every value read from shared memory feeds several
+  multiply-adds (register blocking). Lanes of a warp take consecutive pixels
+  (coalesced loads and stores, conflict-free shared reads); all lanes of a
+  warp share the same output channels (weight reads are broadcasts).
+
+The kernel is built per layer geometry (kernel width, stride, tile shape) so
+that the inner loops are unrolled and the accumulators stay in registers.
+Every output value is summed in the same order whatever the tile or the band
+of rows, so a band is bit-for-bit those rows of the whole image.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from hpclab import backend
+from hpclab.backend import cuda as _cuda
+
+cuda = _cuda()
+from numba import float32, int32  # noqa: E402  (after the backend is chosen)
+
+SHARED_FLOATS = 11776          # 46 KiB: below the 48 KiB static shared-memory limit
+FASTMATH = True
+
+
+@dataclass(frozen=True)
+class ConvConfig:
+    """Launch shape: LANES x NTY threads; each PX pixels x KX output channels."""
+    lanes: int
+    nty: int
+    px: int
+    kx: int
+    cc: int                    # input channels per shared-memory chunk
+
+    @property
+    def threads(self) -> int:
+        return self.lanes * self.nty
+
+    @property
+    def bm(self) -> int:       # output channels per block
+        return self.nty * self.kx
+
+    @property
+    def slots(self) -> int:    # output pixels per block
+        return self.lanes * self.px
+
+
+GPU_CONFIGS = {
+    "8x8": ConvConfig(lanes=32, nty=8, px=8, kx=8, cc=8),     # 256 px x 64 ch per block
+    "4x8": ConvConfig(lanes=32, nty=8, px=4, kx=8, cc=8),     # 128 px x 64 ch
+    "8x4": ConvConfig(lanes=32, nty=8, px=8, kx=4, cc=8),     # 256 px x 32 ch
+}
+# The simulator runs one Python thread per CUDA thread: few, small blocks.
+SIM_CONFIG = ConvConfig(lanes=8, nty=2, px=2, kx=2, cc=4)
+
+
+def default_config(k: int) -> ConvConfig:
+    """64 output channels per block unless that wastes a large part of a block."""
+    gpu = GPU_CONFIGS["8x8"] if k % 64 == 0 or k > 256 else GPU_CONFIGS["8x4"]
+    return backend.auto_size(gpu, SIM_CONFIG)
+
+
+@dataclass(frozen=True)
+class TilePlan:
+    """Tile geometry of one layer; depends on the layer, never on the band."""
+    config: ConvConfig
+    s: int
+    stride: int
+    cc: int
+    th: int
+    tw: int
+    wwin: int
+    in_max: int
+
+    def tiles(self, rows: int, wo: int) -> tuple[int, int]:
+        return -(-rows // self.th), -(-wo // self.tw)
+
+
+def plan_tiles(c: int, wo: int, s: int, stride: int, config: ConvConfig) -> TilePlan:
+    """Tile height/width and channel chunk that fit the shared-memory budget."""
+    tw = min(wo, config.slots)
+    th = max(1, config.slots // tw)
+    cc = max(1, min(config.cc, c))
+
+    def need(cc_, th_, tw_):
+        wwin_ = (tw_ - 1) * stride + s
+        return cc_ * th_ * wwin_ + cc_ * s * config.bm, wwin_
+
+    while need(cc, th, tw)[0] > SHARED_FLOATS:
+        if th > 1:
+            th -= 1
+        elif cc > 1:
+            cc = max(1, cc // 2)
+        elif tw > 1:
+            tw = max(1, tw // 2)
+        else:
+            raise ValueError(f"a {s}-wide kernel with stride {stride} does not fit in shared memory")
+    total, wwin = need(cc, th, tw)
+    in_max = -(-(cc * th * wwin) // 256) * 256      # round up: fewer distinct kernels
+    in_max = min(in_max, SHARED_FLOATS - cc * s * config.bm)
+    return TilePlan(config, s, stride, cc, th, tw, wwin, in_max)
+
+
+@lru_cache(maxsize=None)
+def _conv_kernel(s_, stride_, lanes_, nty_, px_, kx_, cc_, in_max_, relu_):
+    # Geometry that the inner loops depend on is baked in as constants, so
+    # the compiler unrolls them and keeps the accumulators in registers.
+    S, STRIDE, LANES, NTY, PX, KX, CC, IN_MAX, RELU = (s_, stride_, lanes_, nty_, px_, kx_, cc_,
+                                                       in_max_, relu_)
+    BM = NTY * KX
+    NT = LANES * NTY
+    W_SIZE = CC * S * BM
+    W_ITERS = (W_SIZE + NT - 1) // NT
+
+    @cuda.jit(fastmath=FASTMATH)
+    def conv_tile(x, wt, bias, out, R, pad_t, pad_w, oh_begin, oh_end, TH, TW, tiles_w, Wwin):
+        in_sh = cuda.shared.array(IN_MAX, dtype=float32)
+        w_sh = cuda.shared.array(W_SIZE, dtype=float32)
+        acc = cuda.local.array((PX, KX), dtype=float32)
+        a = cuda.local.array(PX, dtype=float32)
+        b = cuda.local.array(KX, dtype=float32)
+        off = cuda.local.array(PX, dtype=int32)
+        tid = cuda.threadIdx.x
+        lane = tid % LANES
+        ty = tid // LANES
+        tile = cuda.blockIdx.x
+        n = cuda.blockIdx.y
+        k0 = cuda.blockIdx.z * BM
+        th0 = oh_begin + (tile // tiles_w) * TH
+        tw0 = (tile % tiles_w) * TW
+        C = x.shape[1]
+        H = x.shape[2]
+        W = x.shape[3]
+        K = wt.shape[3]
+        Wo = out.shape[3]
+        slots = TH * TW
+        plane = TH * Wwin
+        for i in range(PX):
+            q = lane + LANES * i
+            t = q // TW
+            off[i] = t * Wwin + (q - t * TW) * STRIDE if q < slots else 0
+            for j in range(KX):
+                acc[i, j] = float32(0.0)
+        ih0 = th0 * STRIDE - pad_t
+        iw0 = tw0 * STRIDE - pad_w
+        for c0 in range(0, C, CC):
+            for r in range(R):
+                # Input rows of this chunk: CC channels x TH rows, Wwin wide (tile + halo).
+                for row in range(ty, CC * TH, NTY):
+                    cc = row // TH
+                    c = c0 + cc
+                    ih = ih0 + (row - cc * TH) * STRIDE + r
+                    inside = c < C and ih >= 0 and ih < H
+                    for col in range(lane, Wwin, LANES):
+                        iw = iw0 + col
+                        v = float32(0.0)
+                        if inside and iw >= 0 and iw < W:
+                            v = x[n, c, ih, iw]
+                        in_sh[row * Wwin + col] = v
+                # Weights of this chunk: [CC, S, BM], from the (C, R, S, K) layout.
+                for it in range(W_ITERS):
+                    e = tid + it * NT
+                    if e < W_SIZE:
+                        cs = e // BM
+                        m = e - cs * BM
+                        cc = cs // S
+                        c = c0 + cc
+                        kk = k0 + m
+                        v = float32(0.0)
+                        if c < C and kk < K:
+                            v = wt[c, r, cs - cc * S, kk]
+                        w_sh[e] = v
+                cuda.syncthreads()
+                for cc in range(CC):
+                    base = cc * plane
+                    for sx in range(S):
+                        for i in range(PX):
+                            a[i] = in_sh[base + off[i] + sx]
+                        wb = (cc * S + sx) * BM + ty * KX
+                        for j in range(KX):
+                            b[j] = w_sh[wb + j]
+                        for i in range(PX):
+                            for j in range(KX):
+                                acc[i, j] += a[i] * b[j]
+                cuda.syncthreads()
+        rows = oh_end - th0
+        cols = Wo - tw0
+        for i in range(PX):
+            q = lane + LANES * i
+            t = q // TW
+            u = q - t * TW
+            if q < slots and t < rows and u < cols:
+                for j in range(KX):
+                    kk = k0 + ty * KX + j
+                    if kk < K:
+                        v = acc[i, j] + bias[kk]
+                        if RELU:
+                            v = max(v, float32(0.0))
+                        out[n, kk, th0 + t, tw0 + u] = v
+
+    return conv_tile
+
+
+def conv_rows_tiled(x, wt, bias, out, stride: int, pad_top: int, pad_w: int, oh_begin: int, oh_end: int,
+                    relu: bool = False, stream=0, config: ConvConfig | None = None) -> None:
+    """Output rows [oh_begin, oh_end) of ``out`` (N, K, Ho, Wo) from the band ``x``.
+
+    ``wt``: the weights in (C, R, S, K) order (output channel fastest: coalesced
+    loads into shared memory). The tile plan depends on the layer only, so
+    every band of a layer runs the same kernel.
+    """
+    n, c = x.shape[0], x.shape[1]
+    _, r, s, k = wt.shape
+    wo = out.shape[3]
+    plan = plan_tiles(c, wo, s, stride, config or default_config(k))
+    cfg = plan.config
+    kernel = _conv_kernel(s, stride, cfg.lanes, cfg.nty, cfg.px, cfg.kx, plan.cc, plan.in_max, bool(relu))
+    tiles_h, tiles_w = plan.tiles(oh_end - oh_begin, wo)
+    kernel[(tiles_h * tiles_w, n, -(-k // cfg.bm)), cfg.threads, stream](
+        x, wt, bias, out, r, pad_top, pad_w, oh_begin, oh_end, plan.th, plan.tw, tiles_w, plan.wwin)
