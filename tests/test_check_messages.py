@@ -8,7 +8,7 @@ from hpclab.matmul import check as matmul
 from hpclab.pi import check as pi
 from hpclab.decomp import block_range
 from hpclab.pi import kernels as k
-from hpclab.matmul.kernels import cuda
+from hpclab.matmul.tiled import cuda
 
 import numba  # noqa: E402 - after hpclab kernel modules, which pick the simulator before numba.cuda loads
 

@@ -6,7 +6,7 @@ import numpy as np
 from hpclab import backend
 backend.select()
 from hpclab.halo import conv as kc, conv_winograd as wg
-from hpclab.matmul import kernels as mm
+from hpclab.matmul import fast as mm
 cuda = kc.cuda
 n, c, h, k, r, pad = 32, 96, 27, 256, 5, 2
 rng = np.random.default_rng(0)
