@@ -42,11 +42,13 @@ def test_the_layers_multiply_with_the_fast_kernel_except_on_the_simulator():
 
 
 def test_gemm_rejects_mismatched_shapes_and_dtypes():
-    with pytest.raises(ValueError, match="do not fit"):
+    with pytest.raises(ValueError, match=r"a's columns \(4\) must equal b's rows \(5\)"):
         K.gemm(dev(np.ones((3, 4))), dev(np.ones((5, 2))), cuda.device_array((3, 2)))
+    with pytest.raises(ValueError, match="out is 2x3 float64 for float64 operands; use 3x2 float64"):
+        K.gemm(dev(np.ones((3, 4))), dev(np.ones((4, 2))), cuda.device_array((2, 3)))
     with pytest.raises(ValueError, match="same dtype"):
         K.gemm(dev(np.ones((3, 4))), dev(np.ones((4, 2), np.float32)), cuda.device_array((3, 2)))
-    with pytest.raises(ValueError, match="out is float64 for float16 operands; use float32 or float16"):
+    with pytest.raises(ValueError, match="out is 3x2 float64 for float16 operands; use 3x2 float32 or float16"):
         K.gemm(dev(np.ones((3, 4), np.float16)), dev(np.ones((4, 2), np.float16)),
                 cuda.device_array((3, 2)))
 

@@ -59,17 +59,11 @@ def gemm(a, b, out, trans_a: bool = False, trans_b: bool = False, kernel: str | 
     (float16 or float32). Shapes are checked here so that a wrong layer size
     is an error, not garbage.
     """
-    M, K = (a.shape[1], a.shape[0]) if trans_a else a.shape
-    Kb, N = (b.shape[1], b.shape[0]) if trans_b else b.shape
-    if K != Kb or tuple(out.shape) != (M, N):
-        raise ValueError(f"matrix shapes do not fit: op(a) is {M}x{K}, op(b) is {Kb}x{N}, "
-                         f"out is {'x'.join(map(str, out.shape))} (expected {M}x{N})")
     kernel = kernel or gemm_kernel(a.dtype)
-    dtype = np.dtype(a.dtype)
-    mm.check_operands(a, b, kernel, trans_a, trans_b)      # dtypes and the kernel's name
-    if np.dtype(out.dtype) not in (dtype, mm.acc_dtype(dtype)):
-        raise ValueError(f"out is {np.dtype(out.dtype)} for {dtype} operands; use "
-                         f"{mm.acc_dtype(dtype)}{' or float16' if dtype == mm.HALF else ''}")
+    M, _, N, dtype = mm.check_operands(a, b, kernel, trans_a, trans_b)
+    if tuple(out.shape) != (M, N) or np.dtype(out.dtype) not in (dtype, mm.acc_dtype(dtype)):
+        raise ValueError(f"out is {'x'.join(map(str, out.shape))} {np.dtype(out.dtype)} for {dtype} operands; "
+                         f"use {M}x{N} {mm.acc_dtype(dtype)}{' or float16' if dtype == mm.HALF else ''}")
     mm.launch(kernel, a, b, out, trans_a=trans_a, trans_b=trans_b)
     return out
 
