@@ -1,4 +1,4 @@
-"""3 · Register blocking, and the one entry point every caller multiplies through.
+"""3 · Register blocking, and the entry point programs and training multiply through.
 
 The fast kernel: a block computes a BM x BN tile of C; each of its threads
 accumulates a TM x TN micro-tile in registers, reading TM + TN values from
@@ -378,10 +378,11 @@ def matmul(a, b, kernel: str = "naive", out=None, config: FastConfig | None = No
     """C = op(a) @ op(b) with one of the kernels ``naive``, ``tiled`` or ``fast``.
 
     op(a) is a, or a.T with ``trans_a`` (read in place by the fast kernel);
-    likewise b. float16 inputs need the fast kernel. NumPy inputs give a NumPy result; if either input is a device
-    array the result stays on the device. ``out`` (M x N, the inputs' dtype;
-    float32 or float16 for float16 inputs; a device array or, for NumPy
-    inputs, a NumPy array) receives the result and is returned.
+    likewise b. float16 inputs need the fast kernel. NumPy inputs give a NumPy
+    result; if either input is a device array the result stays on the device.
+    ``out`` (M x N, the inputs' dtype; float32 or float16 for float16 inputs;
+    a device array or, for NumPy inputs, a NumPy array) receives the result
+    and is returned.
     """
     M, K, N, dtype = check_operands(a, b, kernel, trans_a, trans_b)
     result = acc_dtype(dtype)
