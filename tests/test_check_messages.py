@@ -10,7 +10,7 @@ from hpclab.pi import check as pi
 from hpclab.decomp import block_range
 from hpclab.pi import mc
 from hpclab.pi.reduce import block_sum
-from hpclab.matmul.kernels import cuda
+from hpclab.matmul.tiled import cuda
 
 import numba  # noqa: E402 - after hpclab kernel modules, which pick the simulator before numba.cuda loads
 

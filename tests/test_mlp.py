@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hpclab.matmul import kernels as mm
+from hpclab.matmul import fast as mm
 from hpclab.ddp import mlp as K
 from hpclab.ddp import reference as R
 
@@ -17,8 +17,9 @@ def dev(a):
 
 
 # -- GEMM (the matmul kernels, as the layers call them) ---------------------------------
-@pytest.mark.parametrize("kernel", mm.KERNELS)
-@pytest.mark.parametrize("dtype,tol", [(np.float64, 1e-12), (np.float32, 1e-5), (np.float16, 2e-2)])
+@pytest.mark.parametrize("kernel,dtype,tol", [(k, d, t) for k in mm.KERNELS
+                                              for d, t in ((np.float64, 1e-12), (np.float32, 1e-5))]
+                         + [("fast", np.float16, 2e-2), (None, np.float16, 2e-2), (None, np.float64, 1e-12)])
 @pytest.mark.parametrize("trans", [(False, False), (True, False), (False, True)])
 def test_gemm_matches_numpy(kernel, dtype, tol, trans):
     # 13 x 6 x 11: partial tiles on the simulator; tests/test_matmul.py covers several blocks
@@ -28,19 +29,27 @@ def test_gemm_matches_numpy(kernel, dtype, tol, trans):
     a_in = a.T.copy() if trans[0] else a
     b_in = b.T.copy() if trans[1] else b
     out_dtype = np.float32 if dtype == np.float16 else dtype
-    out = K._gemm(dev(a_in), dev(b_in), cuda.device_array((m, n), out_dtype),
+    out = K.gemm(dev(a_in), dev(b_in), cuda.device_array((m, n), out_dtype),
                   trans_a=trans[0], trans_b=trans[1], kernel=kernel).copy_to_host()
     expected = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(out, expected, rtol=tol, atol=tol * 10)
 
 
+def test_the_layers_multiply_with_the_fast_kernel_except_on_the_simulator():
+    sim = K.backend.is_simulator()
+    assert K.gemm_kernel(np.float32) == K.gemm_kernel(np.float64) == ("naive" if sim else "fast")
+    assert K.gemm_kernel(np.float16) == "fast"          # float16 is multiplied in float32 there
+
+
 def test_gemm_rejects_mismatched_shapes_and_dtypes():
-    with pytest.raises(ValueError, match="do not fit"):
-        K._gemm(dev(np.ones((3, 4))), dev(np.ones((5, 2))), cuda.device_array((3, 2)))
+    with pytest.raises(ValueError, match=r"a's columns \(4\) must equal b's rows \(5\)"):
+        K.gemm(dev(np.ones((3, 4))), dev(np.ones((5, 2))), cuda.device_array((3, 2)))
+    with pytest.raises(ValueError, match="out is 2x3 float64 for float64 operands; use 3x2 float64"):
+        K.gemm(dev(np.ones((3, 4))), dev(np.ones((4, 2))), cuda.device_array((2, 3)))
     with pytest.raises(ValueError, match="same dtype"):
-        K._gemm(dev(np.ones((3, 4))), dev(np.ones((4, 2), np.float32)), cuda.device_array((3, 2)))
-    with pytest.raises(ValueError, match="out is float64 for float16 operands; use float32 or float16"):
-        K._gemm(dev(np.ones((3, 4), np.float16)), dev(np.ones((4, 2), np.float16)),
+        K.gemm(dev(np.ones((3, 4))), dev(np.ones((4, 2), np.float32)), cuda.device_array((3, 2)))
+    with pytest.raises(ValueError, match="out is 3x2 float64 for float16 operands; use 3x2 float32 or float16"):
+        K.gemm(dev(np.ones((3, 4), np.float16)), dev(np.ones((4, 2), np.float16)),
                 cuda.device_array((3, 2)))
 
 

@@ -67,6 +67,16 @@ def _setup():
     return comm, placement
 
 
+def append_csv(path: str, rows: list[dict], fields: list[str]) -> None:
+    """Add rows to a CSV file, with a header when the file is new."""
+    new = not os.path.exists(path)
+    with open(path, "a", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields)
+        if new:
+            writer.writeheader()
+        writer.writerows(rows)
+
+
 def scaling(args) -> int:
     from hpclab.ddp.throughput import measure
 
@@ -87,12 +97,7 @@ def scaling(args) -> int:
         for row in rows:
             print(json.dumps({"bench": "ddp-scaling", **row}))
         if args.csv:
-            new = not os.path.exists(args.csv)
-            with open(args.csv, "a", newline="") as fh:
-                writer = csv.DictWriter(fh, fieldnames=FIELDS)
-                if new:
-                    writer.writeheader()
-                writer.writerows(rows)
+            append_csv(args.csv, rows, FIELDS)
     return 0
 
 
@@ -181,12 +186,7 @@ def sweep_bench(args) -> int:
         for row in rows:
             print(json.dumps({"bench": "ddp-sweep", **row, "device": placement.gpu_name}))
         if args.csv:
-            new = not os.path.exists(args.csv)
-            with open(args.csv, "a", newline="") as fh:
-                writer = csv.DictWriter(fh, fieldnames=list(rows[0]) + ["device"])
-                if new:
-                    writer.writeheader()
-                writer.writerows({**r, "device": placement.gpu_name} for r in rows)
+            append_csv(args.csv, [{**r, "device": placement.gpu_name} for r in rows], list(rows[0]) + ["device"])
     return 0 if all(r["replicas_identical"] for r in rows) else 1
 
 

@@ -6,17 +6,13 @@ A dense layer is ``Y = act(X @ W + b)`` with ``X`` (batch, in), ``W`` (in, out),
     dZ = dY * act'(Z)      grad W = X^T dZ      grad b = sum over rows of dZ
                            grad X = dZ W^T
 
-All three products go through :func:`_gemm` (A@B, A^T@B, A@B^T), which
-calls the workbook's matrix-multiply kernels (:mod:`hpclab.matmul.kernels`,
-transposed operands read in place). Every kernel here
-accumulates in float32 (float64 when an input is float64) and stores in the
+All three products go through :func:`gemm` (A@B, A^T@B, A@B^T), the
+workbook's matrix multiply (:mod:`hpclab.matmul.fast`). The kernels here
+accumulate in float32, or float64 when the data are float64, and store in the
 output's dtype, so the same code serves float64 (exact comparisons between
-rank counts), float32 and float16 compute for mixed precision.
-
-Launch shapes come from the backend: full grids on a GPU, a handful of
-threads on the simulator, where every CUDA thread is a Python thread. The
-elementwise kernels loop (grid-stride), so any launch shape computes the
-same answer.
+rank counts), float32 and float16 compute for mixed precision. They loop over
+their elements (grid-stride), so any launch shape computes the same answer;
+:func:`hpclab.launch.launch_1d` picks one for the backend.
 """
 from __future__ import annotations
 
@@ -29,48 +25,33 @@ from hpclab import backend
 from hpclab.backend import cuda as _cuda
 
 cuda = _cuda()  # before anything of numba loads: the backend is chosen here
-from hpclab.matmul import kernels as mm  # noqa: E402
-from numba import float32, float64  # noqa: E402
+from hpclab.launch import launch_1d  # noqa: E402
+from hpclab.matmul import fast as mm  # noqa: E402
 from numba.core.errors import NumbaPerformanceWarning  # noqa: E402
 
 # A small model launches small grids on purpose (the tiny MLP of Exercise 5
 # is the example of DDP not paying off); Numba's under-utilisation hint would
 # print on every rank for every kernel.
 warnings.filterwarnings("ignore", message=r"Grid size \d+ will likely", category=NumbaPerformanceWarning)
-SIM = backend.is_simulator()
 
-
-# -- launch shapes ----------------------------------------------------------------
-def _launch(n: int) -> tuple[int, int]:
-    """(blocks, threads) for a grid-stride kernel over n items."""
-    if SIM:
-        return 1, max(1, min(8, n))
-    threads = 256
-    return max(1, min(8192, (n + threads - 1) // threads)), threads
-
-
-def _acc_type(*arrays):
-    """float64 accumulation if any operand is float64, float32 otherwise (float16 too)."""
-    return float64 if any(np.dtype(a.dtype) == np.float64 for a in arrays) else float32
+# Adding it widens float16 to float32 and leaves float32 and float64 as they are
+# (a NumPy scalar: a constant in a compiled kernel, cheap on the simulator).
+WIDEN = np.float32(0)
 
 
 # -- matrix multiply ----------------------------------------------------------------
-# The dense layers multiply with hpclab.matmul.kernels, transposes read in
-# place: the register-blocked kernel on a GPU; on the simulator the naive one,
-# which there runs as one block of a few threads stepping over the output
-# (every simulated thread is a Python thread). Tests run every kernel.
-DEFAULT_GEMM = "naive" if SIM else "fast"
+def gemm_kernel(dtype) -> str:
+    """The matmul kernel the dense layers use: the fast one, except on the simulator.
+
+    There every CUDA thread is a Python thread and each of the fast kernel's
+    barriers a round of thread switches: the naive kernel's one block of 8
+    threads stepping over C trains 5 to 20 times faster. float16 takes the fast
+    kernel there too, the one that multiplies float16 in float32.
+    """
+    return "naive" if backend.is_simulator() and np.dtype(dtype) != mm.HALF else "fast"
 
 
-def _sim_scalar(acc):
-    """The scalar type a simulated kernel converts with: there a kernel is plain
-    Python, and calling NumPy's float32 (or Python's float, which is IEEE
-    double like float64) costs a fraction of calling Numba's type object.
-    The arithmetic is the same; on a GPU the Numba type is compiled in."""
-    return {float64: float, float32: np.float32}[acc] if SIM else acc
-
-
-def _gemm(a, b, out, trans_a: bool = False, trans_b: bool = False, kernel: str | None = None):
+def gemm(a, b, out, trans_a: bool = False, trans_b: bool = False, kernel: str | None = None):
     """out = op(a) @ op(b) on the device; returns out.
 
     The one place where the dense layers multiply matrices. a and b share a
@@ -78,104 +59,78 @@ def _gemm(a, b, out, trans_a: bool = False, trans_b: bool = False, kernel: str |
     (float16 or float32). Shapes are checked here so that a wrong layer size
     is an error, not garbage.
     """
-    M, K = (a.shape[1], a.shape[0]) if trans_a else a.shape
-    Kb, N = (b.shape[1], b.shape[0]) if trans_b else b.shape
-    if K != Kb or tuple(out.shape) != (M, N):
-        raise ValueError(f"matrix shapes do not fit: op(a) is {M}x{K}, op(b) is {Kb}x{N}, "
-                         f"out is {'x'.join(map(str, out.shape))} (expected {M}x{N})")
-    kernel = kernel or DEFAULT_GEMM
-    dtype = np.dtype(a.dtype)
-    mm.check_operands(a, b, kernel, trans_a, trans_b)      # dtypes and the kernel's name
-    if np.dtype(out.dtype) not in (dtype, mm.acc_dtype(dtype)):
-        raise ValueError(f"out is {np.dtype(out.dtype)} for {dtype} operands; use "
-                         f"{mm.acc_dtype(dtype)}{' or float16' if dtype == mm.HALF else ''}")
+    kernel = kernel or gemm_kernel(a.dtype)
+    M, _, N, dtype = mm.check_operands(a, b, kernel, trans_a, trans_b)
+    if tuple(out.shape) != (M, N) or np.dtype(out.dtype) not in (dtype, mm.acc_dtype(dtype)):
+        raise ValueError(f"out is {'x'.join(map(str, out.shape))} {np.dtype(out.dtype)} for {dtype} operands; "
+                         f"use {M}x{N} {mm.acc_dtype(dtype)}{' or float16' if dtype == mm.HALF else ''}")
     mm.launch(kernel, a, b, out, trans_a=trans_a, trans_b=trans_b)
     return out
 
 
 # -- elementwise and reductions ------------------------------------------------------
 @cuda.jit
-def _bias_act_kernel64(z, bias, out, relu):
+def bias_act_kernel(z, bias, out, relu):
+    """out = z + bias (broadcast over rows), then ReLU if asked; out may be z."""
     n_cols = z.shape[1]
-    for e in range(cuda.grid(1), z.shape[0] * n_cols, cuda.gridsize(1)):
+    for e in range(cuda.grid(1), z.size, cuda.gridsize(1)):
         i = e // n_cols
         j = e % n_cols
-        v = float64(z[i, j]) + float64(bias[j])
+        v = z[i, j] + WIDEN + bias[j]
         if relu and v < 0:
-            v = 0.0
-        out[i, j] = v
-
-
-@cuda.jit
-def _bias_act_kernel32(z, bias, out, relu):
-    n_cols = z.shape[1]
-    for e in range(cuda.grid(1), z.shape[0] * n_cols, cuda.gridsize(1)):
-        i = e // n_cols
-        j = e % n_cols
-        v = float32(z[i, j]) + float32(bias[j])
-        if relu and v < float32(0):
-            v = float32(0)
-        out[i, j] = v
+            out[i, j] = 0
+        else:
+            out[i, j] = v
 
 
 def bias_act(z, bias, out=None, relu: bool = False):
-    """out = z + bias (broadcast over rows), then ReLU if asked."""
     out = z if out is None else out
-    kernel = _bias_act_kernel64 if _acc_type(z, bias) is float64 else _bias_act_kernel32
-    kernel[_launch(z.size)](z, bias, out, relu)
+    bias_act_kernel[launch_1d(z.size)](z, bias, out, relu)
     return out
 
 
 @cuda.jit
-def _relu_backward_kernel(dy, y, out):
+def relu_backward_kernel(dy, y, out):
     """out = dy where the ReLU was active (y > 0), else 0; out may be dy."""
     n_cols = dy.shape[1]
-    for e in range(cuda.grid(1), dy.shape[0] * n_cols, cuda.gridsize(1)):
+    for e in range(cuda.grid(1), dy.size, cuda.gridsize(1)):
         i = e // n_cols
         j = e % n_cols
-        if float32(y[i, j]) > float32(0):
+        if y[i, j] > WIDEN:
             out[i, j] = dy[i, j]
         else:
-            out[i, j] = float32(0)
+            out[i, j] = 0
 
 
 def relu_backward(dy, y, out=None):
     out = dy if out is None else out
-    _relu_backward_kernel[_launch(dy.size)](dy, y, out)
+    relu_backward_kernel[launch_1d(dy.size)](dy, y, out)
     return out
 
 
-def _make_col_sum(acc):
-    conv = _sim_scalar(acc)
-
-    @cuda.jit
-    def col_sum(x, out):
-        """out[j] = sum over rows of x[:, j], one thread per column, rows in order."""
-        for j in range(cuda.grid(1), x.shape[1], cuda.gridsize(1)):
-            s = conv(0)
-            for i in range(x.shape[0]):
-                s += conv(x[i, j])
-            out[j] = s
-
-    return col_sum
-
-
-_col_sum = {float32: _make_col_sum(float32), float64: _make_col_sum(float64)}
+@cuda.jit
+def col_sum_kernel(x, out):
+    """out[j] = sum over rows of x[:, j], one thread per column, rows in order."""
+    for j in range(cuda.grid(1), x.shape[1], cuda.gridsize(1)):
+        s = WIDEN
+        for i in range(x.shape[0]):
+            s += x[i, j]
+        out[j] = s
 
 
 def col_sum(x, out):
     """Column sums of a 2-D array (bias gradient; per-row losses to a total)."""
     if out.shape[0] != x.shape[1]:
         raise ValueError(f"col_sum: out has {out.shape[0]} entries for {x.shape[1]} columns")
-    _col_sum[_acc_type(x, out)][_launch(x.shape[1])](x, out)
+    col_sum_kernel[launch_1d(x.shape[1])](x, out)
     return out
 
 
 @cuda.jit
-def _take_rows_kernel(src, idx, dst):
+def take_rows_kernel(src, idx, dst):
     """dst[r, :] = src[idx[r], :] (casting to dst's dtype): a batch from the data set."""
     n_cols = src.shape[1]
-    for e in range(cuda.grid(1), dst.shape[0] * n_cols, cuda.gridsize(1)):
+    for e in range(cuda.grid(1), dst.size, cuda.gridsize(1)):
         r = e // n_cols
         c = e % n_cols
         dst[r, c] = src[idx[r], c]
@@ -184,74 +139,59 @@ def _take_rows_kernel(src, idx, dst):
 def take_rows(src, idx, dst):
     if dst.shape[0] != idx.shape[0] or dst.shape[1] != src.shape[1]:
         raise ValueError(f"take_rows: {idx.shape[0]} indices into {src.shape} do not fill {dst.shape}")
-    _take_rows_kernel[_launch(dst.size)](src, idx, dst)
+    take_rows_kernel[launch_1d(dst.size)](src, idx, dst)
     return dst
 
 
 @cuda.jit
-def _cast_kernel(src, dst):
+def cast_kernel(src, dst):
     for i in range(cuda.grid(1), src.size, cuda.gridsize(1)):
         dst[i] = src[i]
 
 
 def cast(src, dst):
     """dst = src converted to dst's dtype (1-D; float32 master weights -> float16 copy)."""
-    _cast_kernel[_launch(src.size)](src, dst)
+    cast_kernel[launch_1d(src.size)](src, dst)
     return dst
 
 
 # -- losses ------------------------------------------------------------------------
-def _make_softmax_xent(acc):
-    conv = _sim_scalar(acc)
-
-    @cuda.jit
-    def softmax_xent(logits, labels, dlogits, stats, grad_scale, loss_scale):
-        """Per row: loss = logsumexp(z) - z[label] (max subtracted first: no overflow),
-        dlogits = (softmax - onehot) * grad_scale, stats = (loss * loss_scale, correct)."""
-        n_classes = logits.shape[1]
-        for i in range(cuda.grid(1), logits.shape[0], cuda.gridsize(1)):
-            zmax = conv(logits[i, 0])
-            best = 0
-            for j in range(1, n_classes):
-                z = conv(logits[i, j])
-                if z > zmax:
-                    zmax = z
-                    best = j
-            total = conv(0)
-            for j in range(n_classes):
-                total += math.exp(conv(logits[i, j]) - zmax)
-            label = labels[i, 0]
-            for j in range(n_classes):
-                p = math.exp(conv(logits[i, j]) - zmax) / total
-                if j == label:
-                    p -= conv(1)
-                dlogits[i, j] = p * grad_scale
-            stats[i, 0] = (math.log(total) + zmax - conv(logits[i, label])) * loss_scale
-            stats[i, 1] = conv(1) if best == label else conv(0)
-
-    return softmax_xent
+@cuda.jit
+def softmax_xent_kernel(logits, labels, dlogits, stats, grad_scale, loss_scale):
+    """Per row: loss = logsumexp(z) - z[label] (max subtracted first: no overflow),
+    dlogits = (softmax - onehot) * grad_scale, stats = (loss * loss_scale, correct)."""
+    n_classes = logits.shape[1]
+    for i in range(cuda.grid(1), logits.shape[0], cuda.gridsize(1)):
+        zmax = logits[i, 0] + WIDEN
+        best = 0
+        for j in range(1, n_classes):
+            if logits[i, j] > zmax:
+                zmax = logits[i, j] + WIDEN
+                best = j
+        total = zmax - zmax            # 0 in zmax's type, whatever type math.exp returns
+        for j in range(n_classes):
+            total += math.exp(logits[i, j] - zmax)
+        label = labels[i, 0]
+        for j in range(n_classes):
+            p = math.exp(logits[i, j] - zmax) / total
+            if j == label:
+                p -= 1
+            dlogits[i, j] = p * grad_scale
+        stats[i, 0] = (math.log(total) + zmax - logits[i, label]) * loss_scale
+        stats[i, 1] = 1 if best == label else 0
 
 
-def _make_mse(acc):
-    conv = _sim_scalar(acc)
-
-    @cuda.jit
-    def mse(pred, target, dpred, stats, grad_scale, loss_scale):
-        """Per row: stats = (sum_j (p - t)^2 * loss_scale, 0), dpred = 2 (p - t) * grad_scale."""
-        for i in range(cuda.grid(1), pred.shape[0], cuda.gridsize(1)):
-            s = conv(0)
-            for j in range(pred.shape[1]):
-                d = conv(pred[i, j]) - conv(target[i, j])
-                s += d * d
-                dpred[i, j] = conv(2) * d * grad_scale
-            stats[i, 0] = s * loss_scale
-            stats[i, 1] = conv(0)
-
-    return mse
-
-
-_softmax_xent = {float32: _make_softmax_xent(float32), float64: _make_softmax_xent(float64)}
-_mse = {float32: _make_mse(float32), float64: _make_mse(float64)}
+@cuda.jit
+def mse_kernel(pred, target, dpred, stats, grad_scale, loss_scale):
+    """Per row: stats = (sum_j (p - t)^2 * loss_scale, 0), dpred = 2 (p - t) * grad_scale."""
+    for i in range(cuda.grid(1), pred.shape[0], cuda.gridsize(1)):
+        s = WIDEN
+        for j in range(pred.shape[1]):
+            d = pred[i, j] + WIDEN - target[i, j]
+            s += d * d
+            dpred[i, j] = 2 * d * grad_scale
+        stats[i, 0] = s * loss_scale
+        stats[i, 1] = 0
 
 
 def softmax_cross_entropy(logits, labels, dlogits, stats, grad_scale: float, loss_scale: float):
@@ -262,8 +202,7 @@ def softmax_cross_entropy(logits, labels, dlogits, stats, grad_scale: float, los
     With both scales 1/global_batch, summing stats over rows and ranks gives
     the mean loss and accuracy of the global batch.
     """
-    acc = _acc_type(logits, stats)
-    _softmax_xent[acc][_launch(logits.shape[0])](logits, labels, dlogits, stats, grad_scale, loss_scale)
+    softmax_xent_kernel[launch_1d(logits.shape[0])](logits, labels, dlogits, stats, grad_scale, loss_scale)
     return dlogits
 
 
@@ -273,14 +212,13 @@ def mean_squared_error(pred, target, dpred, stats, grad_scale: float, loss_scale
     For PyTorch's ``MSELoss`` (mean over every element) use
     ``scale = 1 / (global_batch * outputs)``.
     """
-    acc = _acc_type(pred, stats)
-    _mse[acc][_launch(pred.shape[0])](pred, target, dpred, stats, grad_scale, loss_scale)
+    mse_kernel[launch_1d(pred.shape[0])](pred, target, dpred, stats, grad_scale, loss_scale)
     return dpred
 
 
 # -- optimisers (flat parameter vectors) ---------------------------------------------
 @cuda.jit
-def _sgd_kernel(p, g, v, lr, momentum, grad_scale):
+def sgd_kernel(p, g, v, lr, momentum, grad_scale):
     """v = momentum v + g * grad_scale;  p -= lr v   (PyTorch's SGD with momentum)."""
     for i in range(cuda.grid(1), p.size, cuda.gridsize(1)):
         vi = momentum * v[i] + g[i] * grad_scale
@@ -289,12 +227,12 @@ def _sgd_kernel(p, g, v, lr, momentum, grad_scale):
 
 
 def sgd_update(params, grads, velocity, lr: float, momentum: float = 0.0, grad_scale: float = 1.0):
-    _sgd_kernel[_launch(params.size)](params, grads, velocity, lr, momentum, grad_scale)
+    sgd_kernel[launch_1d(params.size)](params, grads, velocity, lr, momentum, grad_scale)
     return params
 
 
 @cuda.jit
-def _adam_kernel(p, g, m, v, lr, beta1, beta2, eps, corr1, corr2, grad_scale):
+def adam_kernel(p, g, m, v, lr, beta1, beta2, eps, corr1, corr2, grad_scale):
     """Adam: moments of the gradient, bias-corrected by corr = 1 - beta**t."""
     for i in range(cuda.grid(1), p.size, cuda.gridsize(1)):
         gi = g[i] * grad_scale
@@ -309,13 +247,12 @@ def adam_update(params, grads, m, v, step: int, lr: float, beta1: float = 0.9, b
                 eps: float = 1e-8, grad_scale: float = 1.0):
     """One Adam step; ``step`` counts from 1."""
     corr1, corr2 = 1.0 - beta1 ** step, 1.0 - beta2 ** step
-    _adam_kernel[_launch(params.size)](params, grads, m, v, lr, beta1, beta2, eps, corr1, corr2,
-                                       grad_scale)
+    adam_kernel[launch_1d(params.size)](params, grads, m, v, lr, beta1, beta2, eps, corr1, corr2, grad_scale)
     return params
 
 
 @cuda.jit
-def _nonfinite_kernel(x, flag):
+def nonfinite_kernel(x, flag):
     for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
         if not math.isfinite(x[i]):
             flag[0] = 1
@@ -324,14 +261,14 @@ def _nonfinite_kernel(x, flag):
 def any_nonfinite(x) -> bool:
     """Whether a 1-D device array holds inf or NaN (the loss-scaling overflow test)."""
     flag = cuda.to_device(np.zeros(1, np.int32))
-    _nonfinite_kernel[_launch(x.size)](x, flag)
+    nonfinite_kernel[launch_1d(x.size)](x, flag)
     return bool(flag.copy_to_host()[0])
 
 
 # -- layers ------------------------------------------------------------------------
 def dense_forward(x, w, b, out, relu: bool):
     """out = act(x @ w + b)."""
-    _gemm(x, w, out)
+    gemm(x, w, out)
     return bias_act(out, b, out, relu)
 
 
@@ -341,8 +278,8 @@ def dense_backward(x, w, dz, dw, db, dx=None):
     dw = x^T dz, db = column sums of dz, and dx = dz w^T unless dx is None
     (the first layer needs no gradient for its input).
     """
-    _gemm(x, dz, dw, trans_a=True)
+    gemm(x, dz, dw, trans_a=True)
     col_sum(dz, db)
     if dx is not None:
-        _gemm(dz, w, dx, trans_b=True)
+        gemm(dz, w, dx, trans_b=True)
     return dw, db, dx

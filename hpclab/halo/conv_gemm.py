@@ -9,7 +9,7 @@ patches are unrolled into a matrix (``im2col``)
 
     out_mat[K, N*rows*Wo] = W[K, C*R*S] @ col
 
-computed by ``hpclab.matmul.kernels``'s fast kernel, and a small kernel adds
+computed by ``hpclab.matmul.fast``'s kernel, and a small kernel adds
 the bias, applies ReLU and writes ``out_mat`` into the (N, K, Ho, Wo) output.
 
 The buffers cost 4 * (C*R*S + K) bytes per output pixel, so a layer is
@@ -24,7 +24,7 @@ import numpy as np
 
 from hpclab import backend, launch
 from hpclab.backend import cuda as _cuda
-from hpclab.matmul import kernels as mm
+from hpclab.matmul import fast as mm
 
 cuda = _cuda()
 from numba import float32  # noqa: E402

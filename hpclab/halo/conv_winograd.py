@@ -15,7 +15,7 @@ input channels, each of the alpha^2 positions is a matrix product
 
 so a layer is: transform the filters once (host, float64), transform the input
 patches (one kernel), alpha^2 products in one launch of the register-blocked
-GEMM (:func:`hpclab.matmul.kernels.launch_batched`), transform back, add the
+GEMM (:func:`hpclab.matmul.fast.launch_batched`), transform back, add the
 bias and apply ReLU (one kernel).
 
 The matrices come from Toom-Cook interpolation at the points 0, 1, -1, 2, -2
@@ -36,7 +36,7 @@ from functools import lru_cache
 import numpy as np
 
 from hpclab.backend import cuda as _cuda
-from hpclab.matmul import kernels as mm
+from hpclab.matmul import fast as mm
 from hpclab.halo.conv_gemm import Workspace, chunks, max_bytes
 from hpclab.launch import launch_1d
 

@@ -134,7 +134,7 @@ def sass_counts(kernel) -> dict:
 def main(argv=None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     backend.select()
-    from hpclab.matmul import kernels as mm
+    from hpclab.matmul import fast as mm, naive, tiled
     from hpclab.timing import median_time
 
     cuda = mm.cuda
@@ -198,15 +198,15 @@ def main(argv=None) -> int:
         plan += [("fast", cfg, reps) for cfg in configs]
         for kernel, cfg, r in plan:
             row = {"kernel": kernel, "config": cfg.label() if cfg else
-                   (f"{mm.tile_size()}x{mm.tile_size()} tiles" if kernel == "tiled" else "one output per thread")}
+                   (f"{tiled.TILE}x{tiled.TILE} tiles" if kernel == "tiled" else "one output per thread")}
             try:
                 fn = lambda: mm.launch(kernel, a, b, c, config=cfg)  # noqa: E731
                 t = median_time(fn, repeats=r, warmup=1)
                 err = check(c)
                 row.update(seconds=t, tflops=flop / t / 1e12, max_rel_error=err, correct=err <= TOLERANCE)
-                compiled = (mm.naive_kernel(f32) if kernel == "naive" else
-                            mm.tiled_kernel(f32, mm.tile_size()) if kernel == "tiled" else mm.fast_kernel(f32, cfg))
-                threads = cfg.threads if cfg else (mm.NAIVE_BLOCK ** 2 if kernel == "naive" else mm.tile_size() ** 2)
+                compiled = (naive.naive_kernel if kernel == "naive" else
+                            tiled.tiled_kernel if kernel == "tiled" else mm.fast_kernel(f32, cfg))
+                threads = cfg.threads if cfg else (naive.BLOCK ** 2 if kernel == "naive" else tiled.TILE ** 2)
                 row.update(resources(compiled, threads, dev))
                 if kernel == "fast" and cfg == default and n == sizes[0]:
                     row["sass"] = sass_counts(compiled)
@@ -268,7 +268,7 @@ def measure(n: int, repeats: int = 3, kernels=("naive", "tiled", "fast")) -> dic
     The default configurations only (the notebook's chart); ``main`` runs the full sweep.
     """
     backend.select()
-    from hpclab.matmul import kernels as mm
+    from hpclab.matmul import fast as mm
     from hpclab.timing import median_time
 
     rng = np.random.default_rng(n)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from hpclab import backend, budget, comm as hcomm
-from hpclab.matmul import kernels as mm
+from hpclab.matmul import fast as mm
 from hpclab.options import count, seed
 from hpclab.runner import Report
 from hpclab.timing import Phases

@@ -22,10 +22,13 @@ from __future__ import annotations
 import numpy as np
 
 from hpclab import backend, budget, comm as hcomm
-from hpclab.matmul import kernels as mm
+from hpclab.launch import launch_1d
+from hpclab.matmul import fast as mm
 from hpclab.options import count, real, seed
 from hpclab.runner import Report
 from hpclab.timing import Phases
+
+cuda = mm.cuda
 
 HELP = ("The tutorial's MPI+CUDA matrix multiply: A = 1 + rank, B = 0.5, per-rank sum of C reduced "
         "to rank 0; --iterations adds a data-parallel training loop with a compute/transfer/comm split.")
@@ -111,12 +114,27 @@ def reference_sums(n: int, ranks: int, init: str, seed: int, dtype, iterations: 
     return sums
 
 
+@cuda.jit
+def add_scaled_kernel(y, alpha, x):
+    """y += alpha * x, elementwise on 2-D arrays of one shape (grid-stride)."""
+    n_cols = y.shape[1]
+    for e in range(cuda.grid(1), y.size, cuda.gridsize(1)):
+        y[e // n_cols, e % n_cols] += alpha * x[e // n_cols, e % n_cols]
+
+
+def add_scaled(y, alpha: float, x) -> None:
+    """y += alpha * x on device arrays of one shape (the gradient step B -= lr * G)."""
+    if tuple(y.shape) != tuple(x.shape):
+        raise ValueError(f"add_scaled: shapes differ, {tuple(y.shape)} and {tuple(x.shape)}")
+    add_scaled_kernel[launch_1d(y.size)](y, np.dtype(y.dtype).type(alpha), x)
+
+
 def warm_up(kernel: str, dtype) -> None:
     """Launch every kernel the loop uses once on tiny arrays of the same types."""
-    x = mm.cuda.to_device(np.ones((2, 2), dtype=dtype))
+    x = cuda.to_device(np.ones((2, 2), dtype=dtype))
     y = mm.matmul(x, x, kernel)
-    mm.add_scaled(y, -0.1, x)
-    mm.cuda.synchronize()
+    add_scaled(y, -0.1, x)
+    cuda.synchronize()
 
 
 def train(a_host, b_host, kernel: str, iterations: int, lr: float, comm, be):
@@ -126,12 +144,12 @@ def train(a_host, b_host, kernel: str, iterations: int, lr: float, comm, be):
     n = a_host.shape[0]
     setup = Phases()
     with setup("transfer"):
-        a = mm.cuda.to_device(a_host)
-        a_t = mm.cuda.to_device(np.ascontiguousarray(a_host.T))     # for the gradient A^T @ dC
-        b = mm.cuda.to_device(b_host)
-        d_c = mm.cuda.to_device(np.full((n, n), 1.0 / (n * n), dtype=a_host.dtype))
-    c = mm.cuda.device_array((n, n), dtype=a_host.dtype)
-    grad = mm.cuda.device_array((n, n), dtype=a_host.dtype)
+        a = cuda.to_device(a_host)
+        a_t = cuda.to_device(np.ascontiguousarray(a_host.T))     # for the gradient A^T @ dC
+        b = cuda.to_device(b_host)
+        d_c = cuda.to_device(np.full((n, n), 1.0 / (n * n), dtype=a_host.dtype))
+    c = cuda.device_array((n, n), dtype=a_host.dtype)
+    grad = cuda.device_array((n, n), dtype=a_host.dtype)
     c_host = np.empty((n, n), dtype=a_host.dtype)
     sums, phases = [], []
     for _ in range(iterations):
@@ -150,7 +168,7 @@ def train(a_host, b_host, kernel: str, iterations: int, lr: float, comm, be):
         with ph("comm"):
             grad = be.allreduce(grad)                          # sum of the ranks' gradients
         with ph("compute"):
-            mm.add_scaled(b, -lr / comm.size, grad)            # B -= lr * mean gradient
+            add_scaled(b, -lr / comm.size, grad)               # B -= lr * mean gradient
         phases.append(ph)
     return sums, phases, setup
 

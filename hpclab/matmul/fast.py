@@ -1,29 +1,26 @@
-"""Matrix multiply C = A @ B on the GPU: three kernels, from obvious to fast.
+"""3 · Register blocking, and the entry point programs and training multiply through.
 
-- ``naive``: one thread per output element, every operand read from global
-  memory (the source tutorial's kernel).
-- ``tiled``: a block stages TILE x TILE tiles of A and B in shared memory, so
-  each global element is read once per block instead of once per thread.
-- ``fast``: register blocking. A block computes a BM x BN tile of C; each of
-  its threads accumulates a TM x TN micro-tile in registers, reading TM + TN
-  values from shared memory for TM * TN fused multiply-adds. A tiles are
-  stored transposed (k-major) so both operands are read along rows; the
-  shared tiles are padded against bank conflicts and double-buffered, with
-  the next tile prefetched into registers while the current one is used.
+The fast kernel: a block computes a BM x BN tile of C; each of its threads
+accumulates a TM x TN micro-tile in registers, reading TM + TN values from
+shared memory for TM * TN fused multiply-adds. A tiles are stored transposed
+(k-major) so both operands are read along rows; the shared tiles are padded
+against bank conflicts and double-buffered, with the next tile prefetched into
+registers while the current one is used. It is the general kernel, built by
+:func:`fast_kernel` for a dtype, a tile shape (``FAST_CONFIG``) and a pair of
+transposes, and batched: the benchmarks, data-parallel training and the
+convolutions use it.
 
-All kernels handle any shape: edge tiles are zero-filled when loaded and
-stores are bounds-checked, so the inner loops carry no bounds checks.
+Transposed operands are read in place (``trans_a``: ``a`` is stored K x M and
+``a.T`` is used; ``trans_b``: ``b`` is N x K), which is what a dense layer's
+backward pass needs (X^T dZ and dZ W^T); only the index arithmetic of the
+loads changes. float16 inputs are multiplied in float32 (mixed precision): the
+product is accumulated and, unless ``out`` is float16, returned in float32.
 
-``matmul(a, b, kernel=...)`` takes NumPy arrays (returns NumPy) or Numba
-device arrays (returns a device array). The fast kernel's tile shape is
-``FAST_CONFIG``; ``fast_kernel(dtype, config)`` builds any other one.
-
-Every kernel also multiplies transposed operands without copying them
-(``trans_a``: ``a`` is stored K x M and ``a.T`` is used; ``trans_b``: ``b``
-is N x K), which is what a dense layer's backward pass needs (X^T dZ and
-dZ W^T); only the index arithmetic of the loads changes. float16 inputs
-are multiplied in float32 (mixed precision): the product is accumulated
-and, unless ``out`` is float16, returned in float32.
+``matmul(a, b, kernel=...)`` runs any of the three kernels (:mod:`.naive`,
+:mod:`.tiled` and this one) on NumPy arrays (returns NumPy) or Numba device
+arrays (returns a device array). The naive and tiled kernels multiply float32
+or float64; they read a transposed operand through ``x.T`` (a view on the
+simulator, a transposed copy on a GPU).
 """
 from __future__ import annotations
 
@@ -39,9 +36,11 @@ cuda = _cuda()  # decides GPU or simulator before numba reads its configuration
 
 import numba  # noqa: E402 - after the backend choice (numba reads NUMBA_ENABLE_CUDASIM on import)
 
+from hpclab.matmul import naive, tiled  # noqa: E402
+
 KERNELS = ("naive", "tiled", "fast")
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-HALF = np.dtype(np.float16)       # accepted as input: accumulated in float32
+HALF = np.dtype(np.float16)       # accepted as input by the fast kernel: accumulated in float32
 
 
 @dataclass(frozen=True)
@@ -99,11 +98,6 @@ FAST_CONFIG = {
 }
 # On the simulator every CUDA thread is a Python thread: small blocks.
 SIM_FAST_CONFIG = FastConfig(16, 16, 4, 4, 4, vec=2, pad=1)
-NAIVE_BLOCK = 16          # naive kernel: NAIVE_BLOCK x NAIVE_BLOCK threads
-TILE = 32                 # tiled kernel on a GPU: TILE x TILE threads
-SIM_BLOCK = 8             # elementwise kernels' block side on the simulator
-SIM_NAIVE_THREADS = (4, 2)  # the naive kernel's one block on the simulator (it steps over C)
-SIM_TILE = 16             # tiled kernel on the simulator (fewer blocks: barriers are slow there)
 
 
 def _nbtype(dtype):
@@ -122,93 +116,6 @@ def _converter(nbt):
     plain Python, NumPy's scalar type does the same far more cheaply."""
     return np.dtype(str(nbt)).type if backend.is_simulator() else nbt
 
-
-# ---- naive ------------------------------------------------------------------
-
-@lru_cache(maxsize=None)
-def naive_kernel(dtype, trans_a: bool = False, trans_b: bool = False):
-    nbt = _nbtype(dtype)
-    conv = _converter(nbt)
-
-    @cuda.jit(device=True, fastmath=True)
-    def dot(a, b, row, col):
-        """Row ``row`` of op(a) times column ``col`` of op(b)."""
-        s = nbt(0)
-        for k in range(a.shape[0] if trans_a else a.shape[1]):
-            av = a[k, row] if trans_a else a[row, k]
-            bv = b[col, k] if trans_b else b[k, col]
-            s += conv(av) * conv(bv)
-        return s
-
-    if backend.is_simulator():
-        # Stepping over C: the simulator launches one small block, since each
-        # of its threads is a Python thread.
-        @cuda.jit
-        def naive(a, b, c):
-            col0, row0 = cuda.grid(2)
-            step_x, step_y = cuda.gridsize(2)
-            for row in range(row0, c.shape[0], step_y):
-                for col in range(col0, c.shape[1], step_x):
-                    c[row, col] = dot(a, b, row, col)
-
-        return naive
-
-    @cuda.jit(fastmath=True)
-    def naive(a, b, c):  # noqa: F811
-        # One thread per element of C; x runs along columns so that a warp's
-        # reads of B and writes of C are adjacent.
-        col, row = cuda.grid(2)
-        if row < c.shape[0] and col < c.shape[1]:
-            c[row, col] = dot(a, b, row, col)
-
-    return naive
-
-
-# ---- shared-memory tiled ------------------------------------------------------
-
-@lru_cache(maxsize=None)
-def tiled_kernel(dtype, tile: int, trans_a: bool = False, trans_b: bool = False):
-    nbt = _nbtype(dtype)
-    conv = _converter(nbt)
-    T = tile
-
-    @cuda.jit(fastmath=True)
-    def tiled(a, b, c):
-        # Thread (ty, tx) reads As[ty, k] (the same word for the whole row of
-        # threads: a broadcast) and Bs[k, tx] (adjacent words): no bank conflicts,
-        # so these tiles need no padding.
-        As = cuda.shared.array((T, T), nbt)
-        Bs = cuda.shared.array((T, T), nbt)
-        tx = cuda.threadIdx.x
-        ty = cuda.threadIdx.y
-        row = cuda.blockIdx.y * T + ty
-        col = cuda.blockIdx.x * T + tx
-        M, N = c.shape
-        K = a.shape[0] if trans_a else a.shape[1]
-        s = nbt(0)
-        for k0 in range(0, K, T):
-            # Out-of-range elements are loaded as zero: they add nothing.
-            # (A transposed operand is read across its rows here: correct, but
-            # not coalesced; the fast kernel reorganises those loads.)
-            if row < M and k0 + tx < K:
-                As[ty, tx] = conv(a[k0 + tx, row] if trans_a else a[row, k0 + tx])
-            else:
-                As[ty, tx] = nbt(0)
-            if k0 + ty < K and col < N:
-                Bs[ty, tx] = conv(b[col, k0 + ty] if trans_b else b[k0 + ty, col])
-            else:
-                Bs[ty, tx] = nbt(0)
-            cuda.syncthreads()        # the tiles are complete before anyone reads them
-            for k in range(T):
-                s += As[ty, k] * Bs[k, tx]
-            cuda.syncthreads()        # everyone is done with them before they are overwritten
-        if row < M and col < N:
-            c[row, col] = s
-
-    return tiled
-
-
-# ---- register-blocked --------------------------------------------------------
 
 @lru_cache(maxsize=None)
 def fast_kernel(dtype, config: FastConfig, trans_a: bool = False, trans_b: bool = False,
@@ -388,42 +295,12 @@ def fast_kernel(dtype, config: FastConfig, trans_a: bool = False, trans_b: bool 
     return fast
 
 
-# ---- launching ---------------------------------------------------------------
+# ---- launching and checking ----------------------------------------------------
 
 def fast_config(dtype) -> FastConfig:
     """The fast kernel's tile shape in use for ``dtype`` inputs on this backend
     (float16 inputs take float32's: their tiles are held in float32)."""
     return SIM_FAST_CONFIG if backend.is_simulator() else FAST_CONFIG[acc_dtype(dtype)]
-
-
-def tile_size() -> int:
-    return SIM_TILE if backend.is_simulator() else TILE
-
-
-def launch(kernel: str, a, b, c, config: FastConfig | None = None, tile: int | None = None,
-           trans_a: bool = False, trans_b: bool = False) -> None:
-    """Launch one kernel on device arrays: c (M x N) = op(a) @ op(b), where op(a)
-    is a (M x K) or, with trans_a, a.T (a stored K x M); likewise b. No checks."""
-    M, N = c.shape
-    dtype = np.dtype(a.dtype)
-    ta, tb = bool(trans_a), bool(trans_b)
-    if kernel == "naive":
-        if backend.is_simulator():
-            grid, threads = (1, 1), SIM_NAIVE_THREADS
-        else:
-            t = NAIVE_BLOCK
-            grid, threads = ((N + t - 1) // t, (M + t - 1) // t), (t, t)
-        naive_kernel(dtype, ta, tb)[grid, threads](a, b, c)
-    elif kernel == "tiled":
-        t = tile or tile_size()
-        grid = ((N + t - 1) // t, (M + t - 1) // t)
-        tiled_kernel(dtype, t, ta, tb)[grid, (t, t)](a, b, c)
-    elif kernel == "fast":
-        cfg = config or fast_config(dtype)
-        grid = ((N + cfg.bn - 1) // cfg.bn, (M + cfg.bm - 1) // cfg.bm)
-        fast_kernel(dtype, cfg, ta, tb)[grid, cfg.threads](a, b, c)
-    else:
-        raise ValueError(f"unknown kernel {kernel!r}; choose one of {', '.join(KERNELS)}")
 
 
 def launch_batched(a, b, c, stream=0, trans_a: bool = False, trans_b: bool = False) -> None:
@@ -437,6 +314,22 @@ def launch_batched(a, b, c, stream=0, trans_a: bool = False, trans_b: bool = Fal
     cfg = fast_config(dtype)
     grid = ((n + cfg.bn - 1) // cfg.bn, (m + cfg.bm - 1) // cfg.bm, z)
     fast_kernel(dtype, cfg, bool(trans_a), bool(trans_b), True)[grid, cfg.threads, stream](a, b, c)
+
+
+def launch(kernel: str, a, b, c, config: FastConfig | None = None,
+           trans_a: bool = False, trans_b: bool = False) -> None:
+    """Launch one kernel on device arrays: c (M x N) = op(a) @ op(b), where op(a)
+    is a (M x K) or, with trans_a, a.T (a stored K x M); likewise b. No checks."""
+    if kernel == "fast":
+        dtype = np.dtype(a.dtype)
+        cfg = config or fast_config(dtype)
+        grid = ((c.shape[1] + cfg.bn - 1) // cfg.bn, (c.shape[0] + cfg.bm - 1) // cfg.bm)
+        fast_kernel(dtype, cfg, bool(trans_a), bool(trans_b))[grid, cfg.threads](a, b, c)
+    elif kernel in ("naive", "tiled"):
+        plain = naive if kernel == "naive" else tiled
+        plain.launch(a.T if trans_a else a, b.T if trans_b else b, c)
+    else:
+        raise ValueError(f"unknown kernel {kernel!r}; choose one of {', '.join(KERNELS)}")
 
 
 def _is_device(x) -> bool:
@@ -474,6 +367,9 @@ def check_operands(a, b, kernel: str = "naive", trans_a: bool = False, trans_b: 
     if np.dtype(a.dtype) != np.dtype(b.dtype):
         raise ValueError(f"a is {np.dtype(a.dtype)} but b is {np.dtype(b.dtype)}: give both the same "
                          f"dtype (e.g. b.astype(a.dtype))")
+    if np.dtype(a.dtype) == HALF and kernel != "fast":
+        raise ValueError(f"the {kernel} kernel multiplies float32 or float64; float16 inputs are multiplied "
+                         f"in float32 by kernel='fast' (or convert them with .astype(np.float32))")
     return M, K, N, np.dtype(a.dtype)
 
 
@@ -481,11 +377,12 @@ def matmul(a, b, kernel: str = "naive", out=None, config: FastConfig | None = No
            trans_a: bool = False, trans_b: bool = False):
     """C = op(a) @ op(b) with one of the kernels ``naive``, ``tiled`` or ``fast``.
 
-    op(a) is a, or a.T with ``trans_a`` (read in place: no transposed copy);
-    likewise b. NumPy inputs give a NumPy result; if either input is a device
-    array the result stays on the device. ``out`` (M x N, the inputs' dtype;
-    float32 or float16 for float16 inputs; a device array or, for NumPy
-    inputs, a NumPy array) receives the result and is returned.
+    op(a) is a, or a.T with ``trans_a`` (read in place by the fast kernel);
+    likewise b. float16 inputs need the fast kernel. NumPy inputs give a NumPy
+    result; if either input is a device array the result stays on the device.
+    ``out`` (M x N, the inputs' dtype; float32 or float16 for float16 inputs;
+    a device array or, for NumPy inputs, a NumPy array) receives the result
+    and is returned.
     """
     M, K, N, dtype = check_operands(a, b, kernel, trans_a, trans_b)
     result = acc_dtype(dtype)
@@ -513,19 +410,3 @@ def flops(m: int, k: int, n: int) -> float:
     """Floating-point operations of one m x k by k x n product (a multiply and an add per term)."""
     return 2.0 * m * k * n
 
-
-@cuda.jit
-def add_scaled_kernel(y, alpha, x):
-    """y += alpha * x, elementwise on 2-D arrays."""
-    i, j = cuda.grid(2)
-    if i < y.shape[0] and j < y.shape[1]:
-        y[i, j] += alpha * x[i, j]
-
-
-def add_scaled(y, alpha: float, x) -> None:
-    """y += alpha * x on device arrays of one shape (a gradient step: W -= lr * G)."""
-    if tuple(y.shape) != tuple(x.shape):
-        raise ValueError(f"add_scaled: shapes differ, {tuple(y.shape)} and {tuple(x.shape)}")
-    t = SIM_BLOCK if backend.is_simulator() else NAIVE_BLOCK
-    grid = ((y.shape[0] + t - 1) // t, (y.shape[1] + t - 1) // t)
-    add_scaled_kernel[grid, (t, t)](y, np.dtype(y.dtype).type(alpha), x)
