@@ -10,11 +10,13 @@ cuda = _cuda()
 def launch_1d(total: int) -> tuple[int, int]:
     """(blocks, threads) for a grid-stride kernel over ``total`` items.
 
-    On the simulator every CUDA thread is a Python thread: a few small blocks.
+    On the simulator every CUDA thread is a Python thread, and switching between them
+    costs more than the work: one block of at most 8 threads strides over everything.
     """
-    threads = 64 if backend.is_simulator() else 256
-    cap = 4 if backend.is_simulator() else 65535
-    return max(1, min(cap, -(-total // threads))), threads
+    if backend.is_simulator():
+        return 1, max(1, min(8, total))
+    threads = 256
+    return max(1, min(65535, -(-total // threads))), threads
 
 
 @cuda.jit(device=True)
