@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 import ipyparallel as ipp
 import psutil
 
+from . import slurm
+
 SHARED_ID = ""
 PRIVATE_PREFIX = "hpclab-"
 
@@ -195,8 +197,17 @@ def _leftovers(pdir: str, cluster_id: str) -> list[psutil.Process]:
 
 
 def _alive(launcher) -> bool:
+    """Whether a launcher's processes still run; a Slurm job's (no local process): whether the job
+    is queued or running; another batch system's: assumed so."""
+    if launcher is None:
+        return False
     processes = _processes(launcher)
-    return launcher is not None and (not processes or bool(_running(processes)))
+    if processes:
+        return bool(_running(processes))
+    job = getattr(launcher, "job_id", "")
+    if job and "slurm" in f"{type(launcher).__module__}.{type(launcher).__name__}".lower():
+        return slurm.job_is_active(job)
+    return True
 
 
 def controller_host(pdir: str, cluster_id: str) -> str | None:
@@ -269,19 +280,21 @@ def load(pdir: str, cluster_id: str, log: logging.Logger) -> Found:
     host = controller_host(pdir, cluster_id)
     if not _here(host):  # loading it here would check (and drop) this host's processes of the same pids
         return Found(cluster_id, "running", None, raw, host=host, profile_dir=pdir)
-    # ipyparallel checks each recorded process; those that are gone are dropped.
-    cluster = ipp.Cluster.from_file(path, log=log)
+    # ipyparallel checks each recorded process; those that are gone are dropped. (profile_dir:
+    # the profile's own configuration, e.g. its Slurm batch template, for engines started again)
+    cluster = ipp.Cluster.from_file(path, log=log, profile_dir=pdir)
     # This copy is for reading: its watcher threads must not rewrite the file later
     # (whoever starts engines through it sets ``cluster_file`` back).
     cluster.cluster_file = ""
     if _alive(cluster.controller):
         return Found(cluster_id, "running", cluster, raw, profile_dir=pdir)
     pid = raw.get("controller", {}).get("state", {}).get("pid", "?")
+    job = slurm.controller_job_id(raw)
     stop(cluster, log, polite=False)  # engines without their controller cannot be used
     _remove([path, *connection_files(pdir, cluster_id)])
+    why = f"its controller's {slurm.job_report(job)}" if job else f"its controller (pid {pid}) is no longer running"
     return Found(cluster_id, "stale", raw=raw, profile_dir=pdir,
-                 message=f"removed the stale cluster file {path}: its controller (pid {pid}) is no "
-                         "longer running")
+                 message=f"removed the stale cluster file {path}: {why}")
 
 
 def dead_rank_note(engine_output: str, controller_output: str, rank_of: dict[int, int]) -> str | None:
@@ -329,7 +342,8 @@ def stop(cluster: ipp.Cluster, log: logging.Logger, grace: float = 2.0, polite: 
             cluster.stop_controller_sync()
     except Exception as exc:  # noqa: BLE001
         log.warning("stopping cluster %r: %s", cluster_id, exc)
-    for output in [f for launcher in launchers for f in _output_files(launcher)]:
+    # (a batch job's log stays: messages name it, and it is the job's record)
+    for output in [f for launcher in launchers if not getattr(launcher, "job_id", "") for f in _output_files(launcher)]:
         text = _read_file(output)
         if text:
             log.info("output of %s:\n%s", os.path.basename(output), text[-20000:])
@@ -364,10 +378,14 @@ def stop_remote(found: Found, log: logging.Logger) -> str:
     pdir = found.profile_dir
     files = [cluster_file(pdir, found.cluster_id), record_file(pdir, found.cluster_id),
              *connection_files(pdir, found.cluster_id)]
+    job = slurm.recorded_job_id(found.raw)
     try:
         client = found.connect(timeout=5)
     except Exception as exc:  # noqa: BLE001 - "Hub connection request timed out"
         _remove(files)
+        if job:
+            done = "cancelled" if slurm.cancel(job) else "could not cancel (it has ended?)"
+            return f"removed the files of {name}: its controller on {found.host} does not answer; {done} Slurm job {job}"
         return (f"removed the files of {name}: its controller on {found.host} does not answer ({exc}); "
                 "if its batch job is still queued or running, cancel it (e.g. scancel)")
     client.shutdown(targets="all", hub=True, block=False)
@@ -425,7 +443,8 @@ def status_lines(pdir: str, log: logging.Logger) -> list[str]:
         else:
             state = {True: "", False: " - gone: an orphan", None: " (on another host)"}[alive(owner)]
             who = f"{'claimed by' if cluster_id == SHARED_ID else 'started by'} {describe_owner(owner)}{state}"
-        lines.append(f"{name}: {engines}; {who}")
+        job = slurm.EngineJob.of(found.cluster, found.raw)
+        lines.append(f"{name}: {engines}; {who}" + (f"; {job.report()}" if job is not None else ""))
     return lines or [f"no clusters in {pdir}"]
 
 

@@ -350,19 +350,7 @@ def test_slurm_launcher_with_a_wrong_mpi_flavour_is_diagnosed(slurm, tmp_path):
         slurm.run(["ipcluster", "stop", "--profile=broken"], env=e, timeout=120)
 
 
-# ---------------------------------------------------------------- once connect() calls hpclab.slurm
-
-def _integrated() -> bool:
-    import hpclab.cluster
-
-    return hasattr(hpclab.cluster, "slurm")
-
-
-def needs_connect_integration(test):
-    """Tests of connect() calling hpclab.slurm; they run once hpclab.cluster imports it as ``slurm``."""
-    test = pytest.mark.needs_connect_integration(test)
-    return pytest.mark.skipif(not _integrated(), reason="needs cluster.connect integration")(test)
-
+# ---------------------------------------------------------------- connect() with engines from Slurm
 
 def no_jobs_left(slurm, timeout: float = 60) -> bool:
     deadline = time.monotonic() + timeout
@@ -376,14 +364,12 @@ def connect_in(slurm, tmp_path, code: str, timeout: float = 400):
                      timeout=timeout, cwd=ROOT)
 
 
-@needs_connect_integration
 def test_connect_with_a_slurm_profile_gets_engines_from_a_job_and_runs_the_notebook(slurm, tmp_path):
     init_profile(slurm, tmp_path)
     run_notebook(slurm, tmp_path)  # the notebook's own connect(n=4) submits the job; its end cancels it
     assert no_jobs_left(slurm)
 
 
-@needs_connect_integration
 def test_connect_with_a_broken_engine_job_names_job_and_log_within_its_deadline(slurm, tmp_path):
     init_profile(slurm, tmp_path, "--mpi", "pmix")
     t0 = time.monotonic()
@@ -396,7 +382,6 @@ def test_connect_with_a_broken_engine_job_names_job_and_log_within_its_deadline(
     assert no_jobs_left(slurm)
 
 
-@needs_connect_integration
 def test_connect_on_a_login_node_does_not_start_local_engines(slurm, tmp_path):
     e = job_env(slurm, tmp_path)
     e.pop("HPCLAB_ALLOW_LOCAL_ENGINES")
@@ -405,7 +390,6 @@ def test_connect_on_a_login_node_does_not_start_local_engines(slurm, tmp_path):
     assert "ERROR" in proc.stdout and "hpclab cluster init --slurm" in proc.stdout, proc.stdout + proc.stderr
 
 
-@needs_connect_integration
 def test_connect_reports_the_engine_job_it_found(slurm, tmp_path):
     job = submit(slurm, "ipcluster_engines.sbatch", tmp_path, *TWO_GPUS)
     wait_for_log(Path(slurm.job(job)["StdOut"]), "2 engines up", slurm, job)
@@ -415,3 +399,34 @@ def test_connect_reports_the_engine_job_it_found(slurm, tmp_path):
         assert slurm.job(job)["JobState"] == "RUNNING"
     finally:
         slurm.run(["scancel", job])
+
+
+def test_connect_with_a_job_still_queued_at_its_deadline_cancels_it_and_says_why(slurm, tmp_path):
+    stale = stale_cluster_file(tmp_path / "ipython" / "profile_default", "987654")
+    init_profile(slurm, tmp_path)
+    hog = slurm.sbatch(["--gres=gpu:8", "-n", "1", "--wrap", "sleep 600"], env=job_env(slurm, tmp_path))
+    try:
+        t0 = time.monotonic()
+        proc = connect_in(slurm, tmp_path, "try:\n    cluster.connect(n=4, timeout=15)\n"
+                                           "except cluster.ClusterError as exc:\n    print('ERROR', exc)\n")
+        assert time.monotonic() - t0 < 60
+        said = proc.stdout + proc.stderr
+        assert f"removed the stale cluster file {stale}: its controller's Slurm job 987654" in said, said
+        assert re.search(r"ERROR 4 engines did not start: only 0 of 4 engines registered in 15 s; Slurm job \d+ "
+                         r"\(hpclab-engines\) PENDING \(Resources\): waiting for free GPUs", said), said
+        assert "profile_default/log/" in said and "The job is cancelled now" in said, said
+        assert slurm.jobs() == [hog]
+    finally:
+        slurm.run(["scancel", hog])
+
+
+def test_restart_of_a_slurm_cluster_submits_a_new_job_and_close_cancels_it(slurm, tmp_path):
+    init_profile(slurm, tmp_path)
+    proc = connect_in(slurm, tmp_path, "s = cluster.connect(n=4, timeout=120)\nprint('JOB', s.job)\ns.restart()\n"
+                                       "print('JOB', s.job, s.on_ranks(lambda: 1))\ns.close()\n")
+    jobs = re.findall(r"^JOB (\d+)", proc.stdout, re.MULTILINE)
+    assert proc.returncode == 0 and len(set(jobs)) == 2, proc.stdout + proc.stderr
+    assert f"restarting: cancelling Slurm job {jobs[0]}" in proc.stdout and "[1, 1, 1, 1]" in proc.stdout
+    assert f"stopped this notebook's 4 engines (Slurm job {jobs[1]} ended)" in proc.stdout
+    assert no_jobs_left(slurm)
+    assert slurm.job(jobs[0])["JobState"] in ("CANCELLED", "FAILED")
