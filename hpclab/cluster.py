@@ -417,9 +417,7 @@ def _sound_engines(found: profile_clusters.Found, prior: dict, timeout: float | 
 def _engines_problem(client: ipp.Client, found: profile_clusters.Found, prior: dict, timeout: float | None, job):
     if not found.live_sets and not client.ids and job is None:
         return "has no engines running (`hpclab cluster stop` stops it)", {}
-    # an engine job's cluster file records no engine sets, but how many engines the job starts
-    expected = found.expected or (job is not None and found.raw.get("cluster", {}).get("n")) \
-        or _mpi_size(client, timeout or LOCAL_TIMEOUT_S)
+    expected = found.expected or _mpi_size(client, timeout or LOCAL_TIMEOUT_S)
     try:
         _wait_for_engines(found.live_sets, client, expected, timeout, job)
     except (TimeoutError, ipp.error.EngineError) as exc:

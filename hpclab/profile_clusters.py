@@ -252,8 +252,11 @@ class Found:
 
     @property
     def expected(self) -> int | None:
-        """How many engines the running engine sets started, if they say."""
+        """How many engines the running engine sets started, if they say; for an engine job
+        (its controller and engines run in one Slurm job, no engine set recorded), the job's."""
         counts = [s.get("n") if isinstance(s, dict) else getattr(s, "n", None) for s in self.live_sets]
+        if not counts and slurm.controller_job_id(self.raw):
+            counts = [self.raw.get("cluster", {}).get("n")]
         return sum(counts) if counts and all(isinstance(c, int) for c in counts) else None
 
     @property

@@ -411,15 +411,17 @@ def test_connect_on_a_login_node_does_not_start_local_engines(slurm, tmp_path):
     assert "ERROR" in proc.stdout and "hpclab cluster init --slurm" in proc.stdout, proc.stdout + proc.stderr
 
 
-def test_connect_reports_the_engine_job_it_found(slurm, tmp_path):
+def test_connect_reports_the_engine_job_it_found_and_hpclab_cluster_stop_ends_it(slurm, tmp_path):
     job = submit(slurm, "ipcluster_engines.sbatch", tmp_path, *TWO_GPUS)
     wait_for_log(Path(slurm.job(job)["StdOut"]), "2 engines up", slurm, job)
-    try:
-        proc = connect_in(slurm, tmp_path, "s = cluster.connect(n=2, timeout=60)\ns.close()\n")
-        assert f"Slurm job {job} (hpclab-engines) RUNNING on localhost" in proc.stdout, proc.stdout + proc.stderr
-        assert slurm.job(job)["JobState"] == "RUNNING"
-    finally:
-        slurm.run(["scancel", job])
+    proc = connect_in(slurm, tmp_path, "s = cluster.connect(n=2, timeout=60)\ns.close()\n")
+    assert f"Slurm job {job} (hpclab-engines) RUNNING on localhost" in proc.stdout, proc.stdout + proc.stderr
+    assert slurm.job(job)["JobState"] == "RUNNING"
+    status = hpclab_in(slurm, tmp_path, "cluster", "status")
+    assert f"2 of 2 engines up; free; Slurm job {job} (hpclab-engines) RUNNING" in status.stdout, status.stdout
+    stop = hpclab_in(slurm, tmp_path, "cluster", "stop")  # what `make stop` runs
+    assert stop.returncode == 0 and "stopped the shared cluster" in stop.stdout, stop.stdout + stop.stderr
+    assert slurm.wait(job, timeout=60)["JobState"] in ("COMPLETED", "CANCELLED")
 
 
 def test_connect_with_a_job_still_queued_at_its_deadline_cancels_it_and_says_why(slurm, tmp_path):
@@ -441,13 +443,19 @@ def test_connect_with_a_job_still_queued_at_its_deadline_cancels_it_and_says_why
         slurm.run(["scancel", hog])
 
 
+GPU_OF_RANK = ("lambda: (__import__('hpclab.device').device.local_rank()[0], "
+               "len(__import__('os').environ['CUDA_VISIBLE_DEVICES'].split(',')))")
+
+
 def test_restart_of_a_slurm_cluster_submits_a_new_job_and_close_cancels_it(slurm, tmp_path):
     init_profile(slurm, tmp_path)
     proc = connect_in(slurm, tmp_path, "s = cluster.connect(n=4, timeout=120)\nprint('JOB', s.job)\ns.restart()\n"
-                                       "print('JOB', s.job, s.on_ranks(lambda: 1))\ns.close()\n")
+                                       f"print('JOB', s.job, s.on_ranks({GPU_OF_RANK}))\ns.close()\n")
     jobs = re.findall(r"^JOB (\d+)", proc.stdout, re.MULTILINE)
     assert proc.returncode == 0 and len(set(jobs)) == 2, proc.stdout + proc.stderr
-    assert f"restarting: cancelling Slurm job {jobs[0]}" in proc.stdout and "[1, 1, 1, 1]" in proc.stdout
+    assert f"restarting: cancelling Slurm job {jobs[0]}" in proc.stdout
+    # rank r has node-local rank r and sees the job's 4 GPUs: GPU local_rank % 4, one per rank
+    assert f"JOB {jobs[1]} [(0, 4), (1, 4), (2, 4), (3, 4)]" in proc.stdout, proc.stdout
     assert f"stopped this notebook's 4 engines (Slurm job {jobs[1]} ended)" in proc.stdout
     assert no_jobs_left(slurm)
     assert slurm.job(jobs[0])["JobState"] in ("CANCELLED", "FAILED")
