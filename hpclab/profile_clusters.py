@@ -326,9 +326,22 @@ def stop(cluster: ipp.Cluster, log: logging.Logger, grace: float = 2.0, polite: 
     pdir, cluster_id, path = cluster.profile_dir, cluster.cluster_id, cluster.cluster_file
     cluster.cluster_file = ""  # ipyparallel's watcher threads must not write it again once removed
     launchers = [launcher for launcher in [cluster.controller, *cluster.engines.values()] if launcher]
+    for launcher in launchers:  # a batch job's log is its record, named in messages: ipyparallel must not
+        if getattr(launcher, "job_id", ""):  # remove it when the job is cancelled (nor this function)
+            launcher.output_file = ""
     processes = [p for launcher in launchers for p in _processes(launcher)]
     processes += [p for p in _leftovers(pdir, cluster_id) if p not in processes]
-    if polite and _alive(cluster.controller):
+    # Engine sets that are batch jobs (no local process) are cancelled first, through ipyparallel's
+    # launchers (scancel): the job then ends CANCELLED, not FAILED as it would after a polite
+    # shutdown of its engines (srun sees them exit non-zero).
+    # (Their engines then never answer a polite shutdown, which would wait for them: none is sent.)
+    batch = [engine_set_id for engine_set_id, engine_set in cluster.engines.items() if not _processes(engine_set)]
+    for engine_set_id in batch:
+        try:
+            cluster.stop_engines_sync(engine_set_id)
+        except Exception as exc:  # noqa: BLE001 - e.g. a job that has ended already
+            log.info("cancelling engine set %s of %r: %s", engine_set_id, cluster_id, exc)
+    if polite and not batch and _alive(cluster.controller):
         try:
             client = cluster.connect_client_sync(timeout=3)
             client.shutdown(targets="all", hub=True, block=False)
@@ -337,16 +350,12 @@ def stop(cluster: ipp.Cluster, log: logging.Logger, grace: float = 2.0, polite: 
         except Exception as exc:  # noqa: BLE001 - busy or dead engines: the signals below end them
             log.info("polite shutdown of %r failed: %s", cluster.cluster_id, exc)
     _terminate(processes, grace)
-    try:  # batch jobs (no local process): ipyparallel's launchers cancel them
-        for engine_set_id, engine_set in list(cluster.engines.items()):
-            if not _processes(engine_set):
-                cluster.stop_engines_sync(engine_set_id)
+    try:  # a controller in a batch job (no local process): its launcher cancels the job
         if cluster.controller is not None and not _processes(cluster.controller):
             cluster.stop_controller_sync()
     except Exception as exc:  # noqa: BLE001
         log.warning("stopping cluster %r: %s", cluster_id, exc)
-    # (a batch job's log stays: messages name it, and it is the job's record)
-    for output in [f for launcher in launchers if not getattr(launcher, "job_id", "") for f in _output_files(launcher)]:
+    for output in [f for launcher in launchers for f in _output_files(launcher)]:
         text = _read_file(output)
         if text:
             log.info("output of %s:\n%s", os.path.basename(output), text[-20000:])
