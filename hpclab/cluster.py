@@ -77,7 +77,7 @@ _ENGINE_SETUP = (
 # Engines register on the controller's heartbeat; ipyparallel's 3 s period makes that ~6 s.
 HEARTBEAT_MS = 1000
 PROBE_S = 5          # an engine that does not answer a trivial request in this time is dead or stuck
-LOCAL_TIMEOUT_S = 60 # for local engines; a Slurm job's get slurm.deadline() (they may queue)
+LOCAL_TIMEOUT_S = 60  # waiting for local engines; a Slurm job's engines get longer (slurm.deadline: it may queue)
 KILL_GRACE_S = 2     # restart: TERM, then KILL after this
 
 _SESSIONS: dict[str, "Session"] = {}   # profile dir -> this process's open session
@@ -414,7 +414,8 @@ def _sound_engines(found: profile_clusters.Found, prior: dict, timeout: float | 
     return client, infos
 
 
-def _engines_problem(client: ipp.Client, found: profile_clusters.Found, prior: dict, timeout: float | None, job):
+def _engines_problem(client: ipp.Client, found: profile_clusters.Found, prior: dict, timeout: float | None,
+                     job):
     if not found.live_sets and not client.ids and job is None:
         return "has no engines running (`hpclab cluster stop` stops it)", {}
     expected = found.expected or _mpi_size(client, timeout or LOCAL_TIMEOUT_S)
@@ -709,9 +710,11 @@ def _open_private(n: int, profile: str, record: dict, timeout: float | None, log
     _say(f"starting a private cluster for this notebook: {how} (cluster id {cluster.cluster_id})")
     reapers = []
 
-    def started(launched: ipp.Cluster) -> None:  # before the wait (a job may queue): owned, and
-        profile_clusters.write_record(pdir, launched.cluster_id, {"owner": record})  # stopped if the
-        reapers.append(_start_reaper(launched))                                   # kernel dies
+    # As soon as the engines are started, before the wait (a Slurm job may queue for minutes): the
+    # cluster is this notebook's (`hpclab cluster stop` leaves it), and it is stopped if the kernel dies.
+    def started(launched: ipp.Cluster) -> None:
+        profile_clusters.write_record(pdir, launched.cluster_id, {"owner": record})
+        reapers.append(_start_reaper(launched))
 
     try:
         client = _launch(cluster, n, timeout, log, started=started)

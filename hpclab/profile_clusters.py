@@ -397,7 +397,8 @@ def stop_remote(found: Found, log: logging.Logger) -> str:
         _remove(files)
         if job:
             done = "cancelled" if slurm.cancel(job) else "could not cancel (it has ended?)"
-            return f"removed the files of {name}: its controller on {found.host} does not answer; {done} Slurm job {job}"
+            return (f"removed the files of {name}: its controller on {found.host} does not answer; "
+                    f"{done} Slurm job {job}")
         return (f"removed the files of {name}: its controller on {found.host} does not answer ({exc}); "
                 "if its batch job is still queued or running, cancel it (e.g. scancel)")
     client.shutdown(targets="all", hub=True, block=False)

@@ -55,9 +55,9 @@ from .profile import SlurmSettings, read_settings
 from .watch import (EngineJob, JobEnded, cluster_job_id, controller_job_id, deadline, job_is_active,
                     recorded_job_id)
 
-__all__ = ["EngineJob", "JobEnded", "SlurmSettings", "cancel", "cluster_job_id", "controller_job_id", "deadline", "diagnose", "job_ended",
-           "job_info", "job_is_active", "job_plan", "job_report", "login_node_guard", "profile_is_slurm",
-           "recorded_job_id", "slurm_settings", "submit_failure"]
+__all__ = ["EngineJob", "JobEnded", "SlurmSettings", "cancel", "cluster_job_id", "controller_job_id", "deadline",
+           "diagnose", "job_ended", "job_info", "job_is_active", "job_plan", "job_report", "login_node_guard",
+           "profile_is_slurm", "recorded_job_id", "slurm_settings", "submit_failure"]
 
 
 def slurm_settings(profile: str = "default", ipython_dir: str | None = None) -> SlurmSettings | None:

@@ -1,8 +1,8 @@
 """Waiting for the engines of a Slurm job, as ``hpclab.cluster.connect()`` does.
 
-    job = EngineJob.of(cluster)          # None unless the cluster's engines are a Slurm job
-    job.check()                          # the state for the progress bar; raises JobEnded once it has ended
-    job.at_deadline(up, n, seconds)      # the message when the engines are not all up in time
+    job = EngineJob.of(cluster)      # None unless the cluster's engines are a Slurm job
+    job.check()                      # the job's state when it changed (job.text for the bar); JobEnded once ended
+    job.at_deadline(what)            # the message when the engines are not all up in time
 
 A job may wait in the queue before its engines exist, so its engines get a longer
 deadline than local ones (:data:`QUEUE_WAIT_S`, or the profile's ``c.Cluster.engine_timeout``).
@@ -25,9 +25,9 @@ class JobEnded(RuntimeError):
 
 
 def recorded_job_id(raw: dict) -> str | None:
-    """The Slurm job a cluster file (as JSON) records: an engine set's job, or its controller's."""
+    """The Slurm job a cluster file (as JSON) records: its newest engine set's job, or its controller's."""
     sets = (raw.get("engines") or {}).get("sets") or {}
-    for engine_set in sets.values():
+    for engine_set in reversed(list(sets.values())):
         job = engine_set.get("job_id") if isinstance(engine_set, dict) else ""
         if job:
             return str(job)
@@ -105,4 +105,5 @@ class EngineJob:
     def at_deadline(self, what: str) -> str:
         """The message when the engines are not all up in time (``what``); ask before cancelling the job."""
         why = jobs.diagnose(self.job_id).rstrip(".")
-        return f"{what}; {why}. The job is cancelled now; to wait longer for a queued job: connect(..., timeout=SECONDS)."
+        return (f"{what}; {why}. The job is cancelled now; to wait longer for a queued job: "
+                "connect(..., timeout=SECONDS).")
