@@ -397,9 +397,12 @@ def test_connect_with_a_broken_engine_job_names_job_and_log_within_its_deadline(
     proc = connect_in(slurm, tmp_path, "try:\n    cluster.connect(n=4, timeout=90)\n"
                                        "except cluster.ClusterError as exc:\n    print('ERROR', exc)\n")
     assert time.monotonic() - t0 < 150
-    assert re.search(r"ERROR .*Slurm job \d+ \(hpclab-engines\) FAILED", proc.stdout), proc.stdout + proc.stderr
-    assert "profile_default/log/" in proc.stdout and "pmi2" in proc.stdout
-    assert "started" not in proc.stdout.split("ERROR")[0]  # nothing started locally
+    found = re.search(r"ERROR .*Slurm job \d+ \(hpclab-engines\) FAILED.* Log: (\S+)", proc.stdout)
+    assert found, proc.stdout + proc.stderr
+    assert "/profile_default/log/" in found.group(1) and Path(found.group(1)).exists()  # the log is kept
+    assert "pmi2" in proc.stdout
+    before = proc.stdout.split("ERROR")[0]  # nothing started locally: the engines were only ever a job
+    assert "4 engines as one Slurm job" in before and "on this machine" not in before and "started" not in before
     assert no_jobs_left(slurm)
 
 
