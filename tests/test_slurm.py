@@ -430,7 +430,8 @@ def test_connect_reports_the_engine_job_it_found_and_hpclab_cluster_stop_ends_it
 def test_connect_with_a_job_still_queued_at_its_deadline_cancels_it_and_says_why(slurm, tmp_path):
     stale = stale_cluster_file(tmp_path / "ipython" / "profile_default", "987654")
     init_profile(slurm, tmp_path)
-    hog = slurm.sbatch(["--gres=gpu:8", "-n", "1", "--wrap", "sleep 600"], env=job_env(slurm, tmp_path))
+    hog = slurm.sbatch(["--gres=gpu:8", "-n", "1", f"--output={tmp_path}/hog.out", "--wrap", "sleep 600"],
+                       env=job_env(slurm, tmp_path), cwd=tmp_path)
     try:
         t0 = time.monotonic()
         proc = connect_in(slurm, tmp_path, "try:\n    cluster.connect(n=4, timeout=15)\n"
