@@ -52,7 +52,8 @@ test-gpu: $(if $(filter $(BIN)/python,$(PYTHON_RUN)),$(VENV)/.installed-test)
 	PYTHON_RUN=$(PYTHON_RUN) bash benchmarks/test_gpu.sh
 
 # Rooted at the repository, so every folder is one click away. It starts no engines: each
-# notebook starts its own when it connects and stops them at its end. LAB_ARGS adds options
+# notebook starts its own when it connects and stops them at its end (on a login node, with a
+# profile from `hpclab cluster init --slurm`: as a Slurm job). LAB_ARGS adds options
 # (tests/test_lab.py runs this recipe with --no-browser, a port and a token).
 # (Jupyter refuses to run as root without --allow-root: containers often run as root.)
 lab: $(VENV)/.installed-run

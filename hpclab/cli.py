@@ -171,7 +171,8 @@ def _main(argv: list[str] | None) -> int:
     actions = cl.add_subparsers(dest="action", required=True)
     start = actions.add_parser("start", help="start the shared cluster that notebooks claim one at a time")
     start.add_argument("-n", "--engines", type=count(1, 1024), default=4, help="number of MPI engines (default 4)")
-    start.add_argument("--timeout", type=float, default=120, help="seconds to wait for all engines")
+    start.add_argument("--timeout", type=float, default=None,
+                       help="seconds to wait for all engines (default 120; for a Slurm profile's job 600)")
     status = actions.add_parser("status", help="list the profile's clusters, their engines and owners")
     stop = actions.add_parser("stop", help="stop the shared cluster and clusters left by notebooks that are gone")
     stop.add_argument("--all", action="store_true", help="also stop private clusters of notebooks still open")

@@ -32,14 +32,22 @@ processes were all killed) with a message, and replaces a dead private cluster. 
 controller's and engines' output goes to files under ``<profile>/log`` (quiet notebooks);
 errors quote it with its path.
 
+**Engines from Slurm** (:mod:`hpclab.slurm`). A profile written by ``hpclab cluster init
+--slurm`` starts a private cluster's engines as one Slurm job (its controller stays here);
+``connect`` says which job, shows the job's state on the progress bar, waits long enough for
+a queue, and, when the job ends first or is still queued at the deadline, stops with the job,
+the cause, the fix and the job's log (the job is cancelled). ``session.close()`` cancels the
+job. Engines of a batch job (``sbatch slurm/ipcluster_engines.sbatch``) are a shared cluster;
+``connect`` names their job. Without a Slurm profile, engines are started on this machine only
+where :func:`hpclab.slurm.login_node_guard` allows it: never on a login node.
+
 A ``%%px`` cell that hangs (e.g. every rank in ``Recv`` before any ``Send``: the engines
 ignore the interrupt) is recovered by interrupting the kernel and running
 ``session.restart()``; ``session.deadline(seconds)`` interrupts such cells by itself.
 Errors in ``%%px`` cells are shown once for all ranks (``hpclab.px_cells``).
 
 Starting engines goes through ``ipp.Cluster`` with the profile's own configuration;
-:func:`launch_plan` decides whether and how engines may be started from here, and is the
-place to extend for other routes (a profile configured for Slurm starts engines as a job).
+:func:`launch_plan` decides whether and how engines may be started from here.
 Engine ids are not MPI ranks (ipyparallel #238): the view is ordered by the ranks the
 engines report.
 """
@@ -58,7 +66,7 @@ import ipyparallel as ipp
 import psutil
 from ipyparallel.cluster import launcher as ipp_launcher
 
-from hpclab import engine_owner, profile_clusters, px_cells
+from hpclab import engine_owner, profile_clusters, px_cells, slurm
 from hpclab.profile_clusters import SHARED_ID, PRIVATE_PREFIX
 
 _ENGINE_SETUP = (
@@ -69,6 +77,7 @@ _ENGINE_SETUP = (
 # Engines register on the controller's heartbeat; ipyparallel's 3 s period makes that ~6 s.
 HEARTBEAT_MS = 1000
 PROBE_S = 5          # an engine that does not answer a trivial request in this time is dead or stuck
+LOCAL_TIMEOUT_S = 60  # waiting for local engines; a Slurm job's engines get longer (slurm.deadline: it may queue)
 KILL_GRACE_S = 2     # restart: TERM, then KILL after this
 
 _SESSIONS: dict[str, "Session"] = {}   # profile dir -> this process's open session
@@ -92,19 +101,29 @@ def _interactive() -> bool:
 
 # --- starting engines --------------------------------------------------------------------------
 
+def _profile_name(pdir: str) -> tuple[str, str]:
+    """(profile name, IPython directory) of a profile directory."""
+    return os.path.basename(pdir).removeprefix("profile_"), os.path.dirname(pdir)
+
+
 def launch_plan(cluster: ipp.Cluster, n: int) -> str:
     """Decide whether and how this process may start ``n`` engines for ``cluster``;
     return how, in words, for the messages. Raise :class:`ClusterError` to refuse.
 
-    The profile's own configuration wins: a profile whose ``ipcluster_config.py`` sets
-    ``c.Cluster.engine_launcher_class`` (e.g. ``"slurm"``) starts engines through that
-    launcher. Without one, engines are MPI processes on this machine under ``mpiexec``.
-    Other routes (e.g. refusing to start engines on a login node when a batch route is
-    configured) extend this function.
+    The profile's own configuration wins: a Slurm profile (``hpclab cluster init --slurm``)
+    submits the engines as one Slurm job; another ``c.Cluster.engine_launcher_class`` starts
+    them through that launcher. Without one, engines are MPI processes on this machine under
+    ``mpiexec``, unless this is a login node (:func:`hpclab.slurm.login_node_guard`).
     """
+    profile, ipython_dir = _profile_name(cluster.profile_dir)
+    if slurm.profile_is_slurm(profile, ipython_dir):
+        return slurm.job_plan(profile, n, ipython_dir)
     if "engine_launcher_class" in cluster.config.get("Cluster", {}):
         name = ipp_launcher.abbreviate_launcher_class(cluster.engine_launcher_class)
         return f"{n} engines through the profile's {name!r} engine launcher"
+    refusal = slurm.login_node_guard(profile, ipython_dir)
+    if refusal:
+        raise ClusterError(f"no engines were started: {refusal}")
     cluster.engine_launcher_class = "mpi"
     return f"{n} MPI engines on this machine (mpiexec)"
 
@@ -164,9 +183,15 @@ def _exit_code(engine_sets) -> int | None:
     return None
 
 
-def _wait_for_engines(engine_sets, client: ipp.Client, n: int, timeout: float) -> None:
+def _wait_for_engines(engine_sets, client: ipp.Client, n: int, timeout: float | None,
+                      job: slurm.EngineJob | None = None) -> None:
     """Wait for n engines with ipyparallel's progress bar, but notice at once when the
-    mpiexec of one of ``engine_sets`` has exited (the sync API only notices at the timeout)."""
+    mpiexec of one of ``engine_sets`` has exited (the sync API only notices at the timeout),
+    or when the Slurm ``job`` of the engines has ended (:class:`hpclab.slurm.JobEnded`).
+    A job's state is the bar's text, and each change of it is said. ``timeout`` None: 60 s,
+    for a job ``job.deadline_s`` (it may queue first)."""
+    if timeout is None:
+        timeout = job.deadline_s if job is not None else LOCAL_TIMEOUT_S
     bar = ipp.util.progress(widget=None, initial=len(client.ids), total=n, unit="engine",
                             disable=not _interactive() and not sys.stderr.isatty())
     deadline = time.monotonic() + timeout
@@ -175,6 +200,10 @@ def _wait_for_engines(engine_sets, client: ipp.Client, n: int, timeout: float) -
             code = _exit_code(engine_sets)
             if code is not None:
                 raise ipp.error.EngineError(f"mpiexec exited with code {code} before the engines registered")
+            changed = job.check() if job is not None else None
+            if changed:
+                _say(f"{changed}; {len(client.ids)} of {n} engines up")
+                bar.set_description_str(job.text)
             if time.monotonic() > deadline:
                 raise TimeoutError(f"only {len(client.ids)} of {n} engines registered in {timeout:.0f} s")
             try:
@@ -186,15 +215,36 @@ def _wait_for_engines(engine_sets, client: ipp.Client, n: int, timeout: float) -
         bar.close()
 
 
-def _launch(cluster: ipp.Cluster, n: int, timeout: float, log) -> ipp.Client:
-    """Start the controller and n engines of ``cluster`` and wait for all of them."""
+def _launch(cluster: ipp.Cluster, n: int, timeout: float | None, log, started=None) -> ipp.Client:
+    """Start the controller and n engines of ``cluster`` and wait for all of them;
+    ``started(cluster)`` is called as soon as they are started (before the wait)."""
     _mpi_env()
+    job = None
     try:
         cluster.start_controller_sync()
         cluster.start_engines_sync(n)
+        if started is not None:
+            started(cluster)
+        job = slurm.EngineJob.of(cluster)
+        if job is not None:
+            _say(f"submitted Slurm job {job.job_id} for the engines; waiting up to "
+                 f"{timeout or job.deadline_s:.0f} s for them (the job may queue first)")
         client = cluster.connect_client_sync()
-        _wait_for_engines(list(cluster.engines.values()), client, n, timeout)
+        _wait_for_engines(list(cluster.engines.values()), client, n, timeout, job)
+        if job is not None:
+            _say(f"{n} of {n} engines up in {job.report()}")
+    except subprocess.CalledProcessError as exc:  # the batch system's submit command refused the job
+        why = slurm.submit_failure(cluster)
+        profile_clusters.stop(cluster, log, polite=False)
+        raise ClusterError(f"{n} engines did not start: {why}") from exc
+    except slurm.JobEnded as exc:
+        profile_clusters.stop(cluster, log, polite=False)
+        raise ClusterError(f"{n} engines did not start: {exc}") from None
     except (ipp.error.EngineError, TimeoutError, OSError) as exc:
+        if job is not None:  # asked before the job is cancelled, while Slurm still says why it waits
+            why = job.at_deadline(str(exc))
+            profile_clusters.stop(cluster, log, polite=False)
+            raise ClusterError(f"{n} engines did not start: {why}") from None
         tail = _log_tail(cluster)
         profile_clusters.stop(cluster, log, polite=False)
         raise ClusterError(
@@ -232,10 +282,13 @@ class SharedCluster:
             self.started = False
 
 
-def start_shared(n: int = 4, profile: str = "default", timeout: float = 120) -> SharedCluster:
+def start_shared(n: int = 4, profile: str = "default", timeout: float | None = None) -> SharedCluster:
     """Start the profile's shared cluster, which notebooks claim one at a time and which
-    outlives this process (``hpclab cluster start``); or find it already running."""
+    outlives this process (``hpclab cluster start``); or find it already running. Waits up to
+    ``timeout`` s for its engines (default 120; for a Slurm profile's job 600, it may queue)."""
     pdir = profile_clusters.profile_dir(profile)
+    if timeout is None and not slurm.profile_is_slurm(*_profile_name(pdir)):
+        timeout = 120
     log = profile_clusters.quiet_log(pdir)
     found = profile_clusters.load(pdir, SHARED_ID, log)
     if found.state == "stale":
@@ -299,8 +352,8 @@ def _one_mpi_job(infos: dict[int, dict]) -> bool:
     return ranks == list(range(len(infos))) and {info["size"] for info in infos.values()} == {len(infos)}
 
 
-def _claim_shared(n: int, pdir: str, profile: str, record: dict, timeout: float, log):
-    """Claim the profile's shared cluster if it is free and sound: (None, client, infos),
+def _claim_shared(n: int, pdir: str, profile: str, record: dict, timeout: float | None, log):
+    """Claim the profile's shared cluster if it is free and sound: (found, client, infos, job),
     or None after saying why not."""
     where = f"the shared cluster of profile {profile!r}"
     instead = "starting a private cluster for this notebook instead"
@@ -310,13 +363,16 @@ def _claim_shared(n: int, pdir: str, profile: str, record: dict, timeout: float,
     if found.state != "running":
         _say(f"no shared cluster is running in profile {profile!r} (`hpclab cluster start` starts one)")
         return None
+    job = slurm.EngineJob.of(found.cluster, found.raw)
+    if job is not None:
+        _say(f"found {where}: {job.report()}")
     prior = profile_clusters.read_record(pdir, SHARED_ID)
     holder = prior.get("owner")
     # asked before the engines, which may be busy with the holder's cell
     if holder and holder["token"] != record["token"] and profile_clusters.alive(holder) is not False:
         _say(f"{where} is in use by {profile_clusters.describe_owner(holder)}; {instead}")
         return None
-    usable = _sound_engines(found, prior, timeout)
+    usable = _sound_engines(found, prior, timeout, job)
     if isinstance(usable, str):
         _say(f"{where} {usable}; {instead}")
         return None
@@ -334,10 +390,10 @@ def _claim_shared(n: int, pdir: str, profile: str, record: dict, timeout: float,
     profile_clusters.write_record(pdir, SHARED_ID, {"owner": record, "engines": _engine_table(infos)})
     asked = "" if len(infos) == n else f" (asked for {n}; it has {len(infos)})"
     _say(f"claimed {where} for this notebook{asked}; its namespace starts empty")
-    return None, client, infos
+    return found, client, infos, job
 
 
-def _sound_engines(found: profile_clusters.Found, prior: dict, timeout: float):
+def _sound_engines(found: profile_clusters.Found, prior: dict, timeout: float | None, job):
     """(client, infos) when all the cluster's engines run, answer and are one MPI job;
     otherwise what is wrong, in words."""
     if found.engines_gone:
@@ -348,7 +404,7 @@ def _sound_engines(found: profile_clusters.Found, prior: dict, timeout: float):
     except Exception as exc:  # noqa: BLE001 - e.g. "Hub connection request timed out"
         return f"does not answer ({exc}); stop it with `hpclab cluster stop`"
     try:
-        problem, infos = _engines_problem(client, found, prior, timeout)
+        problem, infos = _engines_problem(client, found, prior, timeout, job)
     except BaseException:
         client.close()
         raise
@@ -358,13 +414,17 @@ def _sound_engines(found: profile_clusters.Found, prior: dict, timeout: float):
     return client, infos
 
 
-def _engines_problem(client: ipp.Client, found: profile_clusters.Found, prior: dict, timeout: float):
-    if not found.live_sets and not client.ids:
+def _engines_problem(client: ipp.Client, found: profile_clusters.Found, prior: dict, timeout: float | None,
+                     job):
+    if not found.live_sets and not client.ids and job is None:
         return "has no engines running (`hpclab cluster stop` stops it)", {}
+    expected = found.expected or _mpi_size(client, timeout or LOCAL_TIMEOUT_S)
     try:
-        _wait_for_engines(found.live_sets, client, found.expected or _mpi_size(client, timeout), timeout)
+        _wait_for_engines(found.live_sets, client, expected, timeout, job)
     except (TimeoutError, ipp.error.EngineError) as exc:
-        return f"is not ready: {exc}", {}
+        return f"is not ready: {exc}" + (f" ({job.report()})" if job is not None else ""), {}
+    except slurm.JobEnded as exc:
+        return f"cannot be used: {exc}", {}
     infos = _describe(client, client.ids, timeout=PROBE_S)
     silent = [eid for eid in client.ids if eid not in infos]
     if silent:
@@ -429,9 +489,11 @@ class Session:
     backend: str = ""
     activated: bool = False
     reaper: subprocess.Popen | None = None
-    timeout: float = 60
+    timeout: float | None = None
     pids: dict[int, int] = field(default_factory=dict)   # engine id -> pid
     closed: bool = False
+    job: str | None = None         # the Slurm job the engines run in, if they do
+    engine_job: bool = False       # ... and its controller too (sbatch slurm/ipcluster_engines.sbatch)
 
     @property
     def n(self) -> int:
@@ -477,9 +539,10 @@ class Session:
                            "ends, then the next notebook takes them over")
             self.client.close()
         else:
+            job = self.job
             self.client.close()
             self._stop_private(log, polite=True)
-            message = f"stopped this notebook's {self.n} engines"
+            message = f"stopped this notebook's {self.n} engines" + (f" (Slurm job {job} ended)" if job else "")
         if not quiet:
             _say(message)
 
@@ -506,7 +569,11 @@ class Session:
         The way out of a ``%%px`` cell that hangs."""
         t0 = time.monotonic()
         log = profile_clusters.quiet_log(self.profile_dir)
-        _say(f"restarting: stopping the {self.n} engines (SIGKILL after {KILL_GRACE_S} s) ...")
+        if self.kind == "private" and self.job:
+            _say(f"restarting: cancelling Slurm job {self.job} with its {self.n} engines; a new job is "
+                 "submitted (it may queue) ...")
+        else:
+            _say(f"restarting: stopping the {self.n} engines (SIGKILL after {KILL_GRACE_S} s) ...")
         replacement = None
         if self.kind == "shared":
             self._kill_engines(log)
@@ -520,7 +587,12 @@ class Session:
             self.client.close()
             self._stop_private(log, polite=False)
         if replacement is None:
-            replacement = _open_private(self.requested, self.profile, self.record, self.timeout, log)
+            try:
+                replacement = _open_private(self.requested, self.profile, self.record, self.timeout, log)
+            except ClusterError:
+                self.closed = True  # nothing of the old engines is left to use
+                _SESSIONS.pop(self.profile_dir, None)
+                raise
         self._take(replacement)
         _say(f"restarted in {time.monotonic() - t0:.0f} s: {self.n} new MPI engines (ranks 0..{self.n - 1}). "
              "Everything the engines held is gone: run this section's cells again from its first %%px cell.")
@@ -542,6 +614,10 @@ class Session:
         """Start the shared cluster's engine sets again through its own launcher, and claim
         them. None if that cannot be done from here."""
         pdir = self.profile_dir
+        if self.engine_job:
+            _say(f"the engines were those of the engine job {self.job}, which ends with them: submit a new one "
+                 "(`sbatch slurm/ipcluster_engines.sbatch`) and run connect() again")
+            return None
         found = profile_clusters.load(pdir, SHARED_ID, log)
         if found.state != "running" or found.cluster is None or "engines" not in found.raw:
             return None
@@ -552,12 +628,14 @@ class Session:
         except Exception as exc:  # noqa: BLE001 - e.g. a launcher that cannot run from here
             log.warning("restarting the shared engines failed: %s", exc)
             return None
+        if self.job:
+            _say(f"the shared cluster's Slurm job {self.job} ended with its engines; its launcher submitted a new one")
         return _open_shared(self.requested, self.profile, self.record, self.timeout, log)
 
     def _take(self, other: "Session") -> None:
         """Become ``other`` (so the notebook's ``session`` variable stays valid)."""
         activate = self.activated
-        for name in ("client", "view", "ranks", "kind", "cluster", "backend", "reaper", "pids"):
+        for name in ("client", "view", "ranks", "kind", "cluster", "backend", "reaper", "pids", "job", "engine_job"):
             setattr(self, name, getattr(other, name))
         self.closed = False
         _SESSIONS[self.profile_dir] = self
@@ -577,6 +655,8 @@ class Session:
 
     def _problem(self) -> str | None:
         """Why these engines cannot be used any more, or None."""
+        if self.job and not slurm.job_is_active(self.job):
+            return slurm.diagnose(self.job)
         if self.kind == "private" and self.cluster is not None \
                 and _exit_code(self.cluster.engines.values()) is not None:
             engines = "\n".join(s.get_output() or "" for s in self.cluster.engines.values())
@@ -605,28 +685,45 @@ class Session:
     def __repr__(self) -> str:
         origin = ("private cluster, started for this notebook" if self.kind == "private"
                   else "shared cluster, claimed by this notebook")
+        origin += f", Slurm job {self.job}" if self.job else ""
         state = ", closed" if self.closed else ""
         return f"<hpclab Session: {self.n} MPI engines ({origin}{state}), backend {self.backend}>"
 
 
-def _open_shared(n: int, profile: str, record: dict, timeout: float, log) -> Session | None:
+def _open_shared(n: int, profile: str, record: dict, timeout: float | None, log) -> Session | None:
     pdir = profile_clusters.profile_dir(profile)
     claimed = _claim_shared(n, pdir, profile, record, timeout, log)
     if claimed is None:
         return None
-    cluster, client, infos = claimed
-    return _session("shared", cluster, client, infos, profile, record, n, timeout)
+    found, client, infos, job = claimed
+    session = _session("shared", None, client, infos, profile, record, n, timeout)
+    session.job = job.job_id if job is not None else None
+    session.engine_job = slurm.controller_job_id(found.raw) is not None
+    return session
 
 
-def _open_private(n: int, profile: str, record: dict, timeout: float, log) -> Session:
+def _open_private(n: int, profile: str, record: dict, timeout: float | None, log) -> Session:
     pdir = profile_clusters.profile_dir(profile)
     # a new id each time: a killed cluster's connection files must never be read as this one's
     cluster = _new_cluster(pdir, f"{PRIVATE_PREFIX}{os.getpid()}-{secrets.token_hex(3)}", n, log)
     how = launch_plan(cluster, n)
     _say(f"starting a private cluster for this notebook: {how} (cluster id {cluster.cluster_id})")
-    client = _launch(cluster, n, timeout, log)
-    reaper = _start_reaper(cluster)
-    profile_clusters.write_record(pdir, cluster.cluster_id, {"owner": record})
+    reapers = []
+
+    # As soon as the engines are started, before the wait (a Slurm job may queue for minutes): the
+    # cluster is this notebook's (`hpclab cluster stop` leaves it), and it is stopped if the kernel dies.
+    def started(launched: ipp.Cluster) -> None:
+        profile_clusters.write_record(pdir, launched.cluster_id, {"owner": record})
+        reapers.append(_start_reaper(launched))
+
+    try:
+        client = _launch(cluster, n, timeout, log, started=started)
+    except BaseException:
+        for reaper in reapers:  # (it ends by itself once the cluster file is gone; do not leave it a zombie)
+            reaper.terminate()
+            reaper.wait()
+        raise
+    reaper = reapers[0]
     try:
         infos = _describe(client, client.ids, timeout=30)
         if len(infos) < n or not _one_mpi_job(infos):
@@ -640,6 +737,7 @@ def _open_private(n: int, profile: str, record: dict, timeout: float, log) -> Se
         profile_clusters.stop(cluster, log, polite=False)
         raise
     session.reaper = reaper
+    session.job = slurm.cluster_job_id(cluster)
     profile_clusters.write_record(pdir, cluster.cluster_id, {"owner": record, "engines": _engine_table(infos)})
     return session
 
@@ -657,12 +755,13 @@ def _session(kind, cluster, client, infos, profile, record, n, timeout) -> Sessi
                    backend, timeout=timeout, pids={e: infos[e]["pid"] for e in order})
 
 
-def connect(n: int = 4, profile: str = "default", timeout: float = 60, activate: bool = True) -> Session:
+def connect(n: int = 4, profile: str = "default", timeout: float | None = None, activate: bool = True) -> Session:
     """Engines for this notebook: claim the profile's shared cluster if it is free,
     otherwise start a private cluster of ``n`` MPI engines (see the module docstring).
 
-    Waits up to ``timeout`` seconds for all engines; raises :class:`ClusterError` with
-    the cause, the engine log and a fix when engines cannot start.
+    Waits up to ``timeout`` seconds for all engines (default: 60, and for engines from a
+    Slurm job 600, as the job may queue); raises :class:`ClusterError` with the cause, the
+    log and a fix when engines cannot start.
     """
     if n < 1:
         raise ValueError(f"connect(n={n}): the number of engines must be at least 1")

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 import ipyparallel as ipp
 import psutil
 
+from hpclab import slurm
+
 SHARED_ID = ""
 PRIVATE_PREFIX = "hpclab-"
 
@@ -195,8 +197,17 @@ def _leftovers(pdir: str, cluster_id: str) -> list[psutil.Process]:
 
 
 def _alive(launcher) -> bool:
+    """Whether a launcher's processes still run; a Slurm job's (no local process): whether the job
+    is queued or running; another batch system's: assumed so."""
+    if launcher is None:
+        return False
     processes = _processes(launcher)
-    return launcher is not None and (not processes or bool(_running(processes)))
+    if processes:
+        return bool(_running(processes))
+    job = getattr(launcher, "job_id", "")
+    if job and "slurm" in f"{type(launcher).__module__}.{type(launcher).__name__}".lower():
+        return slurm.job_is_active(job)
+    return True
 
 
 def controller_host(pdir: str, cluster_id: str) -> str | None:
@@ -241,8 +252,11 @@ class Found:
 
     @property
     def expected(self) -> int | None:
-        """How many engines the running engine sets started, if they say."""
+        """How many engines the running engine sets started, if they say; for an engine job
+        (its controller and engines run in one Slurm job, no engine set recorded), the job's."""
         counts = [s.get("n") if isinstance(s, dict) else getattr(s, "n", None) for s in self.live_sets]
+        if not counts and slurm.controller_job_id(self.raw):
+            counts = [self.raw.get("cluster", {}).get("n")]
         return sum(counts) if counts and all(isinstance(c, int) for c in counts) else None
 
     @property
@@ -269,19 +283,21 @@ def load(pdir: str, cluster_id: str, log: logging.Logger) -> Found:
     host = controller_host(pdir, cluster_id)
     if not _here(host):  # loading it here would check (and drop) this host's processes of the same pids
         return Found(cluster_id, "running", None, raw, host=host, profile_dir=pdir)
-    # ipyparallel checks each recorded process; those that are gone are dropped.
-    cluster = ipp.Cluster.from_file(path, log=log)
+    # ipyparallel checks each recorded process; those that are gone are dropped. (profile_dir:
+    # the profile's own configuration, e.g. its Slurm batch template, for engines started again)
+    cluster = ipp.Cluster.from_file(path, log=log, profile_dir=pdir)
     # This copy is for reading: its watcher threads must not rewrite the file later
     # (whoever starts engines through it sets ``cluster_file`` back).
     cluster.cluster_file = ""
     if _alive(cluster.controller):
         return Found(cluster_id, "running", cluster, raw, profile_dir=pdir)
     pid = raw.get("controller", {}).get("state", {}).get("pid", "?")
+    job = slurm.controller_job_id(raw)
     stop(cluster, log, polite=False)  # engines without their controller cannot be used
     _remove([path, *connection_files(pdir, cluster_id)])
+    why = f"its controller's {slurm.job_report(job)}" if job else f"its controller (pid {pid}) is no longer running"
     return Found(cluster_id, "stale", raw=raw, profile_dir=pdir,
-                 message=f"removed the stale cluster file {path}: its controller (pid {pid}) is no "
-                         "longer running")
+                 message=f"removed the stale cluster file {path}: {why}")
 
 
 def dead_rank_note(engine_output: str, controller_output: str, rank_of: dict[int, int]) -> str | None:
@@ -310,9 +326,22 @@ def stop(cluster: ipp.Cluster, log: logging.Logger, grace: float = 2.0, polite: 
     pdir, cluster_id, path = cluster.profile_dir, cluster.cluster_id, cluster.cluster_file
     cluster.cluster_file = ""  # ipyparallel's watcher threads must not write it again once removed
     launchers = [launcher for launcher in [cluster.controller, *cluster.engines.values()] if launcher]
+    for launcher in launchers:  # a batch job's log is its record, named in messages: ipyparallel must not
+        if getattr(launcher, "job_id", ""):  # remove it when the job is cancelled (nor this function)
+            launcher.output_file = ""
     processes = [p for launcher in launchers for p in _processes(launcher)]
     processes += [p for p in _leftovers(pdir, cluster_id) if p not in processes]
-    if polite and _alive(cluster.controller):
+    # Engine sets that are batch jobs (no local process) are cancelled first, through ipyparallel's
+    # launchers (scancel): the job then ends CANCELLED, not FAILED as it would after a polite
+    # shutdown of its engines (srun sees them exit non-zero).
+    # (Their engines then never answer a polite shutdown, which would wait for them: none is sent.)
+    batch = [engine_set_id for engine_set_id, engine_set in cluster.engines.items() if not _processes(engine_set)]
+    for engine_set_id in batch:
+        try:
+            cluster.stop_engines_sync(engine_set_id)
+        except Exception as exc:  # noqa: BLE001 - e.g. a job that has ended already
+            log.info("cancelling engine set %s of %r: %s", engine_set_id, cluster_id, exc)
+    if polite and not batch and _alive(cluster.controller):
         try:
             client = cluster.connect_client_sync(timeout=3)
             client.shutdown(targets="all", hub=True, block=False)
@@ -321,10 +350,7 @@ def stop(cluster: ipp.Cluster, log: logging.Logger, grace: float = 2.0, polite: 
         except Exception as exc:  # noqa: BLE001 - busy or dead engines: the signals below end them
             log.info("polite shutdown of %r failed: %s", cluster.cluster_id, exc)
     _terminate(processes, grace)
-    try:  # batch jobs (no local process): ipyparallel's launchers cancel them
-        for engine_set_id, engine_set in list(cluster.engines.items()):
-            if not _processes(engine_set):
-                cluster.stop_engines_sync(engine_set_id)
+    try:  # a controller in a batch job (no local process): its launcher cancels the job
         if cluster.controller is not None and not _processes(cluster.controller):
             cluster.stop_controller_sync()
     except Exception as exc:  # noqa: BLE001
@@ -364,10 +390,15 @@ def stop_remote(found: Found, log: logging.Logger) -> str:
     pdir = found.profile_dir
     files = [cluster_file(pdir, found.cluster_id), record_file(pdir, found.cluster_id),
              *connection_files(pdir, found.cluster_id)]
+    job = slurm.recorded_job_id(found.raw)
     try:
         client = found.connect(timeout=5)
     except Exception as exc:  # noqa: BLE001 - "Hub connection request timed out"
         _remove(files)
+        if job:
+            done = "cancelled" if slurm.cancel(job) else "could not cancel (it has ended?)"
+            return (f"removed the files of {name}: its controller on {found.host} does not answer; "
+                    f"{done} Slurm job {job}")
         return (f"removed the files of {name}: its controller on {found.host} does not answer ({exc}); "
                 "if its batch job is still queued or running, cancel it (e.g. scancel)")
     client.shutdown(targets="all", hub=True, block=False)
@@ -425,7 +456,8 @@ def status_lines(pdir: str, log: logging.Logger) -> list[str]:
         else:
             state = {True: "", False: " - gone: an orphan", None: " (on another host)"}[alive(owner)]
             who = f"{'claimed by' if cluster_id == SHARED_ID else 'started by'} {describe_owner(owner)}{state}"
-        lines.append(f"{name}: {engines}; {who}")
+        job = slurm.EngineJob.of(found.cluster, found.raw)
+        lines.append(f"{name}: {engines}; {who}" + (f"; {job.report()}" if job is not None else ""))
     return lines or [f"no clusters in {pdir}"]
 
 

@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from . import slurm_local
@@ -43,6 +44,16 @@ def slurm():
     finally:
         s.stop()
         shutil.rmtree(s.root, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def no_job_outlives_its_test(slurm):
+    """A test that fails half-way must not leave jobs holding the node's GPUs for the tests after it."""
+    yield
+    left = slurm.jobs()
+    if left:
+        slurm.run(["scancel", *left], timeout=30)
+        no_jobs_left(slurm, 30)
 
 
 def job_env(slurm, tmp_path: Path, **extra) -> dict:
@@ -194,20 +205,28 @@ def run_notebook(slurm, tmp_path: Path, **env) -> None:
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
 
 
-PULL = """
+DONE = """
 import json, sys, ipyparallel as ipp
 client = ipp.Client(profile=sys.argv[1], timeout=30)
-print(json.dumps(client[:].pull("status", block=True)))
+print(json.dumps({str(e): q["completed"] for e, q in client.queue_status().items() if e != "unassigned"}))
 client.close()
 """
 
 
-def assert_notebook_ran_on_these_engines(slurm, tmp_path: Path, n: int, profile: str = "default") -> None:
-    """The notebook's last %%px cell left ``status`` on every engine of the cluster (not on engines of its own)."""
-    proc = slurm.run([sys.executable, "-c", PULL, profile], env=job_env(slurm, tmp_path), timeout=120)
+def tasks_done(slurm, tmp_path: Path, profile: str = "default") -> dict[str, int]:
+    """How many requests each engine of the profile's shared cluster has completed (the controller counts)."""
+    proc = slurm.run([sys.executable, "-c", DONE, profile], env=job_env(slurm, tmp_path), timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    statuses = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(statuses) == n and all("input.dat" in s for s in statuses), statuses
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def assert_notebook_ran_on_these_engines(slurm, tmp_path: Path, before: dict[str, int], n: int,
+                                         profile: str = "default") -> None:
+    """Every engine of the cluster ran at least the notebook's %%px cells (not engines of its own).
+    (Its names are gone: closing the session gives the engines back with an empty namespace.)"""
+    cells = sum(c.source.lstrip().startswith("%%px") for c in nbformat.read(NB, as_version=4).cells)
+    after = tasks_done(slurm, tmp_path, profile)
+    assert len(after) == n and all(after[e] - before.get(e, 0) >= cells for e in after), (before, after, cells)
 
 
 def wait_for_log(info_path: Path, text: str, slurm, job: str, timeout: float = 180) -> str:
@@ -263,9 +282,10 @@ def test_engines_batch_job_serves_a_notebook_and_fails_when_its_engines_die(slur
     assert second["JobState"] == "FAILED" and second["ExitCode"] == "3:0", completed(second)
     assert f"the engines of job {job} are still running" in log_of(second)
 
-    # the notebook, on the login side, with today's cluster.connect(): it finds the job's cluster
+    # the notebook, on the login side: its connect() claims the job's cluster and gives it back
+    before = tasks_done(slurm, tmp_path)
     run_notebook(slurm, tmp_path)
-    assert_notebook_ran_on_these_engines(slurm, tmp_path, 4)
+    assert_notebook_ran_on_these_engines(slurm, tmp_path, before, 4)
     assert slurm.job(job)["JobState"] == "RUNNING", "the notebook must leave engines it did not start"
 
     # one engine dies: the job ends non-zero and says so
@@ -324,8 +344,9 @@ def test_slurm_launcher_profile_serves_a_notebook(slurm, tmp_path):
         assert info["Partition"] == "gpu" and info["NumTasks"] == "4" and "gpu:4" in info.get("TresPerNode", ""), info
         assert Path(info["StdOut"]).parent == pdir / "log"  # the job's log in the profile, not the cwd
         assert not list(tmp_path.glob("*.sbatch")) and list((pdir / "log").glob("slurm_engines_*.sbatch"))
+        before = tasks_done(slurm, tmp_path)
         run_notebook(slurm, tmp_path)
-        assert_notebook_ran_on_these_engines(slurm, tmp_path, 4)
+        assert_notebook_ran_on_these_engines(slurm, tmp_path, before, 4)
     finally:
         stop = slurm.run(["ipcluster", "stop"], env=e, timeout=120)
     assert stop.returncode == 0, stop.stdout + stop.stderr
@@ -350,19 +371,7 @@ def test_slurm_launcher_with_a_wrong_mpi_flavour_is_diagnosed(slurm, tmp_path):
         slurm.run(["ipcluster", "stop", "--profile=broken"], env=e, timeout=120)
 
 
-# ---------------------------------------------------------------- once connect() calls hpclab.slurm
-
-def _integrated() -> bool:
-    import hpclab.cluster
-
-    return hasattr(hpclab.cluster, "slurm")
-
-
-def needs_connect_integration(test):
-    """Tests of connect() calling hpclab.slurm; they run once hpclab.cluster imports it as ``slurm``."""
-    test = pytest.mark.needs_connect_integration(test)
-    return pytest.mark.skipif(not _integrated(), reason="needs cluster.connect integration")(test)
-
+# ---------------------------------------------------------------- connect() with engines from Slurm
 
 def no_jobs_left(slurm, timeout: float = 60) -> bool:
     deadline = time.monotonic() + timeout
@@ -376,27 +385,27 @@ def connect_in(slurm, tmp_path, code: str, timeout: float = 400):
                      timeout=timeout, cwd=ROOT)
 
 
-@needs_connect_integration
 def test_connect_with_a_slurm_profile_gets_engines_from_a_job_and_runs_the_notebook(slurm, tmp_path):
     init_profile(slurm, tmp_path)
     run_notebook(slurm, tmp_path)  # the notebook's own connect(n=4) submits the job; its end cancels it
     assert no_jobs_left(slurm)
 
 
-@needs_connect_integration
 def test_connect_with_a_broken_engine_job_names_job_and_log_within_its_deadline(slurm, tmp_path):
     init_profile(slurm, tmp_path, "--mpi", "pmix")
     t0 = time.monotonic()
     proc = connect_in(slurm, tmp_path, "try:\n    cluster.connect(n=4, timeout=90)\n"
                                        "except cluster.ClusterError as exc:\n    print('ERROR', exc)\n")
     assert time.monotonic() - t0 < 150
-    assert re.search(r"ERROR .*Slurm job \d+ \(hpclab-engines\) FAILED", proc.stdout), proc.stdout + proc.stderr
-    assert "profile_default/log/" in proc.stdout and "pmi2" in proc.stdout
-    assert "started" not in proc.stdout.split("ERROR")[0]  # nothing started locally
+    found = re.search(r"ERROR .*Slurm job \d+ \(hpclab-engines\) FAILED.* Log: (\S+)", proc.stdout)
+    assert found, proc.stdout + proc.stderr
+    assert "/profile_default/log/" in found.group(1) and Path(found.group(1)).exists()  # the log is kept
+    assert "pmi2" in proc.stdout
+    before = proc.stdout.split("ERROR")[0]  # nothing started locally: the engines were only ever a job
+    assert "4 engines as one Slurm job" in before and "on this machine" not in before and "started" not in before
     assert no_jobs_left(slurm)
 
 
-@needs_connect_integration
 def test_connect_on_a_login_node_does_not_start_local_engines(slurm, tmp_path):
     e = job_env(slurm, tmp_path)
     e.pop("HPCLAB_ALLOW_LOCAL_ENGINES")
@@ -405,13 +414,52 @@ def test_connect_on_a_login_node_does_not_start_local_engines(slurm, tmp_path):
     assert "ERROR" in proc.stdout and "hpclab cluster init --slurm" in proc.stdout, proc.stdout + proc.stderr
 
 
-@needs_connect_integration
-def test_connect_reports_the_engine_job_it_found(slurm, tmp_path):
+def test_connect_reports_the_engine_job_it_found_and_hpclab_cluster_stop_ends_it(slurm, tmp_path):
     job = submit(slurm, "ipcluster_engines.sbatch", tmp_path, *TWO_GPUS)
     wait_for_log(Path(slurm.job(job)["StdOut"]), "2 engines up", slurm, job)
+    proc = connect_in(slurm, tmp_path, "s = cluster.connect(n=2, timeout=60)\ns.close()\n")
+    assert f"Slurm job {job} (hpclab-engines) RUNNING on localhost" in proc.stdout, proc.stdout + proc.stderr
+    assert slurm.job(job)["JobState"] == "RUNNING"
+    status = hpclab_in(slurm, tmp_path, "cluster", "status")
+    assert f"2 of 2 engines up; free; Slurm job {job} (hpclab-engines) RUNNING" in status.stdout, status.stdout
+    stop = hpclab_in(slurm, tmp_path, "cluster", "stop")  # what `make stop` runs
+    assert stop.returncode == 0 and "stopped the shared cluster" in stop.stdout, stop.stdout + stop.stderr
+    assert slurm.wait(job, timeout=60)["JobState"] in ("COMPLETED", "CANCELLED")
+
+
+def test_connect_with_a_job_still_queued_at_its_deadline_cancels_it_and_says_why(slurm, tmp_path):
+    stale = stale_cluster_file(tmp_path / "ipython" / "profile_default", "987654")
+    init_profile(slurm, tmp_path)
+    hog = slurm.sbatch(["--gres=gpu:8", "-n", "1", f"--output={tmp_path}/hog.out", "--wrap", "sleep 600"],
+                       env=job_env(slurm, tmp_path), cwd=tmp_path)
     try:
-        proc = connect_in(slurm, tmp_path, "s = cluster.connect(n=2, timeout=60)\ns.close()\n")
-        assert f"Slurm job {job} (hpclab-engines) RUNNING on localhost" in proc.stdout, proc.stdout + proc.stderr
-        assert slurm.job(job)["JobState"] == "RUNNING"
+        t0 = time.monotonic()
+        proc = connect_in(slurm, tmp_path, "try:\n    cluster.connect(n=4, timeout=15)\n"
+                                           "except cluster.ClusterError as exc:\n    print('ERROR', exc)\n")
+        assert time.monotonic() - t0 < 60
+        said = proc.stdout + proc.stderr
+        assert f"removed the stale cluster file {stale}: its controller's Slurm job 987654" in said, said
+        assert re.search(r"ERROR 4 engines did not start: only 0 of 4 engines registered in 15 s; Slurm job \d+ "
+                         r"\(hpclab-engines\) PENDING \(Resources\): waiting for free GPUs", said), said
+        assert "profile_default/log/" in said and "The job is cancelled now" in said, said
+        assert slurm.jobs() == [hog]
     finally:
-        slurm.run(["scancel", job])
+        slurm.run(["scancel", hog])
+
+
+GPU_OF_RANK = ("lambda: (__import__('hpclab.device').device.local_rank()[0], "
+               "len(__import__('os').environ['CUDA_VISIBLE_DEVICES'].split(',')))")
+
+
+def test_restart_of_a_slurm_cluster_submits_a_new_job_and_close_cancels_it(slurm, tmp_path):
+    init_profile(slurm, tmp_path)
+    proc = connect_in(slurm, tmp_path, "s = cluster.connect(n=4, timeout=120)\nprint('JOB', s.job)\ns.restart()\n"
+                                       f"print('JOB', s.job, s.on_ranks({GPU_OF_RANK}))\ns.close()\n")
+    jobs = re.findall(r"^JOB (\d+)", proc.stdout, re.MULTILINE)
+    assert proc.returncode == 0 and len(set(jobs)) == 2, proc.stdout + proc.stderr
+    assert f"restarting: cancelling Slurm job {jobs[0]}" in proc.stdout
+    # rank r has node-local rank r and sees the job's 4 GPUs: GPU local_rank % 4, one per rank
+    assert f"JOB {jobs[1]} [(0, 4), (1, 4), (2, 4), (3, 4)]" in proc.stdout, proc.stdout
+    assert f"stopped this notebook's 4 engines (Slurm job {jobs[1]} ended)" in proc.stdout
+    assert no_jobs_left(slurm)
+    assert slurm.job(jobs[0])["JobState"] in ("CANCELLED", "FAILED")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hpclab import slurm
-from hpclab.slurm import engines, guard
+from hpclab.slurm import engines, guard, watch
 from hpclab.slurm import mpi as flavour
 from hpclab.slurm import profile as prof
 
@@ -311,6 +311,46 @@ def test_cluster_job_id_comes_from_the_engine_set_or_the_job_controller():
     assert slurm.cluster_job_id(Cluster) == "78"
     Cluster.controller = None
     assert slurm.cluster_job_id(Cluster) is None
+
+
+def test_waiting_for_an_engine_job_says_each_state_once_and_stops_when_it_ends(fake_slurm, tmp_path, monkeypatch):
+    monkeypatch.setattr(watch, "POLL_S", 0)
+    job = watch.EngineJob("61")
+    fake_slurm(61, "PENDING", reason="Priority", nodes="(null)")
+    assert job.check() == "Slurm job 61 (hpclab-engines) PENDING (Priority)"
+    assert job.text == "Slurm job 61 PENDING (Priority)"  # the progress bar's
+    assert job.check() is None  # unchanged: said once
+    fake_slurm(61, "RUNNING")
+    assert job.check() == "Slurm job 61 (hpclab-engines) RUNNING on gpu07 for 00:00:42"
+    log = tmp_path / "e.log"
+    log.write_text("Abort(...) Runtime environment uses unsupported PMI version PMIx. Aborting.\n")
+    fake_slurm(61, "FAILED", exit_code="16:0", log=str(log))
+    with pytest.raises(watch.JobEnded, match=r"^Slurm job 61 \(hpclab-engines\) FAILED .*pmi2.* Log: "):
+        job.check()
+
+
+def test_an_engine_job_still_queued_at_the_deadline_is_said_so_with_the_reason(fake_slurm, tmp_path):
+    fake_slurm(62, "PENDING", reason="Resources", nodes="(null)", log=str(tmp_path / "e.log"))
+    message = watch.EngineJob("62").at_deadline("only 0 of 4 engines registered in 600 s")
+    assert message.startswith("only 0 of 4 engines registered in 600 s; Slurm job 62 (hpclab-engines) PENDING "
+                              "(Resources): waiting for free GPUs/nodes. Fix: "), message
+    assert f"Log: {tmp_path}/e.log. The job is cancelled now" in message and "timeout=" in message
+
+
+def test_connect_on_a_login_node_refuses_to_start_local_engines(login_node, monkeypatch):
+    import ipyparallel as ipp
+
+    from hpclab import cluster
+
+    pdir = login_node / "ipython" / "profile_default"
+    pdir.mkdir(parents=True)
+    plan = ipp.Cluster(profile_dir=str(pdir), load_profile=False)
+    with pytest.raises(cluster.ClusterError, match="no engines were started: this looks like a Slurm login node"):
+        cluster.launch_plan(plan, 4)
+    (pdir / prof.SETTINGS_FILE).write_text(json.dumps({"partition": "gpu", "gpus_per_node": 4, "engines": 4,
+                                                        "mpi": "pmi2"}))
+    assert cluster.launch_plan(plan, 4) == ("4 engines as one Slurm job (partition gpu, 4 GPUs per node, "
+                                            "time 01:00:00, srun --mpi=pmi2)")
 
 
 # ---------------------------------------------------------------- cluster files of engine jobs

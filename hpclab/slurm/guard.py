@@ -56,8 +56,8 @@ def login_node_guard(profile: str = "default", ipython_dir: str | None = None) -
                 "(sbatch slurm/ipcluster_engines.sbatch) and connect to them")
     if profile_is_slurm(profile, ipython_dir):
         return (f"profile {profile!r} starts its engines through Slurm (hpclab cluster init --slurm); "
-                "they are not started on this machine: use ipp.Cluster(profile=...) or `ipcluster start "
-                f"--profile {profile} --daemonize`, or set {ALLOW}=1 to run engines here instead")
+                "they are not started on this machine: hpclab.cluster.connect() or `hpclab cluster start "
+                f"--profile {profile}` submits them as a job, or set {ALLOW}=1 to run engines here instead")
     if os.environ.get("SLURM_JOB_ID"):
         return None
     if shutil.which("sbatch") and _gpus() == 0:

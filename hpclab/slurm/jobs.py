@@ -271,3 +271,8 @@ def submit_error(batch_file: str | Path) -> str:
     if proc.returncode == 0:
         return ""
     return " ".join(proc.stderr.strip().splitlines()[-2:]) or f"sbatch exited with {proc.returncode}"
+
+
+def cancel(job_id: str | int) -> bool:
+    """``scancel`` the job; whether scancel accepted it (False when it had ended or there is no scancel)."""
+    return _run(["scancel", str(job_id)], timeout=30) is not None

@@ -17,7 +17,9 @@ writes ``<IPYTHONDIR>/profile_<name>/ipcluster_config.py`` with
   (``--controller-location`` to give another name or address);
 
 and ``hpclab_slurm.json`` beside it (the settings, read by :func:`hpclab.slurm.slurm_settings`).
-``ipcluster start --profile NAME -n N`` and ``ipp.Cluster(profile=NAME)`` then submit the job.
+``hpclab.cluster.connect(profile=NAME)`` (a notebook's own job), ``hpclab cluster start --profile NAME``
+(one job that notebooks claim in turn), ``ipcluster start --profile NAME`` and ``ipp.Cluster(profile=NAME)``
+then submit the job.
 """
 from __future__ import annotations
 
@@ -252,8 +254,10 @@ def init_command(args) -> int:
           f"{nodes}), {settings.gpus_per_node} GPUs per node, time {settings.time}"
           + (f", account {settings.account}" if settings.account else "")
           + f"; its log goes to {settings.profile_dir}/log/")
-    prof = "" if settings.profile == "default" else f"--profile {settings.profile} "
-    print(f"start the engines: ipcluster start {prof}--daemonize   (stop: ipcluster stop {prof}".rstrip()
-          + ")\nor in a notebook: hpclab.cluster.connect("
-          + ("" if settings.profile == "default" else f"profile={settings.profile!r}") + ")")
+    prof = "" if settings.profile == "default" else f" --profile {settings.profile}"
+    arg = "" if settings.profile == "default" else f", profile={settings.profile!r}"
+    print(f"in a notebook: session = hpclab.cluster.connect(n={settings.engines}{arg}) submits the engine job "
+          "(session.close() cancels it)\n"
+          f"one job that notebooks claim in turn: hpclab cluster start -n {settings.engines}{prof}   "
+          f"(stop: hpclab cluster stop{prof})")
     return 0
