@@ -80,3 +80,14 @@ def test_block_reduction_is_exact_when_allocation_switches_threads(monkeypatch):
 
     monkeypatch.setattr(cudasim, "np", _Sleepy())
     assert fast.count_hits(0, 1000, 1000) == mc.count_hits_reference(0, 1000, 1000)
+
+
+def test_device_functions_in_other_modules_see_the_launch_and_are_restored_after_it():
+    from numba import cuda
+
+    from hpclab.pi import fast, mc, reduce
+
+    # The kernel lives in fast.py; Philox in mc.py and the block sum (cuda.shared,
+    # cuda.syncthreads) in reduce.py: one block of 32 threads calling both per sample.
+    assert fast.count_hits(0, 4000, 3, 1, 32) == mc.count_hits_reference(0, 4000, 3)
+    assert mc.cuda is cuda and reduce.cuda is cuda and fast.cuda is cuda
