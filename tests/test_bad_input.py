@@ -181,6 +181,7 @@ def test_scaling_work_option_is_checked_before_any_run(tmp_path):
 def test_scaling_without_any_mpiexec_says_how_to_get_one(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "executable", str(tmp_path / "bin" / "python"))   # no mpiexec beside it
     monkeypatch.setenv("PATH", str(tmp_path))                                 # nor on PATH
+    monkeypatch.delenv("HPCLAB_MPIEXEC", raising=False)                       # nor named (make test-gpu names one)
     refused(*call(["scaling", "pi-mc", "--ranks", "1", "--out", str(tmp_path / "out")]),
             "no mpiexec beside this Python or on PATH")
 

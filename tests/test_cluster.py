@@ -279,8 +279,9 @@ def test_killed_engine_is_replaced_with_a_message_saying_what_died(tmp_path, cle
     # a private cluster: connect() replaces it and says what it replaced
     proc = _python(KILL_ONE_ENGINE, e)
     assert "WORKS private" in proc.stdout, proc.stdout + proc.stderr
-    assert re.search(r"replacing this notebook's private cluster hpclab-\S+: rank 1 died first", proc.stdout), \
-        proc.stdout
+    # Open MPI may still be ending the job when connect() looks: then the engine is only missing.
+    assert re.search(r"replacing this notebook's private cluster hpclab-\S+: rank 1 (died first|has stopped)",
+                     proc.stdout), proc.stdout
     # the shared cluster: connect() says which rank died and starts a private cluster instead
     assert _hpclab("cluster", "start", "-n", "2", e=e).returncode == 0
     proc = _python(KILL_ONE_ENGINE, e)

@@ -165,7 +165,7 @@ def test_nccl_bootstrap_check_tells_right_from_wrong():
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env(), cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     v = last_json(proc)
-    assert v["right"][0] is True
+    assert v["right"][0] is True and v["right_bytes"][0] is True
     assert v["own_ids"][0] is False and "only rank 0 should call get_unique_id()" in v["own_ids"][1]
     assert v["not_broadcast"][0] is False and "ranks [1, 2] hold a different id" in v["not_broadcast"][1]
     assert v["wrong_rank"][0] is False and "rank 1 created NcclCommunicator(3, the id, 0)" in v["wrong_rank"][1]

@@ -1,6 +1,7 @@
 """`make lab` serves the whole workbook: its JupyterLab, asked through the server's REST API, lists exercises/."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import secrets
@@ -45,6 +46,8 @@ def _get(url: str, token: str):
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make (to read the recipe of `make lab`)")
+@pytest.mark.skipif(importlib.util.find_spec("jupyterlab") is None,
+                    reason="needs JupyterLab (the lab extra; GPU nodes without network may lack it)")
 def test_make_lab_serves_notebooks_exercises_and_solutions(tmp_path):
     port, token = _free_port(), secrets.token_hex(16)
     argv = _lab_command(f"--no-browser --port={port} --ServerApp.port_retries=0 --IdentityProvider.token={token}")

@@ -87,7 +87,8 @@ def bootstrap(fn, comm, nccl, quiet: bool | None = None) -> Verdict:
         return _say(Verdict(False, f"rank {bad} raised {errors[bad]}"), quiet)
     stand_in = isinstance(nccl, StandInNccl)
     mine = {
-        "uid": tuple(uid) if isinstance(uid, (tuple, list)) else repr(uid),
+        # CuPy gives the id as a tuple of 128 ints or as 128 bytes, by version.
+        "uid": tuple(uid) if isinstance(uid, (tuple, list, bytes, bytearray)) else repr(uid),
         "ids_made": nccl.ids_made if stand_in else None,
         "made": list(nccl.communicators) if stand_in else None,
     }
@@ -102,7 +103,7 @@ def _judge(everyone: list[dict], size: int, stand_in: bool) -> Verdict:
     for r, e in enumerate(everyone):
         if not isinstance(e["uid"], tuple) or len(e["uid"]) != ID_BYTES:
             return Verdict(False, f"rank {r} returned {str(e['uid'])[:60]} as the id; return the "
-                                  f"{ID_BYTES}-byte tuple that nccl.get_unique_id() gives")
+                                  f"{ID_BYTES}-byte id that nccl.get_unique_id() gives")
     first = everyone[0]["uid"]
     differ = [r for r, e in enumerate(everyone) if e["uid"] != first]
     if stand_in:

@@ -92,7 +92,9 @@ class ConvWeights:
     im2col + GEMM; the tiled kernel's and Winograd's layouts are made on first use."""
 
     def __init__(self, w, bias=None):
-        self.host = np.ascontiguousarray(w, dtype=np.float32)
+        # A copy, not ascontiguousarray: a view such as w[:, :, None, None] counts as contiguous
+        # but keeps stride 0 on its new axes, and a GPU array with those strides cannot reshape.
+        self.host = np.array(w, dtype=np.float32, order="C")
         if self.host.ndim != 4:
             raise ValueError(f"weights must have shape (K, C, R, S), got {self.host.shape}")
         self.k, self.c, self.r, self.s = self.host.shape
