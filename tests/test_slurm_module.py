@@ -424,6 +424,7 @@ def test_the_login_side_sees_an_engine_job_by_its_job_id_and_stops_it_with_scanc
 def test_the_slurm_tier_says_in_one_line_why_it_cannot_run(monkeypatch, tmp_path):
     from . import slurm_local
 
+    monkeypatch.delenv("HPCLAB_SLURM_TIER", raising=False)        # make test-gpu turns the tier off
     monkeypatch.setattr(slurm_local.os, "geteuid", lambda: 1000)
     assert slurm_local.unavailable() == ("the Slurm tier needs root (it runs slurmctld, slurmd and munged in a "
                                          "network namespace)")
