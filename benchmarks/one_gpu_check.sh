@@ -212,7 +212,7 @@ part_suite() {   # part_suite [tests|notebooks]: the whole suite, or one half of
             "$([ "$rc" = 124 ] && echo ': stopped by the budget')" "$(( SECONDS - t0 ))"
         grep -E '^(=+ )?[0-9]+ (passed|failed)|^make test-gpu: [0-9]|^FAILED|^ERROR|KeyboardInterrupt' "$log" | tail -n 40
         echo; echo "skipped, by reason:"
-        grep '^SKIPPED' "$log" | sed -E 's/^SKIPPED \[([0-9]+)\] ([^ :]+:[0-9]+: )?/\1x /' | sort | uniq -c | sort -rn | head -n 20
+        grep '^SKIPPED' "$log" | sed -E 's/^SKIPPED \[([0-9]+)\] ([^ :]+:[0-9]+: )?/\1x /' | sort -rn | head -n 20
         echo; echo "slowest:"; sed -n '/slowest .*durations/,/^$/p' "$log" | head -n 22
     } >> "$SUMMARY"
 }

@@ -14,6 +14,9 @@
 set -u
 PY=${PYTHON_RUN:-python3}
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+if [ -n "${CUDA_VISIBLE_DEVICES:-}" ] && [ "${NGPU:-0}" -gt 0 ]; then   # nvidia-smi lists them all
+    NGPU=$(tr ',' '\n' <<< "$CUDA_VISIBLE_DEVICES" | grep -c .)
+fi
 if [ "${NGPU:-0}" -lt 1 ]; then
     echo "make test-gpu needs NVIDIA GPUs and nvidia-smi lists none here; 'make test' runs the" \
          "same suite on Numba's CUDA simulator." >&2
