@@ -155,27 +155,19 @@ def _items(text: str, example: str) -> list[str]:
 
 def count_list(lo: int | None = 1, hi: int | None = (1 << 63) - 1, example: str = "1,2,4"):
     """argparse type: comma-separated whole numbers, each from ``lo`` to ``hi``; a tuple."""
-    one = count(lo, hi)
-
-    def parse(text: str) -> tuple[int, ...]:
-        values = []
-        for item in _items(text, example):
-            try:
-                values.append(one(item))
-            except argparse.ArgumentTypeError as exc:
-                raise argparse.ArgumentTypeError(f"in {text!r}: {exc}") from None
-        return tuple(values)
-
-    parse.__name__ = "list"
-    return parse
+    return _list_of(count(lo, hi), example)
 
 
 def real_list(lo: float | None = None, hi: float | None = None, lo_open: bool = False, hi_open: bool = False,
               example: str = "1e-3,4e-3"):
     """argparse type: comma-separated finite numbers in a range; a tuple."""
-    one = real(lo, hi, lo_open, hi_open)
+    return _list_of(real(lo, hi, lo_open, hi_open), example)
 
-    def parse(text: str) -> tuple[float, ...]:
+
+def _list_of(one, example: str):
+    """argparse type: comma-separated items, each parsed by ``one``; a tuple."""
+
+    def parse(text: str) -> tuple:
         values = []
         for item in _items(text, example):
             try:

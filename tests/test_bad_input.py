@@ -20,6 +20,7 @@ import pytest
 from hpclab import backend, cli
 
 from .helpers import ROOT, env, mpiexec
+from .test_mpi_errors import CRASHING_PROGRAM
 
 # Cases that fail only because the simulator has no NCCL, or is slow enough to refuse the work.
 sim_only = pytest.mark.skipif(backend.name() != "sim", reason="refused on the simulator only")
@@ -283,23 +284,9 @@ def test_a_failure_during_the_run_under_json_still_ends_with_a_json_line():
     assert seconds < 30
 
 
-CRASH = """
-import sys, types
-from hpclab import runner
-
-program = types.ModuleType("crash")
-program.HELP = "rank 1 crashes outside any step"
-program.add_arguments = lambda parser: None
-
-def run(args, ctx):
-    if ctx.comm.rank == 1:
-        raise RuntimeError("rank 1 crashed")
-    ctx.comm.Barrier()          # rank 0 would wait here forever without MPI_Abort
-
-program.run = run
-runner.load = lambda name: program
-sys.exit(runner.main("crash", ["--json"]))
-"""
+# test_mpi_errors' crashing program, run with --json
+CRASH = CRASHING_PROGRAM.replace('runner.main("crash", [])', 'runner.main("crash", ["--json"])')
+assert CRASH != CRASHING_PROGRAM
 
 
 def test_a_crash_on_one_rank_under_json_leaves_a_json_line_and_stops_the_job(tmp_path):

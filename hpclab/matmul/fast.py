@@ -165,7 +165,7 @@ def fast_kernel(dtype, config: FastConfig, trans_a: bool = False, trans_b: bool 
     B_OFF = tuple(C((j // config.vec) * (config.bn // config.tn) * config.vec + j % config.vec)
                   for j in range(config.tn))
     # Array sizes and unrolled loop counts must be plain compile-time ints.
-    ntm, ntn, nbk = config.tm, config.tn, config.bk
+    ntm, ntn = config.tm, config.tn
     a_shared, b_shared = int(2 * A_BUF), int(2 * B_BUF)
     a_steps, b_steps = int(A_STEPS), int(B_STEPS)
     # 16-byte aligned tiles let the compiler merge adjacent shared loads into

@@ -174,7 +174,7 @@ def train(a_host, b_host, kernel: str, iterations: int, lr: float, comm, be):
 
 
 def run(args, ctx) -> Report:
-    comm, size, rank = ctx.comm, ctx.comm.size, ctx.comm.rank
+    comm, rank = ctx.comm, ctx.comm.rank
     n = args.n or default_n()
     dtype = np.dtype(args.dtype)
     with hcomm.step(comm, "input check"):
