@@ -38,6 +38,13 @@ def check_work(option: str, work: int, unit: str, shares: int, launch) -> None:
                        f"{'GPU' if launch.backend == 'gpu' else 'simulated GPU'}(s)")
 
 
+def rate_line(work: int, seconds: float, placement) -> str:
+    """The whole job's rate and each rank's share of it: per GPU only when no GPU is shared."""
+    rate = work / seconds
+    share = "per GPU" if placement.max_ranks_per_gpu == 1 else "per rank; ranks share a GPU"
+    return f"{rate:.3e} ({rate / placement.size:.3e} {share})"
+
+
 def final_lines(hits: int, samples: int, time_label: str, seconds: float) -> list[tuple[str, str]]:
     e = estimate(hits, samples)
     return [

@@ -9,7 +9,7 @@ from hpclab.errors import step
 from hpclab.runner import Report
 from hpclab.timing import timed, wall
 from hpclab.pi.check import standard_error
-from hpclab.pi.program import MAX_SAMPLES, add_launch_arguments, add_sample_arguments, check_work
+from hpclab.pi.program import MAX_SAMPLES, add_launch_arguments, add_sample_arguments, check_work, rate_line
 
 HELP = ("Workshop Exercise 2: pi by Monte Carlo; each rank counts hits for its share of the "
         "samples on its GPU. The default counter-based generator makes the estimate depend only "
@@ -99,7 +99,7 @@ def run(args, ctx) -> Report:
             ("Total samples", f"{samples}"),
             ("Generator", _describe(args.generator, seed)),
             ("Wall time", f"{wall_s:.6f} s"),
-            ("Samples/s", f"{samples / wall_s:.3e} ({samples / wall_s / size:.3e} per GPU)"),
+            ("Samples/s", rate_line(samples, wall_s, ctx.placement)),
         ]
         if "state_init_s" in timings:
             report.final.append(("State init", f"{timings['state_init_s']:.6f} s (host side, not in wall time)"))

@@ -10,7 +10,7 @@ from hpclab.options import count
 from hpclab.runner import Report
 from hpclab.timing import timed, wall
 from hpclab.pi.check import MAX_BINS, midpoint_bound, truncation_bound
-from hpclab.pi.program import add_launch_arguments, check_work
+from hpclab.pi.program import add_launch_arguments, check_work, rate_line
 
 HELP = ("Workshop Exercise 1: pi by the midpoint rule in float64; each rank integrates a "
         "contiguous slice of the bins on its GPU, then an MPI reduction adds the slices.")
@@ -80,7 +80,7 @@ def run(args, ctx) -> Report:
             ("Error bound", f"{bound:.3e} (h^2/3 = {truncation_bound(bins):.3e} + float64 rounding)"),
             ("Total bins", f"{bins}"),
             ("Wall time", f"{wall_s:.6f} s"),
-            ("Bins/s", f"{bins / wall_s:.3e} ({bins / wall_s / size:.3e} per GPU)"),
+            ("Bins/s", rate_line(bins, wall_s, ctx.placement)),
         ]
         if err > bound:
             report.notes.append(f"the error {err:.3e} exceeds the bound {bound:.3e}: the kernel or the "
