@@ -341,7 +341,10 @@ def stop(cluster: ipp.Cluster, log: logging.Logger, grace: float = 2.0, polite: 
             cluster.stop_engines_sync(engine_set_id)
         except Exception as exc:  # noqa: BLE001 - e.g. a job that has ended already
             log.info("cancelling engine set %s of %r: %s", engine_set_id, cluster_id, exc)
-    if polite and not batch and _alive(cluster.controller):
+    # A controller that is itself a batch job (engines started inside that job) is cancelled too:
+    # a polite shutdown makes its srun step exit non-zero and the job end FAILED.
+    controller_job = cluster.controller is not None and not _processes(cluster.controller)
+    if polite and not batch and not controller_job and _alive(cluster.controller):
         try:
             client = cluster.connect_client_sync(timeout=3)
             client.shutdown(targets="all", hub=True, block=False)
@@ -351,7 +354,7 @@ def stop(cluster: ipp.Cluster, log: logging.Logger, grace: float = 2.0, polite: 
             log.info("polite shutdown of %r failed: %s", cluster.cluster_id, exc)
     _terminate(processes, grace)
     try:  # a controller in a batch job (no local process): its launcher cancels the job
-        if cluster.controller is not None and not _processes(cluster.controller):
+        if controller_job:
             cluster.stop_controller_sync()
     except Exception as exc:  # noqa: BLE001
         log.warning("stopping cluster %r: %s", cluster_id, exc)
