@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -89,7 +90,11 @@ def main(notebooks: str = "notebooks", out: str = "build", engines: int = 4, tim
     choice = backend.select()
     print(f"hpclab workbook: {len(paths)} notebooks on {engines} MPI engines, "
           f"backend: {backend.describe(choice)}")
-    shared = cluster.start_shared(n=engines)
+    try:
+        shared = cluster.start_shared(n=engines)
+    except cluster.ClusterError as exc:
+        print(f"hpclab workbook: {exc}", file=sys.stderr)
+        return 2
     rows = []
     try:
         for path in paths:

@@ -42,3 +42,15 @@ def test_plot_show_sends_a_png_inside_ipython(monkeypatch):
     curve = recorded.curves("pi-mc")
     plot.show(plot.beside_recorded(None, curve, note="a note"))
     assert len(shown) == 1 and shown[0].format == "png" and shown[0].data[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_make_run_where_engines_are_refused_says_why_without_a_traceback(tmp_path, monkeypatch, capsys):
+    """make run on a Slurm login node: the refusal is the message, exit status 2."""
+    from hpclab import cluster, workbook
+
+    def refuse(n):
+        raise cluster.ClusterError("no engines were started: this looks like a Slurm login node")
+
+    monkeypatch.setattr(cluster, "start_shared", refuse)
+    assert workbook.main(out=str(tmp_path / "build")) == 2
+    assert "hpclab workbook: no engines were started: this looks like a Slurm login node" in capsys.readouterr().err
