@@ -28,6 +28,20 @@ class Backend:
     def to_device(self, buf):
         return buf if hasattr(buf, "copy_to_host") else self.cuda.to_device(np.ascontiguousarray(buf))
 
+    def prepared(self, buf, what: str, op: str | None = None, divisible: bool = False,
+                 out=None, check: bool = True):
+        """``buf`` on the device, checked for the collective ``what`` on every rank: a known
+        reduction ``op``; the same shape and dtype everywhere (unless ``check`` is False);
+        a first dimension that divides among the ranks (``divisible``)."""
+        buf = self.to_device(buf)
+        if op is not None:
+            self.check_op(op)
+        if check:
+            self.check_same(buf, what, out)
+        if divisible:
+            self.check_divisible(buf, what)
+        return buf
+
     def check_same(self, buf, what: str, out=None) -> None:
         """Every rank must pass the same shape and dtype: find out before the
         collective (a mismatch there is a hang or garbage) and name the rank.

@@ -60,10 +60,7 @@ class MPIBackend(Backend):
 
     # -- the API --------------------------------------------------------------
     def allreduce(self, buf, op="sum", out=None, check=True):
-        buf = self.to_device(buf)
-        self.check_op(op)
-        if check:
-            self.check_same(buf, "allreduce", out)
+        buf = self.prepared(buf, "allreduce", op=op, out=out, check=check)
         self._before()
         send = self._outgoing(buf)
         recv = self._incoming(buf.shape, buf.dtype, "recv", out)
@@ -71,9 +68,7 @@ class MPIBackend(Backend):
         return self._arrived(recv, out)
 
     def reduce(self, buf, root=0, op="sum"):
-        buf = self.to_device(buf)
-        self.check_op(op)
-        self.check_same(buf, "reduce")
+        buf = self.prepared(buf, "reduce", op=op)
         self._before()
         send = self._outgoing(buf)
         recv = self._incoming(buf.shape, buf.dtype, "recv") if self.rank == root else None
@@ -82,8 +77,7 @@ class MPIBackend(Backend):
 
     def bcast(self, buf, root=0):
         """Root's ``buf`` into every rank's ``buf`` (in place, as MPI_Bcast)."""
-        buf = self.to_device(buf)
-        self.check_same(buf, "bcast")
+        buf = self.prepared(buf, "bcast")
         self._before()
         if self.rank == root:
             self.comm.Bcast(self._mpi(self._outgoing(buf)), root=root)
@@ -93,9 +87,7 @@ class MPIBackend(Backend):
         return self._arrived(recv, out=buf)
 
     def scatter(self, buf, root=0):
-        buf = self.to_device(buf)
-        self.check_same(buf, "scatter")
-        self.check_divisible(buf, "scatter")
+        buf = self.prepared(buf, "scatter", divisible=True)
         self._before()
         chunk = (buf.shape[0] // self.size, *buf.shape[1:])
         send = self._outgoing(buf) if self.rank == root else None
@@ -104,8 +96,7 @@ class MPIBackend(Backend):
         return self._arrived(recv)
 
     def gather(self, buf, root=0):
-        buf = self.to_device(buf)
-        self.check_same(buf, "gather")
+        buf = self.prepared(buf, "gather")
         self._before()
         send = self._outgoing(buf)
         whole = (self.size * buf.shape[0], *buf.shape[1:])
@@ -114,8 +105,7 @@ class MPIBackend(Backend):
         return self._arrived(recv) if self.rank == root else None
 
     def allgather(self, buf):
-        buf = self.to_device(buf)
-        self.check_same(buf, "allgather")
+        buf = self.prepared(buf, "allgather")
         self._before()
         send = self._outgoing(buf)
         recv = self._incoming((self.size * buf.shape[0], *buf.shape[1:]), buf.dtype, "recv")
@@ -123,10 +113,7 @@ class MPIBackend(Backend):
         return self._arrived(recv)
 
     def reduce_scatter(self, buf, op="sum"):
-        buf = self.to_device(buf)
-        self.check_op(op)
-        self.check_same(buf, "reduce_scatter")
-        self.check_divisible(buf, "reduce_scatter")
+        buf = self.prepared(buf, "reduce_scatter", op=op, divisible=True)
         self._before()
         send = self._outgoing(buf)
         recv = self._incoming((buf.shape[0] // self.size, *buf.shape[1:]), buf.dtype, "recv")

@@ -235,10 +235,7 @@ class NcclBackend(Backend):
 
     # -- the API ------------------------------------------------------------------
     def allreduce(self, buf, op="sum", out=None, check=True):
-        buf = self.to_device(buf)
-        if check:
-            self.check_op(op)
-            self.check_same(buf, "allreduce", out)
+        buf = self.prepared(buf, "allreduce", op=op, out=out, check=check)
         if out is None:
             out = self.cuda.device_array(buf.shape, dtype=buf.dtype)
         self.nccl_comm.allReduce(pointer(buf), pointer(out), buf.size, _TYPES[buf.dtype],
@@ -247,9 +244,7 @@ class NcclBackend(Backend):
         return out
 
     def reduce(self, buf, root=0, op="sum"):
-        buf = self.to_device(buf)
-        self.check_op(op)
-        self.check_same(buf, "reduce")
+        buf = self.prepared(buf, "reduce", op=op)
         # recvbuff matters on the root only; elsewhere it gets a scratch buffer, not buf,
         # so that no rank's input can be written to
         out = self.cuda.device_array(buf.shape, dtype=buf.dtype)
@@ -259,26 +254,21 @@ class NcclBackend(Backend):
         return out if self.rank == root else buf
 
     def bcast(self, buf, root=0):
-        buf = self.to_device(buf)
-        self.check_same(buf, "bcast")
+        buf = self.prepared(buf, "bcast")
         self.nccl_comm.broadcast(pointer(buf), pointer(buf), buf.size, self._code(buf), root,
                                  self._stream)
         self._wait()
         return buf
 
     def allgather(self, buf):
-        buf = self.to_device(buf)
-        self.check_same(buf, "allgather")
+        buf = self.prepared(buf, "allgather")
         out = self.cuda.device_array((self.size * buf.shape[0], *buf.shape[1:]), dtype=buf.dtype)
         self.nccl_comm.allGather(pointer(buf), pointer(out), buf.size, self._code(buf), self._stream)
         self._wait()
         return out
 
     def reduce_scatter(self, buf, op="sum"):
-        buf = self.to_device(buf)
-        self.check_op(op)
-        self.check_same(buf, "reduce_scatter")
-        self.check_divisible(buf, "reduce_scatter")
+        buf = self.prepared(buf, "reduce_scatter", op=op, divisible=True)
         out = self.cuda.device_array((buf.shape[0] // self.size, *buf.shape[1:]), dtype=buf.dtype)
         self.nccl_comm.reduceScatter(pointer(buf), pointer(out), out.size, self._code(buf),
                                      _OPS[op], self._stream)
@@ -287,9 +277,7 @@ class NcclBackend(Backend):
 
     def scatter(self, buf, root=0):
         """Root's rows split among ranks: point-to-point sends in one NCCL group."""
-        buf = self.to_device(buf)
-        self.check_same(buf, "scatter")
-        self.check_divisible(buf, "scatter")
+        buf = self.prepared(buf, "scatter", divisible=True)
         rows = buf.shape[0] // self.size
         out = self.cuda.device_array((rows, *buf.shape[1:]), dtype=buf.dtype)
         code = self._code(buf)
@@ -307,8 +295,7 @@ class NcclBackend(Backend):
 
     def gather(self, buf, root=0):
         """Every rank's rows, stacked on the root (None elsewhere), in one NCCL group."""
-        buf = self.to_device(buf)
-        self.check_same(buf, "gather")
+        buf = self.prepared(buf, "gather")
         rows = buf.shape[0]
         out = None
         code = self._code(buf)
