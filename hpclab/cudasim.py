@@ -13,7 +13,8 @@ full test run and never in a notebook run alone.
 
 :func:`install` replaces the method by one that does the lookup and the store
 under a lock, finding the caller from its frame (the original walks the whole
-stack with ``traceback.extract_stack`` for every call, which is also slow).
+stack with ``traceback.extract_stack`` for every call, which is also slow), and
+accepts the ``alignment`` a GPU kernel asks for (the original refuses it).
 It also replaces how device functions find the simulated ``cuda`` module. Numba
 swaps a module's ``cuda`` global for the launch's fake module on every call of a
 device function and swaps it back when the last caller leaves, under one lock per
@@ -52,8 +53,8 @@ def _install_shared_array() -> None:
         return
 
     def array(self, shape, dtype, alignment=None):
-        if alignment is not None:
-            raise RuntimeError("Array alignment is not supported in cudasim")
+        # alignment is a hint for the compiler's wide loads; NumPy's arrays are aligned anyway,
+        # and accepting it keeps kernels free of simulator branches.
         if isinstance(dtype, kernelapi.types.Type):
             dtype = kernelapi.numpy_support.as_dtype(dtype)
         if shape == 0:                   # dynamic shared memory: one buffer for every call

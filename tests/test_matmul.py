@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from hpclab import backend
-from hpclab.matmul import fast as mm, naive, tiled
+from hpclab.matmul import fast as mm, naive, tiled, warp
 from .helpers import last_json, run_mpi
 
 SIM = backend.is_simulator()
@@ -52,6 +52,33 @@ def test_batched_fast_kernel_multiplies_each_pair():
     mm.launch_batched(mm.cuda.to_device(a), mm.cuda.to_device(b), c)
     for z in range(3):
         assert_product(c.copy_to_host()[z], a[z], b[z])
+
+
+# The warp-tiled rung takes sizes that divide its tiles (32 x 32 x 4 on the simulator); several
+# blocks and several tiles of k, and a second configuration with other warp and lane shapes.
+@pytest.mark.parametrize("config, shape", [
+    (warp.CONFIG, (64, 40, 96)),
+    (warp.WarpConfig(32, 64, 8, 32, 32, 2, 1), (64, 24, 128)),
+])
+def test_warp_kernel_matches_numpy(config, shape):
+    a, b = operands(*shape, np.float32, seed=4)
+    assert_product(mm.matmul(a, b, "warp", config=config), a, b)
+
+
+@pytest.mark.parametrize("a, b, words", [
+    (np.ones((33, 4), np.float32), np.ones((4, 32), np.float32), ["M=33", "multiple of", "kernel='fast'"]),
+    (np.ones((32, 6), np.float32), np.ones((6, 32), np.float32), ["K=6", "multiple of"]),
+    (np.ones((32, 4)), np.ones((4, 32)), ["float32", "float64", "kernel='fast'"]),
+])
+def test_warp_kernel_refuses_what_it_cannot_multiply(a, b, words):
+    with pytest.raises(ValueError) as err:
+        mm.matmul(a, b, "warp")
+    assert all(w in str(err.value) for w in words), err.value
+
+
+def test_warp_configurations_that_cannot_be_built_are_named():
+    with pytest.raises(ValueError, match="32 lanes"):
+        warp.warp_kernel(warp.WarpConfig(128, 128, 16, 64, 64, 2, 2))
 
 
 def test_the_kernels_a_notebook_shows_are_plain():

@@ -36,6 +36,15 @@ CANDIDATES = [
     (64, 64, 8, 4, 4, 4, 4),
     (128, 128, 16, 8, 8, 1, 4),
 ]
+# Candidate shapes of the warp-tiled kernel: (bm, bn, bk, wm, wn, mi, ni).
+WARP_CANDIDATES = [
+    (128, 128, 16, 64, 32, 2, 2),
+    (128, 128, 16, 32, 64, 2, 2),
+    (128, 128, 16, 64, 32, 2, 2, 0),
+    (128, 128, 16, 64, 32, 2, 2, 8),
+    (128, 128, 8, 64, 32, 2, 2),
+    (128, 256, 16, 64, 64, 4, 2),
+]
 TOLERANCE = 1e-4          # max |C - cuBLAS| / max |cuBLAS| accepted for float32
 KNOWN_BOOST_GHZ = {"H100": 1.98, "H200": 1.98, "A100": 1.41}   # if the driver does not say
 FP32_LANES_PER_SM = {(7, 0): 64, (8, 0): 64}   # others (Turing excepted) have 128
@@ -134,7 +143,7 @@ def sass_counts(kernel) -> dict:
 def main(argv=None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     backend.select()
-    from hpclab.matmul import fast as mm, naive, tiled
+    from hpclab.matmul import fast as mm, naive, tiled, warp
     from hpclab.timing import median_time
 
     cuda = mm.cuda
@@ -154,14 +163,14 @@ def main(argv=None) -> int:
                                                     " (FP32 peak unknown: no clock rate)")))
     f32 = np.dtype(np.float32)
     default = mm.fast_config(f32)
-    if sim:
-        configs = [default]
-    else:
-        configs = [default] + ([mm.FastConfig(*c) for c in CANDIDATES if mm.FastConfig(*c) != default]
-                               if not args.no_sweep else [])
+    configs, warp_configs = [default], [warp.CONFIG]
+    if not sim and not args.no_sweep:
+        configs += [mm.FastConfig(*c) for c in CANDIDATES if mm.FastConfig(*c) != default]
+        warp_configs += [warp.WarpConfig(*c) for c in WARP_CANDIDATES if warp.WarpConfig(*c) != warp.CONFIG]
     record = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "command": "hpclab bench matmul " + " ".join(sys.argv[1:] if argv is None else argv),
               "backend": backend.name(), "device": dev, "default_fast_config": default.label(),
+              "default_warp_config": warp.CONFIG.label(),
               "sizes": {}}
     for n in sizes:
         rng = np.random.default_rng(n)
@@ -196,6 +205,7 @@ def main(argv=None) -> int:
             plan.append(("naive", None, max(1, min(reps, 2))))
         plan.append(("tiled", None, max(1, min(reps, 3))))
         plan += [("fast", cfg, reps) for cfg in configs]
+        plan += [("warp", cfg, reps) for cfg in warp_configs if not warp.shape_problem(n, n, n, cfg)]
         for kernel, cfg, r in plan:
             row = {"kernel": kernel, "config": cfg.label() if cfg else
                    (f"{tiled.TILE}x{tiled.TILE} tiles" if kernel == "tiled" else "one output per thread")}
@@ -205,10 +215,11 @@ def main(argv=None) -> int:
                 err = check(c)
                 row.update(seconds=t, tflops=flop / t / 1e12, max_rel_error=err, correct=err <= TOLERANCE)
                 compiled = (naive.naive_kernel if kernel == "naive" else
-                            tiled.tiled_kernel if kernel == "tiled" else mm.fast_kernel(f32, cfg))
+                            tiled.tiled_kernel if kernel == "tiled" else
+                            warp.warp_kernel(cfg) if kernel == "warp" else mm.fast_kernel(f32, cfg, False, False))
                 threads = cfg.threads if cfg else (naive.BLOCK ** 2 if kernel == "naive" else tiled.TILE ** 2)
                 row.update(resources(compiled, threads, dev))
-                if kernel == "fast" and cfg == default and n == sizes[0]:
+                if cfg in (default, warp.CONFIG) and n == sizes[0]:
                     row["sass"] = sass_counts(compiled)
             except Exception as exc:  # noqa: BLE001 - one bad configuration must not end the sweep
                 row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
@@ -220,12 +231,16 @@ def main(argv=None) -> int:
                     row["vs_cublas"] = row["tflops"] / cublas
                 if peak:
                     row["vs_peak"] = row["tflops"] / peak
-        fast_rows = [r for r in rows if r["kernel"] == "fast" and "tflops" in r]
-        best = max(fast_rows, key=lambda r: r["tflops"]) if fast_rows else None
-        record["sizes"][str(n)] = {"rows": rows, "best_fast": best and best["config"],
-                                   "best_fast_vs_cublas": best and best.get("vs_cublas"),
-                                   "default_fast_vs_cublas": next((r.get("vs_cublas") for r in fast_rows
-                                                                   if r["config"] == default.label()), None)}
+        summary = {"rows": rows}
+        best = {}
+        for kernel, cfg in (("fast", default), ("warp", warp.CONFIG)):
+            mine = [r for r in rows if r["kernel"] == kernel and "tflops" in r]
+            best[kernel] = max(mine, key=lambda r: r["tflops"]) if mine else None
+            summary.update({f"best_{kernel}": best[kernel] and best[kernel]["config"],
+                            f"best_{kernel}_vs_cublas": best[kernel] and best[kernel].get("vs_cublas"),
+                            f"default_{kernel}_vs_cublas": next((r.get("vs_cublas") for r in mine
+                                                                 if r["config"] == cfg.label()), None)})
+        record["sizes"][str(n)] = summary
         print_table(n, rows, best)
         del a, b, c
     wrong = [(n, r["kernel"], r["config"]) for n, s in record["sizes"].items() for r in s["rows"]
@@ -243,26 +258,27 @@ def main(argv=None) -> int:
     return 1 if wrong else 0
 
 
-def print_table(n: int, rows: list[dict], best: dict | None) -> None:
+def print_table(n: int, rows: list[dict], best: dict) -> None:
     print(f"\nN = {n} (float32)")
-    print(f"{'kernel':<7} {'configuration':<34} {'ms':>9} {'TFLOP/s':>8} {'cuBLAS':>7} {'peak':>6} "
+    print(f"{'kernel':<7} {'configuration':<44} {'ms':>9} {'TFLOP/s':>8} {'cuBLAS':>7} {'peak':>6} "
           f"{'err':>8} {'regs':>4} {'smem':>6} {'lmem':>4} {'blk/SM':>6} limit")
     for r in rows:
         if "error" in r:
-            print(f"{r['kernel']:<7} {r['config']:<34} failed: {r['error']}")
+            print(f"{r['kernel']:<7} {r['config']:<44} failed: {r['error']}")
             continue
         pct = lambda k: f"{100 * r[k]:5.1f}%" if k in r else "     -"  # noqa: E731
         err = f"{r['max_rel_error']:.1e}" if "max_rel_error" in r else "-"
-        print(f"{r['kernel']:<7} {r['config']:<34} {1e3 * r['seconds']:9.3f} {r['tflops']:8.2f} "
+        print(f"{r['kernel']:<7} {r['config']:<44} {1e3 * r['seconds']:9.3f} {r['tflops']:8.2f} "
               f"{pct('vs_cublas'):>7} {pct('vs_peak'):>6} {err:>8} {r.get('regs_per_thread', '-'):>4} "
               f"{r.get('shared_bytes_per_block', '-'):>6} {r.get('local_bytes_per_thread', '-'):>4} "
               f"{r.get('blocks_per_sm', '-'):>6} {r.get('limited_by', '')}")
-    if best:
-        print(f"best fast configuration: {best['config']} at {best['tflops']:.2f} TFLOP/s"
-              + (f" = {100 * best['vs_cublas']:.1f}% of cuBLAS" if "vs_cublas" in best else ""))
+    for kernel, top in best.items():
+        if top:
+            print(f"best {kernel} configuration: {top['config']} at {top['tflops']:.2f} TFLOP/s"
+                  + (f" = {100 * top['vs_cublas']:.1f}% of cuBLAS" if "vs_cublas" in top else ""))
 
 
-def measure(n: int, repeats: int = 3, kernels=("naive", "tiled", "fast")) -> dict[str, float]:
+def measure(n: int, repeats: int = 3, kernels=("naive", "tiled", "fast", "warp")) -> dict[str, float]:
     """TFLOP/s of each kernel, and of cuBLAS when CuPy works, for one n x n float32 product.
 
     The default configurations only (the notebook's chart); ``main`` runs the full sweep.

@@ -16,8 +16,8 @@ backward pass needs (X^T dZ and dZ W^T); only the index arithmetic of the
 loads changes. float16 inputs are multiplied in float32 (mixed precision): the
 product is accumulated and, unless ``out`` is float16, returned in float32.
 
-``matmul(a, b, kernel=...)`` runs any of the three kernels (:mod:`.naive`,
-:mod:`.tiled` and this one) on NumPy arrays (returns NumPy) or Numba device
+``matmul(a, b, kernel=...)`` runs any of the four kernels (:mod:`.naive`,
+:mod:`.tiled`, this one and :mod:`.warp`) on NumPy arrays (returns NumPy) or Numba device
 arrays (returns a device array). The naive and tiled kernels multiply float32
 or float64; they read a transposed operand through ``x.T`` (a view on the
 simulator, a transposed copy on a GPU).
@@ -36,9 +36,10 @@ cuda = _cuda()  # decides GPU or simulator before numba reads its configuration
 
 import numba  # noqa: E402 - after the backend choice (numba reads NUMBA_ENABLE_CUDASIM on import)
 
-from hpclab.matmul import naive, tiled  # noqa: E402
+from hpclab.matmul import naive, tiled, warp  # noqa: E402
 
-KERNELS = ("naive", "tiled", "fast")
+KERNELS = ("naive", "tiled", "fast")  # any shape and dtype: what programs and training choose from
+LADDER = KERNELS + ("warp",)           # and the warp-tiled rung: float32, sizes that divide its tiles
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 HALF = np.dtype(np.float16)       # accepted as input by the fast kernel: accumulated in float32
 
@@ -316,7 +317,7 @@ def launch_batched(a, b, c, stream=0, trans_a: bool = False, trans_b: bool = Fal
     fast_kernel(dtype, cfg, bool(trans_a), bool(trans_b), True)[grid, cfg.threads, stream](a, b, c)
 
 
-def launch(kernel: str, a, b, c, config: FastConfig | None = None,
+def launch(kernel: str, a, b, c, config=None,
            trans_a: bool = False, trans_b: bool = False) -> None:
     """Launch one kernel on device arrays: c (M x N) = op(a) @ op(b), where op(a)
     is a (M x K) or, with trans_a, a.T (a stored K x M); likewise b. No checks."""
@@ -325,11 +326,13 @@ def launch(kernel: str, a, b, c, config: FastConfig | None = None,
         cfg = config or fast_config(dtype)
         grid = ((c.shape[1] + cfg.bn - 1) // cfg.bn, (c.shape[0] + cfg.bm - 1) // cfg.bm)
         fast_kernel(dtype, cfg, bool(trans_a), bool(trans_b))[grid, cfg.threads](a, b, c)
+    elif kernel == "warp":
+        warp.launch(a, b, c, config if isinstance(config, warp.WarpConfig) else None)
     elif kernel in ("naive", "tiled"):
         plain = naive if kernel == "naive" else tiled
         plain.launch(a.T if trans_a else a, b.T if trans_b else b, c)
     else:
-        raise ValueError(f"unknown kernel {kernel!r}; choose one of {', '.join(KERNELS)}")
+        raise ValueError(f"unknown kernel {kernel!r}; choose one of {', '.join(LADDER)}")
 
 
 def _is_device(x) -> bool:
@@ -340,11 +343,11 @@ def _describe(x) -> str:
     return f"{'device array' if _is_device(x) else type(x).__name__} of shape {tuple(np.shape(x))}"
 
 
-def check_operands(a, b, kernel: str = "naive", trans_a: bool = False, trans_b: bool = False):
+def check_operands(a, b, kernel: str = "naive", trans_a: bool = False, trans_b: bool = False, config=None):
     """Validate shapes, dtypes and kernel name; return (M, K, N, dtype) of
     op(a) @ op(b), dtype being the inputs'. Raises ValueError."""
-    if kernel not in KERNELS:
-        raise ValueError(f"unknown kernel {kernel!r}; choose one of {', '.join(KERNELS)}")
+    if kernel not in LADDER:
+        raise ValueError(f"unknown kernel {kernel!r}; choose one of {', '.join(LADDER)}")
     for name, x in (("a", a), ("b", b)):
         if not (_is_device(x) or isinstance(x, np.ndarray)):
             raise ValueError(f"{name} must be a NumPy array or a Numba device array, not {type(x).__name__}")
@@ -370,13 +373,21 @@ def check_operands(a, b, kernel: str = "naive", trans_a: bool = False, trans_b: 
     if np.dtype(a.dtype) == HALF and kernel != "fast":
         raise ValueError(f"the {kernel} kernel multiplies float32 or float64; float16 inputs are multiplied "
                          f"in float32 by kernel='fast' (or convert them with .astype(np.float32))")
+    if kernel == "warp":
+        if np.dtype(a.dtype) != np.float32 or trans_a or trans_b:
+            raise ValueError(f"the warp kernel multiplies float32 a @ b only (got {np.dtype(a.dtype)}"
+                             f"{', a transposed operand' if trans_a or trans_b else ''}); use kernel='fast'")
+        problem = warp.shape_problem(M, K, N, config if isinstance(config, warp.WarpConfig) else warp.CONFIG)
+        if problem:
+            raise ValueError(problem)
     return M, K, N, np.dtype(a.dtype)
 
 
-def matmul(a, b, kernel: str = "naive", out=None, config: FastConfig | None = None,
+def matmul(a, b, kernel: str = "naive", out=None, config=None,
            trans_a: bool = False, trans_b: bool = False):
-    """C = op(a) @ op(b) with one of the kernels ``naive``, ``tiled`` or ``fast``.
+    """C = op(a) @ op(b) with one of the kernels ``naive``, ``tiled``, ``fast`` or ``warp``.
 
+``config``: a :class:`FastConfig` for ``fast``, a ``warp.WarpConfig`` for ``warp``.
     op(a) is a, or a.T with ``trans_a`` (read in place by the fast kernel);
     likewise b. float16 inputs need the fast kernel. NumPy inputs give a NumPy
     result; if either input is a device array the result stays on the device.
@@ -384,7 +395,7 @@ def matmul(a, b, kernel: str = "naive", out=None, config: FastConfig | None = No
     a device array or, for NumPy inputs, a NumPy array) receives the result
     and is returned.
     """
-    M, K, N, dtype = check_operands(a, b, kernel, trans_a, trans_b)
+    M, K, N, dtype = check_operands(a, b, kernel, trans_a, trans_b, config)
     result = acc_dtype(dtype)
     on_device = _is_device(a) or _is_device(b)
     da = a if _is_device(a) else cuda.to_device(np.ascontiguousarray(a))

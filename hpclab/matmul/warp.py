@@ -1,0 +1,188 @@
+"""4 · Warp tiling: the register-blocked kernel with its threads grouped the way the hardware runs them.
+
+A block computes a BM x BN tile of C, as in :mod:`.fast`; here the tile is split
+once more, into one WM x WN tile per warp, and a warp's 32 lanes are laid out as
+an LM x LN grid inside it. Each lane owns MI x NI sub-tiles of 4 x 4 outputs,
+LM * 4 rows and LN * 4 columns apart, so at every step of k the lanes of a warp
+read few distinct A and B values from shared memory -- most reads are broadcasts
+of one word to several lanes -- and each run of four is one 16-byte load.
+
+What else changes from ``fast``, and why:
+- The sizes must divide the tiles (M by BM, N by BN, K by BK), so no load or store
+  needs a bounds check: fewer integer instructions per multiply-add. ``fast``
+  takes any shape, a transposed operand and float16; this one float32 only.
+- The next tiles of A and B are fetched into registers while the current ones
+  are multiplied (double buffering through two shared buffers), as in ``fast``.
+
+Tile shapes are a :class:`WarpConfig`; ``warp_kernel(config)`` builds the kernel
+(compile-time constants must be known before Numba compiles). The bench sweeps
+several (``hpclab bench matmul``); the chosen one is ``CONFIG``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from hpclab import backend
+from hpclab.backend import cuda as _cuda
+
+cuda = _cuda()  # decides GPU or simulator before numba reads its configuration
+
+from numba import float32, uint64  # noqa: E402 - after the backend choice
+
+
+@dataclass(frozen=True)
+class WarpConfig:
+    """bm x bn block tile, bk deep; wm x wn warp tile; mi x ni 4 x 4 sub-tiles per lane."""
+
+    bm: int = 128
+    bn: int = 128
+    bk: int = 16
+    wm: int = 64
+    wn: int = 32
+    mi: int = 2
+    ni: int = 2
+    pad: int = 4          # extra words per shared row, against bank conflicts (keeps 16-byte runs aligned)
+
+    @property
+    def lanes(self) -> tuple[int, int]:
+        """The warp's lanes as an LM x LN grid."""
+        return self.wm // (4 * self.mi), self.wn // (4 * self.ni)
+
+    @property
+    def threads(self) -> int:
+        return (self.bm // self.wm) * (self.bn // self.wn) * 32
+
+    def label(self) -> str:
+        lm, ln = self.lanes
+        return (f"{self.bm}x{self.bn}x{self.bk} warp {self.wm}x{self.wn} lanes {lm}x{ln} "
+                f"thread {4 * self.mi}x{4 * self.ni}" + (f" pad {self.pad}" if self.pad != 4 else ""))
+
+    def problems(self) -> list[str]:
+        """Why this configuration cannot be built (empty when it can)."""
+        lm, ln = self.lanes
+        if self.wm % (4 * self.mi) or self.wn % (4 * self.ni) or lm * ln != 32:
+            return ["a warp tile must hold 32 lanes of mi x ni 4 x 4 sub-tiles"]
+        if self.bm % self.wm or self.bn % self.wn:
+            return ["the block tile must be a whole number of warp tiles"]
+        nt = self.threads
+        out = []
+        if nt > 1024:
+            out.append(f"{nt} threads per block is more than 1024")
+        if nt % self.bk or self.bm % (nt // self.bk):
+            out.append("the A tile (bm x bk) must split into whole rows of threads")
+        if nt % self.bn or self.bk % (nt // self.bn):
+            out.append("the B tile (bk x bn) must split into whole rows of threads")
+        if self.bk % 4:
+            out.append("bk must be a multiple of 4 (four steps of k per pass of the inner loop)")
+        return out
+
+
+# 128 x 128 blocks of 8 warps, 8 x 8 outputs per lane on a GPU; on the simulator, where
+# each thread is a Python thread, 32 x 32 blocks of 2 warps, 4 x 4 per lane.
+CONFIG = WarpConfig() if backend.name() == "gpu" else WarpConfig(32, 32, 4, 16, 32, 1, 1, pad=4)
+
+
+@lru_cache(maxsize=None)
+def warp_kernel(cfg: WarpConfig = CONFIG):
+    """The warp-tiled float32 kernel for one tile shape (compiled on first launch)."""
+    bad = cfg.problems()
+    if bad:
+        raise ValueError(f"warp kernel configuration {cfg.label()} cannot be built: {'; '.join(bad)}")
+    U = np.uint64   # unsigned indices need no negative-index guard (see fast.py)
+    BM, BN, BK, WM, WN, NT = (U(x) for x in (cfg.bm, cfg.bn, cfg.bk, cfg.wm, cfg.wn, cfg.threads))
+    LN = U(cfg.lanes[1])
+    SA, SB = BM + U(cfg.pad), BN + U(cfg.pad)          # shared row lengths (A is stored k-major)
+    A_STEP, B_STEP = NT // BK, NT // BN                # tile rows one copying pass covers
+    A_N, B_N = cfg.bm * cfg.bk // cfg.threads, cfg.bk * cfg.bn // cfg.threads  # elements per thread
+    MI, NI, TM, TN = cfg.mi, cfg.ni, 4 * cfg.mi, 4 * cfg.ni
+    A_SUB, B_SUB = U(4 * cfg.lanes[0]), U(4 * cfg.lanes[1])    # sub-tiles of one lane, this far apart
+    A_BUF, B_BUF = cfg.bk * (cfg.bm + cfg.pad), cfg.bk * (cfg.bn + cfg.pad)
+    A_SHARED, B_SHARED = 2 * A_BUF, 2 * B_BUF          # array sizes: plain ints, known before compiling
+    ZERO, ONE, TWO, THREE, FOUR = U(0), U(1), U(2), U(3), U(4)
+
+    @cuda.jit(device=True, fastmath=True)
+    def multiply_step(As, Bs, a_at, b_at, a_frag, b_frag, acc):
+        """One step of k: this lane's MI runs of 4 A values, NI runs of 4 B values, TM x TN products."""
+        for s in range(MI):
+            for i in range(4):
+                a_frag[4 * s + i] = As[a_at + U(s) * A_SUB + U(i)]
+        for s in range(NI):
+            for j in range(4):
+                b_frag[4 * s + j] = Bs[b_at + U(s) * B_SUB + U(j)]
+        for i in range(TM):
+            for j in range(TN):
+                acc[i, j] += a_frag[i] * b_frag[j]
+
+    @cuda.jit(fastmath=True)
+    def warp_tiled(a, b, c):
+        K, N = uint64(a.shape[1]), uint64(c.shape[1])
+        tid = uint64(cuda.threadIdx.x)
+        row0, col0 = uint64(cuda.blockIdx.y) * BM, uint64(cuda.blockIdx.x) * BN
+        warp, lane = tid // U(32), tid % U(32)
+        # This lane's first row and column inside the block tile.
+        m0 = (warp // (BN // WN)) * WM + (lane // LN) * FOUR
+        n0 = (warp % (BN // WN)) * WN + (lane % LN) * FOUR
+        a_k, a_r = tid % BK, tid // BK                 # what this thread copies (coalesced along k / n)
+        b_c, b_k = tid % BN, tid // BN
+        As = cuda.shared.array(A_SHARED, float32, alignment=16)   # As[buf, k, m] = A[row0 + m, k0 + k]
+        Bs = cuda.shared.array(B_SHARED, float32, alignment=16)   # Bs[buf, k, n] = B[k0 + k, col0 + n]
+        acc = cuda.local.array((TM, TN), float32)
+        a_frag = cuda.local.array(TM, float32)
+        b_frag = cuda.local.array(TN, float32)
+        a_next = cuda.local.array(A_N, float32)
+        b_next = cuda.local.array(B_N, float32)
+        for i in range(TM):
+            for j in range(TN):
+                acc[i, j] = 0
+        for t in range(ZERO, K // BK + ONE):
+            cur, nxt, more = t % U(2), ONE - t % U(2), t < K // BK
+            if more:          # tile t: global -> registers; the loads are in flight during the products
+                for s in range(A_N):
+                    a_next[s] = a[row0 + a_r + U(s) * A_STEP, t * BK + a_k]
+                for s in range(B_N):
+                    b_next[s] = b[t * BK + b_k + U(s) * B_STEP, col0 + b_c]
+            if t > ZERO:      # tile t - 1 is in shared buffer `cur`: multiply it
+                a_base, b_base = cur * A_BUF + m0, cur * B_BUF + n0
+                k = ZERO
+                # Four steps of k per pass: the loop's own counter, compare and branch come once
+                # per 4 x TM x TN multiply-adds, and the four steps' shared-memory offsets are
+                # constants added to one address. (A while loop: Numba's range() carries extra
+                # counters that hide the 16-byte alignment of the loads; see fast.py.)
+                while k < BK:
+                    multiply_step(As, Bs, a_base + k * SA, b_base + k * SB, a_frag, b_frag, acc)
+                    multiply_step(As, Bs, a_base + (k + ONE) * SA, b_base + (k + ONE) * SB, a_frag, b_frag, acc)
+                    multiply_step(As, Bs, a_base + (k + TWO) * SA, b_base + (k + TWO) * SB, a_frag, b_frag, acc)
+                    multiply_step(As, Bs, a_base + (k + THREE) * SA, b_base + (k + THREE) * SB, a_frag, b_frag, acc)
+                    k += FOUR
+            if more:          # registers -> the other buffer (last read before the previous barrier)
+                for s in range(A_N):
+                    As[nxt * A_BUF + a_k * SA + a_r + U(s) * A_STEP] = a_next[s]
+                for s in range(B_N):
+                    Bs[nxt * B_BUF + (b_k + U(s) * B_STEP) * SB + b_c] = b_next[s]
+            cuda.syncthreads()
+        for s in range(MI):
+            for i in range(4):
+                for q in range(NI):
+                    for j in range(4):
+                        c[row0 + m0 + U(s) * A_SUB + U(i), col0 + n0 + U(q) * B_SUB + U(j)] = \
+                            acc[4 * s + i, 4 * q + j]
+
+    return warp_tiled
+
+
+def shape_problem(m: int, k: int, n: int, cfg: WarpConfig = CONFIG) -> str | None:
+    """Why an m x k by k x n product does not fit this kernel's tiles (None when it does)."""
+    if m % cfg.bm or n % cfg.bn or k % cfg.bk:
+        return (f"the warp kernel needs M a multiple of {cfg.bm}, N of {cfg.bn} and K of {cfg.bk} "
+                f"(got M={m}, K={k}, N={n}); use kernel='fast' for any shape")
+    return None
+
+
+def launch(a, b, c, cfg: WarpConfig | None = None) -> None:
+    """c = a @ b on float32 device arrays whose sizes divide the tiles (no checks)."""
+    cfg = cfg or CONFIG
+    m, n = c.shape
+    warp_kernel(cfg)[(n // cfg.bn, m // cfg.bm), cfg.threads](a, b, c)
