@@ -171,19 +171,21 @@ class Figures:
 # ---------------------------------------------------------------- the README's blocks
 
 def matmul(f: Figures) -> str:
-    k = "matmul/{}/h200/1gpu/{}/{}"
-    out = f.caption(k.format("fast", 4096, "tflops"), "One H200") + \
-        "| N | cuBLAS | fast (128×128×8 tile, 8×8 per thread) | tiled (32×32) | naive |\n|---|---|---|---|---|\n"
-    for n in (4096, 8192):
-        cells = [f"{tf(f(k.format('cublas', n, 'tflops')))} TFLOP/s"]
-        for kernel in ("fast", "tiled", "naive"):
-            if not f.has(k.format(kernel, n, "tflops")):
-                cells.append("—")
-                continue
-            value, ratio = tf(f(k.format(kernel, n, "tflops"))), 100 * f(k.format(kernel, n, "vs_cublas"))
-            cells.append(f"{value} TFLOP/s = **{fixed(ratio, 1)} % of cuBLAS**" if kernel == "fast"
-                         else f"{value} ({fixed(ratio, 1)} %)")
-        out += f"| {n} | " + " | ".join(cells) + " |\n"
+    k = "matmul/{}/{}/1gpu/{}/{}"
+    out = f.caption(k.format("warp", "h200", 4096, "tflops"), "One H200 and one H100 80GB HBM3, one run each") + \
+        ("| GPU | N | cuBLAS | warp-tiled (128×128×16, warps 64×32, 8×8 per lane) | fast (128×128×8, 8×8 per thread) "
+         "| tiled (32×32) | naive |\n|---|---|---|---|---|---|---|\n")
+    for run, gpu in (("h200", "H200"), ("h100", "H100")):
+        for n in (4096, 8192):
+            cells = [f"{tf(f(k.format('cublas', run, n, 'tflops')))} TFLOP/s"]
+            for kernel in ("warp", "fast", "tiled", "naive"):
+                if not f.has(k.format(kernel, run, n, "tflops")):
+                    cells.append("—")
+                    continue
+                value, ratio = tf(f(k.format(kernel, run, n, "tflops"))), 100 * f(k.format(kernel, run, n, "vs_cublas"))
+                cells.append(f"{value} TFLOP/s = **{fixed(ratio, 1)} % of cuBLAS**" if kernel == "warp"
+                             else f"{value} ({fixed(ratio, 1)} %)")
+            out += f"| {gpu} | {n} | " + " | ".join(cells) + " |\n"
     return out
 
 

@@ -93,8 +93,9 @@ def matmul_bench(d: dict) -> Found:
         cublas = next((r["tflops"] for r in block["rows"] if r["kernel"] == "cublas"), None)
         for r in block["rows"]:
             variant = r["kernel"]
-            if r["kernel"] == "fast" and r["config"] != d["default_fast_config"]:
-                variant = f"fast-{slug(r['config'])}"                  # the tile-shape sweep
+            default = d.get(f"default_{variant}_config")
+            if default and r["config"] != default:
+                variant = f"{variant}-{slug(r['config'])}"             # the tile-shape sweeps
             base = cublas if r["kernel"] != "cublas" else None
             rows.append(fig("matmul", variant, 1, int(size), "N", "tflops", r["tflops"], "TFLOP/s", "cublas", base))
             rows += [fig("matmul", variant, 1, int(size), "N", k, r[k], unit)

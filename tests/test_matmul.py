@@ -56,12 +56,9 @@ def test_batched_fast_kernel_multiplies_each_pair():
 
 # The warp-tiled rung takes sizes that divide its tiles (32 x 32 x 4 on the simulator); several
 # blocks and several tiles of k, and a second configuration with other warp and lane shapes.
-@pytest.mark.parametrize("config, shape", [
-    (warp.CONFIG, (64, 40, 96)),
-    (warp.WarpConfig(32, 64, 8, 32, 32, 2, 1), (64, 24, 128)),
-])
-def test_warp_kernel_matches_numpy(config, shape):
-    a, b = operands(*shape, np.float32, seed=4)
+@pytest.mark.parametrize("config", [warp.CONFIG, warp.WarpConfig(32, 64, 8, 32, 32, 2, 1)])
+def test_warp_kernel_matches_numpy(config):
+    a, b = operands(2 * config.bm, 3 * config.bk, 3 * config.bn, np.float32, seed=4)
     assert_product(mm.matmul(a, b, "warp", config=config), a, b)
 
 
