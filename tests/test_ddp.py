@@ -13,7 +13,7 @@ from hpclab.ddp import DistributedSampler, LossScaler, check_batch, flatten, ini
 from hpclab.ddp.data import synthetic
 from hpclab.ddp import reference as R
 
-from .helpers import ROOT, env, last_json, launcher, run_mpi
+from .helpers import ROOT, env, last_json, launcher, run_hpclab, run_mpi
 
 
 # -- sampler (no MPI needed: every rank's view is computed here) -----------------------
@@ -206,6 +206,40 @@ def test_one_two_and_three_ranks_give_the_same_losses(rank_counts):
     assert runs["b32_1"]["learned"] and runs["b32_1"]["finite"]
     # float64 (the default) agrees far below the 1e-4 the exercise asks for
     np.testing.assert_allclose(runs["b32_2"]["losses"], runs["b32_1"]["losses"], rtol=1e-12)
+
+
+@pytest.mark.mpi
+def test_overlapped_buckets_give_the_same_training(rank_counts):
+    """Bucketed all-reduces during the backward pass: the same sums, so the same losses and replicas."""
+    runs = rank_counts["runs"]
+    for name in ("per_layer", "two", "one"):
+        run = runs[f"b32_2_overlap_{name}"]
+        np.testing.assert_allclose(run["losses"], runs["b32_2"]["losses"], rtol=1e-12)
+        assert run["replicas_identical"]
+
+
+def test_bucket_plan_covers_every_gradient_once_in_backward_order():
+    from hpclab.ddp.buckets import plan
+    from hpclab.ddp.model import EXTRA_SLOTS, count_parameters
+
+    sizes = [6, 5, 4, 3]              # layers of 35, 24 and 15 parameters
+    total = count_parameters(sizes) + EXTRA_SLOTS
+    for bucket_bytes, expected in ((1, 3), (4 * 17, 3), (4 * 18, 2), (4 * 41, 2), (1e9, 1)):
+        buckets = plan(sizes, bucket_bytes, 4)
+        assert len(buckets) == expected, (bucket_bytes, buckets)
+        assert buckets[0].stop == total                      # the loss slots ride in the first bucket
+        assert buckets[-1].start == 0 and buckets[-1].ready_after == 0
+        for a, b in zip(buckets, buckets[1:]):                # contiguous, last layer first
+            assert b.stop == a.start and b.ready_after < a.ready_after
+    # a layer larger than the bucket is a bucket of its own
+    assert [b.stop - b.start for b in plan([4096, 4096, 10], 1 << 16, 4)] == [4096 * 10 + 10 + 2, 4096 * 4097]
+    with pytest.raises(ValueError, match="positive"):
+        plan(sizes, 0, 4)
+
+
+def test_bucket_size_must_be_positive():
+    proc = run_hpclab("bench", "ddp", "--mode", "buckets", "--bucket-mb", "0")
+    assert proc.returncode == 2 and "--bucket-mb" in proc.stderr and "0 <" in proc.stderr, proc.stderr
 
 
 @pytest.mark.mpi

@@ -93,6 +93,17 @@ class Backend:
         check, for loops that already checked these buffers once."""
         raise NotImplementedError
 
+    def allreduce_enqueue(self, buf, out, stream) -> bool:
+        """Sum ``buf`` over ranks into ``out`` (same shape, on the device), ordered on ``stream``.
+
+        A backend that can enqueue the collective on a CUDA stream (NCCL) does so
+        and returns at once with True: the result is there when the stream gets
+        past it. Here (MPI), it runs to completion now and returns False. No checks:
+        for loops that checked their buffers once (data-parallel gradient buckets).
+        """
+        self.allreduce(buf, op="sum", out=out, check=False)
+        return False
+
     def reduce(self, buf, root=0, op="sum"):
         raise NotImplementedError
 

@@ -22,7 +22,7 @@ finish without any extra event or device-wide synchronisation; the call then
 waits for that stream, so a result is complete when a method returns (the
 same contract as the MPI backends). ``sendrecv`` takes the stream that
 wrote its buffer instead, so a halo exchange can run on a high-priority
-stream beside kernels that keep the GPU busy (``hpclab.halo.streams``).
+stream beside kernels that keep the GPU busy (``hpclab.streams``).
 
 The hot path (``allreduce(buf, out=out, check=False)``) is one NCCL call and
 one stream synchronisation: no allocation, no cross-rank check.
@@ -242,6 +242,13 @@ class NcclBackend(Backend):
                                  _OPS[op], self._stream)
         self._wait()
         return out
+
+    def allreduce_enqueue(self, buf, out, stream) -> bool:
+        # ncclAllReduce on the given stream, no synchronisation: the caller orders the
+        # stream after the kernels that wrote buf (an event) and waits for it when it needs out.
+        self.nccl_comm.allReduce(pointer(buf), pointer(out), buf.size, _TYPES[buf.dtype], _OPS["sum"],
+                                 stream_handle(stream))
+        return True
 
     def reduce(self, buf, root=0, op="sum"):
         buf = self.prepared(buf, "reduce", op=op)

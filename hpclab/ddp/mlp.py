@@ -281,5 +281,11 @@ def dense_backward(x, w, dz, dw, db, dx=None):
     gemm(x, dz, dw, trans_a=True)
     col_sum(dz, db)
     if dx is not None:
-        gemm(dz, w, dx, trans_b=True)
+        input_gradient(dz, w, dx)
     return dw, db, dx
+
+
+def input_gradient(dz, w, dx):
+    """dx = dz w^T: the gradient a dense layer passes back to the layer before it."""
+    gemm(dz, w, dx, trans_b=True)
+    return dx

@@ -146,12 +146,16 @@ class MLP:
             K.dense_forward(acts[i], w, b, acts[i + 1], relu=i < last)
         return acts[-1]
 
-    def loss_and_gradients(self, n: int, targets, loss: str, grad_scale: float, loss_scale: float):
+    def loss_and_gradients(self, n: int, targets, loss: str, grad_scale: float, loss_scale: float,
+                           on_ready=None):
         """Forward, loss and backward for the n rows in the workspace.
 
         Gradients of ``grad_scale * sum of per-row losses`` land in the
         bucket; the bucket's last two slots get ``loss_scale * sum of losses``
-        and the number of correct predictions.
+        and the number of correct predictions. ``on_ready(i)``, if given, is
+        called as soon as layer i's gradients are written (last layer first),
+        before the gradient for the layer below is computed: the moment
+        overlapped data parallelism starts that layer's all-reduce.
         """
         work = self.workspace(n)
         logits = self.forward(n)
@@ -164,9 +168,11 @@ class MLP:
         for i in reversed(range(len(self.layers))):
             w, _ = self.layers[i]
             dw, db = self.grads[i]
-            dx = work["dz"][i] if i > 0 else None
-            K.dense_backward(work["acts"][i], w, dz, dw, db, dx)
+            K.dense_backward(work["acts"][i], w, dz, dw, db)
+            if on_ready is not None:
+                on_ready(i)
             if i > 0:
+                dx = K.input_gradient(dz, w, work["dz"][i])
                 dz = K.relu_backward(dx, work["acts"][i], dx)
         return self.bucket
 

@@ -31,13 +31,18 @@ def add_arguments(parser) -> None:
     parser.add_argument("--hidden", type=count(1, 1 << 20), default=4, help="hidden units (default 4)")
     parser.add_argument("--samples", type=count(1, 1 << 31), default=1024, help="data set size (default 1024)")
     parser.add_argument("--seed", type=seed(), default=0, help="data, weights and shuffling seed")
+    parser.add_argument("--overlap", action="store_true",
+                        help="all-reduce gradient buckets during the backward pass (same results)")
+    parser.add_argument("--bucket-mb", type=real(0, 1 << 20, lo_open=True), default=25.0,
+                        help="gradient bucket size in MiB with --overlap (default 25)")
 
 
 def config(args) -> SyntheticConfig:
     return SyntheticConfig(
         global_batch=args.global_batch, per_rank_batch=args.per_rank_batch, epochs=args.epochs,
         lr=args.lr, optimizer=args.optimizer, momentum=args.momentum, scale_lr=args.scale_lr,
-        comm=args.comm, dtype=args.dtype, hidden=args.hidden, samples=args.samples, seed=args.seed)
+        comm=args.comm, dtype=args.dtype, hidden=args.hidden, samples=args.samples, seed=args.seed,
+        overlap=args.overlap, bucket_mb=args.bucket_mb)
 
 
 def validate(args, launch) -> None:

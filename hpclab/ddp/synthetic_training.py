@@ -31,6 +31,8 @@ class SyntheticConfig:
     hidden: int = 4
     samples: int = 1024
     seed: int = 0
+    overlap: bool = False               # all-reduce gradient buckets during the backward pass
+    bucket_mb: float = 25.0             # their size in MiB (each layer is one bucket at most sizes here)
 
 
 def global_batch_for(cfg: SyntheticConfig, size: int) -> int:
@@ -69,7 +71,8 @@ def train_synthetic(comm, cfg: SyntheticConfig) -> dict:
         model.load(init_parameters(sizes, seed=cfg.seed + 7919 * rank))
         x_dev, y_dev = be.to_device(x.astype(dtype)), be.to_device(y.astype(dtype))
     trainer = DDPTrainer(model, comm, be, optimizer=cfg.optimizer, lr=cfg.lr,
-                         momentum=cfg.momentum, scale_lr=cfg.scale_lr, loss="mse")
+                         momentum=cfg.momentum, scale_lr=cfg.scale_lr, loss="mse", overlap=cfg.overlap,
+                         bucket_mb=cfg.bucket_mb)
     losses, epoch_losses, checks = [], [], []
     for epoch in range(cfg.epochs):
         step_losses, _ = trainer.train_epoch(x_dev, y_dev, sampler, epoch)

@@ -23,21 +23,29 @@ def time_steps(trainer, x_dev, y_dev, idx_dev, global_batch: int, steps: int, wa
     for _ in range(warmup):
         trainer.step(x_dev, y_dev, idx_dev, global_batch)
     trainer.phases = Phases(sync=True)
+    trainer.allreduce_busy_s = 0.0
     comm.Barrier()
     t0 = MPI.Wtime()
     for _ in range(steps):
         trainer.step(x_dev, y_dev, idx_dev, global_batch)
     local = (MPI.Wtime() - t0) / steps
     phases = {k: v / steps for k, v in trainer.phases.max_over_ranks(comm).items()}
+    if trainer.overlap:   # not a phase: it runs during compute; how long the all-reduces took
+        phases["allreduce_busy"] = comm.allreduce(trainer.allreduce_busy_s, op=MPI.MAX) / steps
     return comm.allreduce(local, op=MPI.MAX), phases
 
 
 def measure(comm, sizes, global_batch: int, steps: int = 5, warmup: int = 2,
-            precision: str = "fp32", comm_backend="auto") -> dict:
+            precision: str = "fp32", comm_backend="auto", overlap: bool = False,
+            bucket_mb: float = 25.0) -> dict:
     """Time data-parallel steps of an MLP classifier with layer widths ``sizes`` on ``comm``.
 
     The global batch is split evenly among the ranks (it must divide).
     Returns one row (the same on every rank) with samples/s and the split.
+    With ``overlap`` the gradient buckets (``bucket_mb``) are all-reduced during
+    the backward pass; ``comm_s`` is then the all-reduce time left after the
+    backward pass (not hidden), ``allreduce_s`` the time the all-reduces took and
+    ``hidden_share`` the part of it hidden behind compute.
     """
     from hpclab.ddp import mlp as K
     from hpclab.ddp.model import MLP, init_parameters
@@ -51,19 +59,24 @@ def measure(comm, sizes, global_batch: int, steps: int = 5, warmup: int = 2,
     model = MLP(sizes, np.float32, np.float16 if mixed else np.float32)
     model.load(init_parameters(sizes, seed=0))
     trainer = DDPTrainer(model, comm, comm_backend, optimizer="sgd", lr=1e-3, loss="xent",
-                         loss_scaling=mixed)
+                         loss_scaling=mixed, overlap=overlap, bucket_mb=bucket_mb)
     rng = np.random.default_rng(comm.rank)
     x_dev = K.cuda.to_device(rng.standard_normal((per, sizes[0])).astype(np.float32))
     y_dev = K.cuda.to_device(rng.integers(0, sizes[-1], (per, 1)).astype(np.int32))
     idx_dev = K.cuda.to_device(np.arange(per, dtype=np.int32))
     step_s, ph = time_steps(trainer, x_dev, y_dev, idx_dev, global_batch, steps, warmup, comm)
+    busy = ph.pop("allreduce_busy", ph.get("comm", 0.0))
     total = sum(ph.values())
     return {"gpus": size, "parameters": model.n_params, "global_batch": global_batch,
             "per_gpu_batch": per, "precision": precision, "comm": trainer.be.name,
+            "overlap": overlap, "bucket_mb": bucket_mb if overlap else "",
+            "buckets": len(trainer.buckets) if overlap else 1,
             "step_s": step_s, "samples_per_s": global_batch / step_s,
             "compute_s": ph.get("compute", 0.0), "comm_s": ph.get("comm", 0.0),
             "update_s": ph.get("update", 0.0),
-            "comm_share": ph.get("comm", 0.0) / total if total else 0.0}
+            "comm_share": ph.get("comm", 0.0) / total if total else 0.0,
+            "allreduce_s": busy,
+            "hidden_share": max(0.0, 1.0 - ph.get("comm", 0.0) / busy) if overlap and busy else 0.0}
 
 
 def scaling(comm, sizes, counts, global_batch: int | None = None,

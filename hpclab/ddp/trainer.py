@@ -8,6 +8,12 @@
    chosen ``hpclab.comm`` backend; the batch's loss rides in the same bucket.
 4. Every rank applies the same update to the same weights with the same
    gradient, so the replicas stay identical; :func:`replica_checksums` checks.
+
+With ``overlap=True`` step 3 is what PyTorch's DDP does instead: the bucket is
+cut into pieces of about ``bucket_mb`` (:mod:`hpclab.ddp.buckets`), and each
+piece is all-reduced as soon as the backward pass has written it, on a stream
+of its own, while the GPU computes the gradients of the layers below. The
+sums are the same numbers as one all-reduce of the whole bucket.
 """
 from __future__ import annotations
 
@@ -16,9 +22,11 @@ import zlib
 
 import numpy as np
 
+import time
+
 from hpclab import comm as hcomm
 from hpclab.errors import RankError
-from hpclab.ddp import mlp as K
+from hpclab.ddp import buckets as B, mlp as K
 from hpclab.timing import Phases
 from hpclab.ddp.model import MLP
 
@@ -103,7 +111,8 @@ class DDPTrainer:
 
     def __init__(self, model: MLP, comm, comm_backend="auto", optimizer: str = "sgd",
                  lr: float = 0.01, momentum: float = 0.0, scale_lr: bool = False,
-                 loss: str = "xent", loss_scaling: bool = False):
+                 loss: str = "xent", loss_scaling: bool = False, overlap: bool = False,
+                 bucket_mb: float = 25.0):
         if optimizer not in OPTIMIZERS:
             raise ValueError(f"unknown optimizer {optimizer!r}; use one of {', '.join(OPTIMIZERS)}")
         if not lr > 0:
@@ -122,6 +131,18 @@ class DDPTrainer:
         zeros = np.zeros(model.n_params, model.dtype)
         self.state = [cuda.to_device(zeros) for _ in range(1 if optimizer == "sgd" else 2)]
         self._targets: dict[int, object] = {}
+        self.overlap, self.bucket_mb = overlap, bucket_mb
+        if overlap:
+            from hpclab.streams import comm_stream
+
+            self.buckets = B.plan(model.sizes, bucket_mb * 2 ** 20, model.dtype.itemsize)
+            self.summed = cuda.device_array_like(model.bucket)
+            self.comm_stream = comm_stream()[0]
+            # Per bucket: "gradients written" on the default stream, and the all-reduce's start
+            # and end on the comm stream (made once: events made per step are freed per step).
+            self._events = [[cuda.event() for _ in range(3)] for _ in self.buckets]
+            self._backward_done = cuda.event()
+            self.allreduce_busy_s = 0.0     # GPU time of the bucket all-reduces, summed over steps
 
     def _target_buffer(self, y_dev, n: int):
         if n not in self._targets:
@@ -139,6 +160,8 @@ class DDPTrainer:
         Returns the global batch's mean loss and number of correct predictions
         (identical on every rank).
         """
+        if self.overlap:
+            return self._step_overlapped(x_dev, y_dev, idx_dev, global_batch)
         model, n = self.model, idx_dev.shape[0]
         work = model.workspace(n)
         targets = self._target_buffer(y_dev, n)
@@ -150,6 +173,55 @@ class DDPTrainer:
             model.loss_and_gradients(n, targets, self.loss, scale * loss_scale, scale)
         with self.phases("comm"):
             summed = self.be.allreduce(model.bucket, op="sum")
+        return self._update(summed, loss_scale)
+
+    def _step_overlapped(self, x_dev, y_dev, idx_dev, global_batch: int) -> tuple[float, float]:
+        """:meth:`step` with each gradient bucket all-reduced as soon as it is written.
+
+        Phases: ``compute`` until the backward pass is done, ``comm`` the wait for
+        the all-reduces still running after it (the part not hidden), ``update``.
+        ``allreduce_busy_s`` adds up how long the all-reduces themselves took.
+        """
+        model, n = self.model, idx_dev.shape[0]
+        work, targets = model.workspace(n), self._target_buffer(y_dev, n)
+        scale = self._scales(global_batch, model.sizes[-1])
+        loss_scale = self.scaler.scale if self.scaler else 1.0
+        queue = list(enumerate(self.buckets))
+        blocking = 0.0             # seconds in all-reduces that ran to completion (MPI backends)
+
+        def start_ready(layer: int) -> None:
+            nonlocal blocking
+            while queue and queue[0][1].ready_after == layer:
+                j, b = queue.pop(0)
+                written, begun, done = self._events[j]
+                written.record(0)                   # after the kernels that wrote this bucket...
+                written.wait(self.comm_stream)      # ...which the comm stream now waits for
+                begun.record(self.comm_stream)
+                t0 = time.perf_counter()
+                if not self.be.allreduce_enqueue(model.bucket[b.start:b.stop], self.summed[b.start:b.stop],
+                                                 self.comm_stream):
+                    blocking += time.perf_counter() - t0
+                done.record(self.comm_stream)
+
+        # Timed by hand: a Phases block synchronises the whole device, the comm stream too.
+        cuda.synchronize()
+        t0 = time.perf_counter()
+        K.take_rows(x_dev, idx_dev, work["acts"][0])
+        K.take_rows(y_dev, idx_dev, targets)
+        model.loss_and_gradients(n, targets, self.loss, scale * loss_scale, scale, on_ready=start_ready)
+        self._backward_done.record(0)
+        self._backward_done.synchronize()           # the backward pass, not the all-reduces
+        t1 = time.perf_counter()
+        self.comm_stream.synchronize()
+        t2 = time.perf_counter()
+        self.phases.seconds["compute"] += t1 - t0 - blocking
+        self.phases.seconds["comm"] += t2 - t1 + blocking
+        self.allreduce_busy_s += blocking or sum(begun.elapsed_time(done) for _, begun, done in self._events) / 1e3
+        return self._update(self.summed, loss_scale)
+
+    def _update(self, summed, loss_scale: float) -> tuple[float, float]:
+        """Loss, correct predictions and the optimiser step from the summed bucket."""
+        model = self.model
         with self.phases("update"):
             loss, correct = (float(v) for v in summed[model.n_params:].copy_to_host())
             if not math.isfinite(loss):

@@ -142,7 +142,7 @@ def run_device(ops, x, comm, be=None, overlap: bool = True, phases: Phases | Non
                buffers: Buffers | None = None, height: int | None = None):
     """Forward the device band ``x`` (complete: its kernels finished) through ``ops``; returns a device array.
 
-    Per windowed layer, on two streams (:mod:`hpclab.halo.streams`):
+    Per windowed layer, on two streams (:mod:`hpclab.streams`):
 
     - compute stream: copy own rows into the working buffer, then the interior rows;
     - edge stream (high priority): pack the rows to send, exchange them
@@ -159,7 +159,7 @@ def run_device(ops, x, comm, be=None, overlap: bool = True, phases: Phases | Non
     from hpclab.backend import cuda
     from hpclab.halo.bands import copy_rows
     from hpclab.halo.conv import lrn_device
-    from hpclab.halo.streams import compute_stream, edge_stream, event
+    from hpclab.streams import compute_stream, edge_stream, event
 
     phases = phases or Phases(sync=False)
     overlap = overlap and not phases.sync

@@ -80,7 +80,7 @@ def check_all(be, comm) -> dict[str, bool]:
         ok[f"sendrecv-proc-null-{tag}"] = np.array_equal(got, keep if rank == 0 else alls[rank - 1])
 
         # Written on the halo executor's high-priority stream and exchanged behind it on that stream.
-        from hpclab.halo.streams import edge_stream
+        from hpclab.streams import edge_stream
 
         stream, _ = edge_stream()
         src = cuda.device_array_like(d, stream=stream)

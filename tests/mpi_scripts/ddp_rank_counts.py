@@ -45,6 +45,11 @@ runs = {
     "per16_3_scaled": on(comm, SyntheticConfig(per_rank_batch=16, epochs=1, samples=240,
                                               scale_lr=True)),
 }
+# Overlapped all-reduce of gradient buckets on 2 ranks: one bucket per layer (a tiny bucket
+# size), layers 1-2 together and 0 alone (100 bytes), everything in one bucket (25 MiB).
+for name, mb in (("per_layer", 1e-9), ("two", 100 / 2 ** 20), ("one", 25.0)):
+    runs[f"b32_2_overlap_{name}"] = on(pair, SyntheticConfig(global_batch=32, epochs=2, samples=256,
+                                                            overlap=True, bucket_mb=mb))
 rows = throughput.scaling(comm, [6, 4, 2], [1, 2, 3], global_batch=12, steps=1, warmup=1)
 if comm.rank == 0:
     print(json.dumps({"runs": runs, "scaling": rows}), flush=True)

@@ -1,4 +1,8 @@
-"""The two CUDA streams of the device executor, created once per process.
+"""CUDA streams beside the default one, created once per process.
+
+Numba launches kernels on the legacy default stream, which waits for (and
+holds up) every ordinary stream: work meant to overlap with kernels must go
+on a non-blocking stream. Three are made here:
 
 - ``compute_stream()``: the interior rows. A non-blocking stream, so it
   does not wait for (or hold up) work on the legacy default stream.
@@ -7,9 +11,13 @@
   interior's kernels fill every SM, the GPU's block scheduler hands freed
   SMs to this stream's kernels first, so a NCCL transfer or a boundary
   kernel starts within one block's time instead of after the whole interior.
+  Both serve the halo exchange's device executor (notebook 06).
+- ``comm_stream()``: data-parallel training's gradient all-reduces, overlapped
+  with the backward pass on the default stream (notebook 07); non-blocking
+  and of the highest priority, for the edge stream's reason.
 
 Each returns (stream, how): ``how`` says what was made, for reports. On the
-simulator both are ordinary streams (everything runs synchronously there).
+simulator they are ordinary streams (everything runs synchronously there).
 ``event(name)`` gives a CUDA event kept for reuse: an event made per call
 would be freed per call, and Numba's batched frees can synchronise the GPU.
 """
@@ -59,6 +67,11 @@ def compute_stream():
 def edge_stream():
     """(stream, how) for the halo exchange and the boundary rows."""
     return _get("edge", True)
+
+
+def comm_stream():
+    """(stream, how) for gradient all-reduces beside the backward pass."""
+    return _get("comm", True)
 
 
 def event(name: str):
