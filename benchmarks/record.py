@@ -180,17 +180,26 @@ def conv_scaling(table: list[dict]) -> Found:
 
 
 def ddp_scaling(table: list[dict]) -> Found:
-    """`hpclab bench ddp --mode scaling --csv`: step time of the 3 x 4096 MLP; efficiency against 1 GPU."""
-    base = {r["sweep"]: float(r["step_s"]) for r in table if r["gpus"] == "1"}
+    """`hpclab bench ddp --mode scaling|buckets --csv`: step time of the 3 x 4096 MLP; efficiency against
+    1 GPU; with the all-reduce overlapped (variant ...-overlap, or buckets-<MiB>), how much of it was hidden."""
+    def variant(r):
+        if r.get("overlap") != "True":
+            return r["sweep"]
+        return f"buckets-{number(float(r['bucket_mb']))}" if r["sweep"] == "buckets" else f"{r['sweep']}-overlap"
+
+    base = {variant(r): float(r["step_s"]) for r in table if r["gpus"] == "1"}
     rows = []
     for r in table:
-        n, step = int(r["gpus"]), float(r["step_s"])
-        eff = base[r["sweep"]] / step / (n if r["sweep"] == "strong" else 1) if r["sweep"] in base else None
-        for metric, value, unit in (("step_s", step, "s"), ("samples_per_s", r["samples_per_s"], "samples/s"),
-                                    ("comm_share", r["comm_share"], "1"), ("efficiency", eff, "1"),
-                                    ("parameters", r["parameters"], "1")):
+        n, step, v = int(r["gpus"]), float(r["step_s"]), variant(r)
+        eff = base[v] / step / (n if r["sweep"] == "strong" else 1) if v in base else None
+        figures = [("step_s", step, "s"), ("samples_per_s", r["samples_per_s"], "samples/s"),
+                   ("comm_share", r["comm_share"], "1"), ("efficiency", eff, "1"), ("parameters", r["parameters"], "1")]
+        if r.get("overlap") == "True":
+            figures += [("comm_s", r["comm_s"], "s"), ("allreduce_s", r["allreduce_s"], "s"),
+                        ("hidden_share", r["hidden_share"], "1"), ("buckets", r["buckets"], "1")]
+        for metric, value, unit in figures:
             if value is not None:
-                rows.append(fig("ddp-scaling", r["sweep"], n, int(r["global_batch"]), "samples", metric, value, unit))
+                rows.append(fig("ddp-scaling", v, n, int(r["global_batch"]), "samples", metric, value, unit))
     return Found("ddp", max(int(r["gpus"]) for r in table), rows, device=table[0].get("device", ""))
 
 
