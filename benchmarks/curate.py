@@ -278,6 +278,36 @@ def ddp_scaling(f: Figures) -> str:
     return out
 
 
+def ddp_overlap(f: Figures) -> str:
+    k = "ddp-scaling/{}/h200x2/{}gpu/{}/{}"
+    out = f.caption(k.format("weak-overlap", 2, 2048, "step_s"), "2× H200")
+    out += ("| sweep | GPUs | after the backward pass: ms per step | efficiency | overlapped: ms per step "
+            "| efficiency | all-reduce hidden |\n|---|---|---|---|---|---|---|\n")
+    for mode, batch in (("weak", 1024), ("strong", 2048)):
+        for n in (1, 2):
+            b = batch * n if mode == "weak" else batch
+            after, over = k.format(mode, n, b, "{}"), k.format(f"{mode}-overlap", n, b, "{}")
+            out += (f"| {mode} | {n} | {fixed(1e3 * f(after.format('step_s')), 2)} | {fixed(f(after.format('efficiency')), 2)} "
+                    f"| {fixed(1e3 * f(over.format('step_s')), 2)} | {fixed(f(over.format('efficiency')), 2)} "
+                    f"| {fixed(100 * f(over.format('hidden_share')), 1)} % |\n")
+    return out
+
+
+def ddp_buckets(f: Figures) -> str:
+    k = "ddp-scaling/{}/h200x2/2gpu/2048/{}"
+    out = f.caption(k.format("buckets-16", "step_s"), "2× H200, batch 1024 per GPU")
+    out += ("| buckets | ms per step | all-reduce left after the backward pass, ms | all-reduce time, ms | hidden |\n"
+            "|---|---|---|---|---|\n")
+    out += (f"| one, after the backward pass | {fixed(1e3 * f(k.format('buckets', 'step_s')), 2)} "
+            f"| {fixed(1e3 * f(k.format('buckets', 'comm_share')) * f(k.format('buckets', 'step_s')), 2)} | — | — |\n")
+    for mb in (1, 4, 16, 64, 256):
+        v = f"buckets-{mb}"
+        out += (f"| {count(f(k.format(v, 'buckets')))} of ≥ {mb} MiB | {fixed(1e3 * f(k.format(v, 'step_s')), 2)} "
+                f"| {fixed(1e3 * f(k.format(v, 'comm_s')), 2)} | {fixed(1e3 * f(k.format(v, 'allreduce_s')), 2)} "
+                f"| {fixed(100 * f(k.format(v, 'hidden_share')), 1)} % |\n")
+    return out
+
+
 CONV_METHODS = {"winograd": 'ours, Winograd F(2×2, 5×5) (`method="winograd"`)',
                 "gemm": "ours, im2col + register-blocked GEMM (`gemm`, the halo versions' default)",
                 "direct": "ours, direct tiled kernel (`direct`, its best tile shape)",
@@ -331,7 +361,8 @@ def conv_scaling(f: Figures) -> str:
 
 
 BLOCKS = {"matmul": matmul, "pi": pi, "pi-scaling": pi_scaling, "allreduce-h200x4": allreduce("h200x4", 4),
-          "allreduce-h200x2": allreduce("h200x2", 2), "ddp-scaling": ddp_scaling, "conv-throughput": conv_throughput,
+          "allreduce-h200x2": allreduce("h200x2", 2), "ddp-scaling": ddp_scaling, "ddp-overlap": ddp_overlap,
+          "ddp-buckets": ddp_buckets, "conv-throughput": conv_throughput,
           "conv-runs": conv_runs, "conv-scaling": conv_scaling}
 
 

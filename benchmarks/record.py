@@ -194,6 +194,8 @@ def ddp_scaling(table: list[dict]) -> Found:
         eff = base[v] / step / (n if r["sweep"] == "strong" else 1) if v in base else None
         figures = [("step_s", step, "s"), ("samples_per_s", r["samples_per_s"], "samples/s"),
                    ("comm_share", r["comm_share"], "1"), ("efficiency", eff, "1"), ("parameters", r["parameters"], "1")]
+        if r.get("overlap") in ("True", "False"):        # the CSV has the split (since overlap was added)
+            figures += [("compute_s", r["compute_s"], "s"), ("update_s", r["update_s"], "s")]
         if r.get("overlap") == "True":
             figures += [("comm_s", r["comm_s"], "s"), ("allreduce_s", r["allreduce_s"], "s"),
                         ("hidden_share", r["hidden_share"], "1"), ("buckets", r["buckets"], "1")]
