@@ -296,13 +296,15 @@ def ddp_overlap(f: Figures) -> str:
 def ddp_buckets(f: Figures) -> str:
     k = "ddp-scaling/{}/h200x2/2gpu/2048/{}"
     out = f.caption(k.format("buckets-16", "step_s"), "2× H200, batch 1024 per GPU")
-    out += ("| buckets | ms per step | all-reduce left after the backward pass, ms | all-reduce time, ms | hidden |\n"
-            "|---|---|---|---|---|\n")
+    out += ("| buckets | ms per step | forward + backward, ms | all-reduce left after the backward pass, ms "
+            "| all-reduce time, ms | hidden |\n|---|---|---|---|---|---|\n")
     out += (f"| one, after the backward pass | {fixed(1e3 * f(k.format('buckets', 'step_s')), 2)} "
+            f"| {fixed(1e3 * f(k.format('buckets', 'compute_s')), 2)} "
             f"| {fixed(1e3 * f(k.format('buckets', 'comm_share')) * f(k.format('buckets', 'step_s')), 2)} | — | — |\n")
     for mb in (1, 4, 16, 64, 256):
         v = f"buckets-{mb}"
         out += (f"| {count(f(k.format(v, 'buckets')))} of ≥ {mb} MiB | {fixed(1e3 * f(k.format(v, 'step_s')), 2)} "
+                f"| {fixed(1e3 * f(k.format(v, 'compute_s')), 2)} "
                 f"| {fixed(1e3 * f(k.format(v, 'comm_s')), 2)} | {fixed(1e3 * f(k.format(v, 'allreduce_s')), 2)} "
                 f"| {fixed(100 * f(k.format(v, 'hidden_share')), 1)} % |\n")
     return out
