@@ -18,11 +18,10 @@ sums are the same numbers as one all-reduce of the whole bucket.
 from __future__ import annotations
 
 import math
+import time
 import zlib
 
 import numpy as np
-
-import time
 
 from hpclab import comm as hcomm
 from hpclab.errors import RankError
