@@ -164,18 +164,23 @@ class DDPTrainer:
         """
         if self.overlap:
             return self._step_overlapped(x_dev, y_dev, idx_dev, global_batch)
+        with self.phases("compute"):
+            loss_scale = self._forward_backward(x_dev, y_dev, idx_dev, global_batch)
+        with self.phases("comm"):
+            summed = self.be.allreduce(self.model.bucket, op="sum", out=self.summed, check=False)
+        return self._update(summed, loss_scale)
+
+    def _forward_backward(self, x_dev, y_dev, idx_dev, global_batch: int, on_ready=None) -> float:
+        """This rank's rows through the model and back: gradients (and loss slots) in the
+        bucket. Returns the loss scale used (1 without loss scaling)."""
         model, n = self.model, idx_dev.shape[0]
-        work = model.workspace(n)
-        targets = self._target_buffer(y_dev, n)
+        work, targets = model.workspace(n), self._target_buffer(y_dev, n)
         scale = self._scales(global_batch, model.sizes[-1])
         loss_scale = self.scaler.scale if self.scaler else 1.0
-        with self.phases("compute"):
-            K.take_rows(x_dev, idx_dev, work["acts"][0])
-            K.take_rows(y_dev, idx_dev, targets)
-            model.loss_and_gradients(n, targets, self.loss, scale * loss_scale, scale)
-        with self.phases("comm"):
-            summed = self.be.allreduce(model.bucket, op="sum", out=self.summed, check=False)
-        return self._update(summed, loss_scale)
+        K.take_rows(x_dev, idx_dev, work["acts"][0])
+        K.take_rows(y_dev, idx_dev, targets)
+        model.loss_and_gradients(n, targets, self.loss, scale * loss_scale, scale, on_ready=on_ready)
+        return loss_scale
 
     def _step_overlapped(self, x_dev, y_dev, idx_dev, global_batch: int) -> tuple[float, float]:
         """:meth:`step` with each gradient bucket all-reduced as soon as it is written.
@@ -184,23 +189,19 @@ class DDPTrainer:
         the all-reduces still running after it (the part not hidden), ``update``.
         ``allreduce_busy_s`` adds up how long the all-reduces themselves took.
         """
-        model, n = self.model, idx_dev.shape[0]
-        work, targets = model.workspace(n), self._target_buffer(y_dev, n)
-        scale = self._scales(global_batch, model.sizes[-1])
-        loss_scale = self.scaler.scale if self.scaler else 1.0
-        queue = list(enumerate(self.buckets))
+        bucket = self.model.bucket
+        queue = list(zip(self.buckets, self._events))
         blocking = 0.0             # seconds in all-reduces that ran to completion (MPI backends)
 
         def start_ready(layer: int) -> None:
             nonlocal blocking
-            while queue and queue[0][1].ready_after == layer:
-                j, b = queue.pop(0)
-                written, begun, done = self._events[j]
+            while queue and queue[0][0].ready_after == layer:
+                b, (written, begun, done) = queue.pop(0)
                 written.record(0)                   # after the kernels that wrote this bucket...
                 written.wait(self.comm_stream)      # ...which the comm stream now waits for
                 begun.record(self.comm_stream)
                 t0 = time.perf_counter()
-                if not self.be.allreduce_enqueue(model.bucket[b.start:b.stop], self.summed[b.start:b.stop],
+                if not self.be.allreduce_enqueue(bucket[b.start:b.stop], self.summed[b.start:b.stop],
                                                  self.comm_stream):
                     blocking += time.perf_counter() - t0
                 done.record(self.comm_stream)
@@ -208,9 +209,7 @@ class DDPTrainer:
         # Timed by hand: a Phases block synchronises the whole device, the comm stream too.
         cuda.synchronize()
         t0 = time.perf_counter()
-        K.take_rows(x_dev, idx_dev, work["acts"][0])
-        K.take_rows(y_dev, idx_dev, targets)
-        model.loss_and_gradients(n, targets, self.loss, scale * loss_scale, scale, on_ready=start_ready)
+        loss_scale = self._forward_backward(x_dev, y_dev, idx_dev, global_batch, on_ready=start_ready)
         self._backward_done.record(0)
         self._backward_done.synchronize()           # the backward pass, not the all-reduces
         t1 = time.perf_counter()
