@@ -54,7 +54,7 @@ def test_batched_fast_kernel_multiplies_each_pair():
         assert_product(c.copy_to_host()[z], a[z], b[z])
 
 
-# The warp-tiled rung takes sizes that divide its tiles (32 x 32 x 4 on the simulator); several
+# The warp-tiled rung takes sizes that divide its tiles (32 x 32 x 8 on the simulator); several
 # blocks and several tiles of k, and a second configuration with other warp and lane shapes.
 @pytest.mark.parametrize("config", [warp.CONFIG, warp.WarpConfig(32, 64, 8, 32, 32, 2, 1)])
 def test_warp_kernel_matches_numpy(config):
@@ -71,6 +71,16 @@ def test_warp_kernel_refuses_what_it_cannot_multiply(a, b, words):
     with pytest.raises(ValueError) as err:
         mm.matmul(a, b, "warp")
     assert all(w in str(err.value) for w in words), err.value
+
+
+def test_warp_kernel_refuses_a_b_it_cannot_read_in_16_byte_runs():
+    """A column slice starts 4 bytes into a row: its 16-byte loads would fault, so it is refused."""
+    from hpclab.backend import cuda
+
+    a = np.ones((warp.CONFIG.bm, warp.CONFIG.bk), np.float32)
+    b = cuda().to_device(np.ones((warp.CONFIG.bk, warp.CONFIG.bn + 1), np.float32))[:, 1:]
+    with pytest.raises(ValueError, match="16-byte runs.*b.copy"):
+        mm.matmul(a, b, "warp")
 
 
 def test_warp_configurations_that_cannot_be_built_are_named():

@@ -36,7 +36,7 @@ CANDIDATES = [
     (64, 64, 8, 4, 4, 4, 4),
     (128, 128, 16, 8, 8, 1, 4),
 ]
-# Candidate shapes of the warp-tiled kernel: (bm, bn, bk, wm, wn, mi, ni).
+# Candidate shapes of the warp-tiled kernel: (bm, bn, bk, wm, wn, mi, ni[, pad]).
 WARP_CANDIDATES = [
     (128, 128, 16, 64, 32, 2, 2),
     (128, 128, 16, 32, 64, 2, 2),

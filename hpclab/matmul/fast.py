@@ -377,7 +377,8 @@ def check_operands(a, b, kernel: str = "naive", trans_a: bool = False, trans_b: 
         if np.dtype(a.dtype) != np.float32 or trans_a or trans_b:
             raise ValueError(f"the warp kernel multiplies float32 a @ b only (got {np.dtype(a.dtype)}"
                              f"{', a transposed operand' if trans_a or trans_b else ''}); use kernel='fast'")
-        problem = warp.shape_problem(M, K, N, config if isinstance(config, warp.WarpConfig) else warp.CONFIG)
+        problem = (warp.shape_problem(M, K, N, config if isinstance(config, warp.WarpConfig) else warp.CONFIG)
+                   or (_is_device(b) and warp.layout_problem(b)))
         if problem:
             raise ValueError(problem)
     return M, K, N, np.dtype(a.dtype)

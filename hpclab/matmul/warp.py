@@ -13,6 +13,11 @@ What else changes from ``fast``, and why:
   takes any shape, a transposed operand and float16; this one float32 only.
 - The next tiles of A and B are fetched into registers while the current ones
   are multiplied (double buffering through two shared buffers), as in ``fast``.
+- Each thread copies B's tile four columns at a time: one 16-byte global load
+  and one 16-byte shared store (:mod:`.wide`) instead of four of each. A's tile
+  is stored transposed, so its four values go to four shared rows; loading them
+  as one 16-byte run too cost registers (143 instead of 123, one block per SM
+  instead of two) and was slower on an H200, so A is copied one value at a time.
 
 Tile shapes are a :class:`WarpConfig`; ``warp_kernel(config)`` builds the kernel
 (compile-time constants must be known before Numba compiles). The bench sweeps
@@ -27,6 +32,7 @@ import numpy as np
 
 from hpclab import backend
 from hpclab.backend import cuda as _cuda
+from hpclab.matmul.wide import aligned, load4, store4
 
 cuda = _cuda()  # decides GPU or simulator before numba reads its configuration
 
@@ -73,8 +79,8 @@ class WarpConfig:
             out.append(f"{nt} threads per block is more than 1024")
         if nt % self.bk or self.bm % (nt // self.bk):
             out.append("the A tile (bm x bk) must split into whole rows of threads")
-        if nt % self.bn or self.bk % (nt // self.bn):
-            out.append("the B tile (bk x bn) must split into whole rows of threads")
+        if nt % (self.bn // 4) or self.bk % (nt // (self.bn // 4)):
+            out.append("the B tile (bk x bn), in runs of 4, must split into whole rows of threads")
         if self.bk % 4:
             out.append("bk must be a multiple of 4 (four steps of k per pass of the inner loop)")
         return out
@@ -82,7 +88,7 @@ class WarpConfig:
 
 # 128 x 128 blocks of 8 warps, 8 x 8 outputs per lane on a GPU; on the simulator, where
 # each thread is a Python thread, 32 x 32 blocks of 2 warps, 4 x 4 per lane.
-CONFIG = WarpConfig() if backend.name() == "gpu" else WarpConfig(32, 32, 4, 16, 32, 1, 1, pad=4)
+CONFIG = WarpConfig() if backend.name() == "gpu" else WarpConfig(32, 32, 8, 16, 32, 1, 1, pad=4)
 
 
 @lru_cache(maxsize=None)
@@ -95,8 +101,10 @@ def warp_kernel(cfg: WarpConfig = CONFIG):
     BM, BN, BK, WM, WN, NT = (U(x) for x in (cfg.bm, cfg.bn, cfg.bk, cfg.wm, cfg.wn, cfg.threads))
     LN = U(cfg.lanes[1])
     SA, SB = BM + U(cfg.pad), BN + U(cfg.pad)          # shared row lengths (A is stored k-major)
-    A_STEP, B_STEP = NT // BK, NT // BN                # tile rows one copying pass covers
-    A_N, B_N = cfg.bm * cfg.bk // cfg.threads, cfg.bk * cfg.bn // cfg.threads  # elements per thread
+    B_RUNS = BN // U(4)                                # B's tile rows copied in runs of 4
+    A_STEP, B_STEP = NT // BK, NT // B_RUNS            # tile rows one copying pass covers
+    A_N, B_N = cfg.bm * cfg.bk // cfg.threads, cfg.bk * cfg.bn // 4 // cfg.threads  # values, runs per thread
+    B_HELD = 4 * B_N
     MI, NI, TM, TN = cfg.mi, cfg.ni, 4 * cfg.mi, 4 * cfg.ni
     A_SUB, B_SUB = U(4 * cfg.lanes[0]), U(4 * cfg.lanes[1])    # sub-tiles of one lane, this far apart
     A_BUF, B_BUF = cfg.bk * (cfg.bm + cfg.pad), cfg.bk * (cfg.bn + cfg.pad)
@@ -126,14 +134,14 @@ def warp_kernel(cfg: WarpConfig = CONFIG):
         m0 = (warp // (BN // WN)) * WM + (lane // LN) * FOUR
         n0 = (warp % (BN // WN)) * WN + (lane % LN) * FOUR
         a_k, a_r = tid % BK, tid // BK                 # what this thread copies (coalesced along k / n)
-        b_c, b_k = tid % BN, tid // BN
+        b_c, b_k = (tid % B_RUNS) * FOUR, tid // B_RUNS
         As = cuda.shared.array(A_SHARED, float32, alignment=16)   # As[buf, k, m] = A[row0 + m, k0 + k]
         Bs = cuda.shared.array(B_SHARED, float32, alignment=16)   # Bs[buf, k, n] = B[k0 + k, col0 + n]
         acc = cuda.local.array((TM, TN), float32)
         a_frag = cuda.local.array(TM, float32)
         b_frag = cuda.local.array(TN, float32)
         a_next = cuda.local.array(A_N, float32)
-        b_next = cuda.local.array(B_N, float32)
+        b_next = cuda.local.array(B_HELD, float32)
         for i in range(TM):
             for j in range(TN):
                 acc[i, j] = 0
@@ -143,7 +151,8 @@ def warp_kernel(cfg: WarpConfig = CONFIG):
                 for s in range(A_N):
                     a_next[s] = a[row0 + a_r + U(s) * A_STEP, t * BK + a_k]
                 for s in range(B_N):
-                    b_next[s] = b[t * BK + b_k + U(s) * B_STEP, col0 + b_c]
+                    b_next[4 * s], b_next[4 * s + 1], b_next[4 * s + 2], b_next[4 * s + 3] = \
+                        load4(b, t * BK + b_k + U(s) * B_STEP, col0 + b_c)
             if t > ZERO:      # tile t - 1 is in shared buffer `cur`: multiply it
                 a_base, b_base = cur * A_BUF + m0, cur * B_BUF + n0
                 k = ZERO
@@ -161,7 +170,8 @@ def warp_kernel(cfg: WarpConfig = CONFIG):
                 for s in range(A_N):
                     As[nxt * A_BUF + a_k * SA + a_r + U(s) * A_STEP] = a_next[s]
                 for s in range(B_N):
-                    Bs[nxt * B_BUF + (b_k + U(s) * B_STEP) * SB + b_c] = b_next[s]
+                    store4(Bs, nxt * B_BUF + (b_k + U(s) * B_STEP) * SB + b_c,
+                           b_next[4 * s], b_next[4 * s + 1], b_next[4 * s + 2], b_next[4 * s + 3])
             cuda.syncthreads()
         for s in range(MI):
             for i in range(4):
@@ -181,8 +191,16 @@ def shape_problem(m: int, k: int, n: int, cfg: WarpConfig = CONFIG) -> str | Non
     return None
 
 
+def layout_problem(b) -> str | None:
+    """Why b cannot be read 16 bytes at a time (None when it can)."""
+    if not aligned(b):
+        return ("the warp kernel reads b in 16-byte runs and needs it C-contiguous with rows on 16-byte "
+                "boundaries (a slice such as b[:, 1:] is not); pass a copy (b.copy()) or use kernel='fast'")
+    return None
+
+
 def launch(a, b, c, cfg: WarpConfig | None = None) -> None:
-    """c = a @ b on float32 device arrays whose sizes divide the tiles (no checks)."""
+    """c = a @ b on float32 device arrays whose sizes divide the tiles, b aligned (no checks)."""
     cfg = cfg or CONFIG
     m, n = c.shape
     warp_kernel(cfg)[(n // cfg.bn, m // cfg.bm), cfg.threads](a, b, c)
