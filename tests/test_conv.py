@@ -120,7 +120,7 @@ def test_conv2d_winograd_matches_scipy(geom):
     np.testing.assert_allclose(got, np.maximum(want, 0), rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
-@pytest.mark.parametrize("m, r", [(2, 3), (2, 5), (4, 3)])
+@pytest.mark.parametrize("m, r", [(2, 3), (2, 5), (4, 3), (3, 5), (4, 5)])
 def test_winograd_transforms_are_exact_in_one_and_two_dimensions(m, r):
     from hpclab.halo.conv_winograd import transforms
 

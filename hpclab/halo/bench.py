@@ -1,8 +1,8 @@
 """Convolution benchmarks (``hpclab bench conv ...``).
 
   throughput  single GPU: AlexNet C2 at batch 32, our direct tiled kernel, the plain one,
-              im2col + GEMM and Winograd F(2x2, 5x5) against PyTorch's conv2d (cuDNN) in the same
-              process: cuDNN with TF32 forbidden (true FP32, the target's
+              im2col + GEMM and Winograd F(m x m, 5x5), m = 2, 3, 4, against PyTorch's
+              conv2d (cuDNN) in the same process: cuDNN with TF32 forbidden (true FP32, the target's
               baseline) and allowed (TF32), and unfold + cuBLAS SGEMM
   scaling     under mpirun/mpiexec: one large layer split by height across
               ranks, strong (fixed height) and weak (fixed rows per rank),
@@ -99,7 +99,7 @@ def throughput(args) -> int:
     from hpclab import backend
 
     backend.select()
-    from hpclab.halo import conv as kc, conv_tiled
+    from hpclab.halo import conv as kc, conv_tiled, conv_winograd
     from hpclab.halo.reference import conv_flops, output_size
 
     cuda = kc.cuda
@@ -128,10 +128,17 @@ def throughput(args) -> int:
     runs = {f"direct {name}": dict(config=cfg, method="direct") for name, cfg in configs.items()}
     runs["naive"] = dict(method="naive")            # the plain kernel notebook 06 shows
     runs["gemm"] = dict(method="gemm")
-    runs["winograd"] = dict(method="winograd")      # F(2x2, 5x5): 36 products per 4 outputs instead of 100
-    for name, kw in runs.items():
+    runs["winograd"] = dict(method="winograd")      # F(m x m, 5x5), m = conv_winograd.TILES[5]
+    calls = {name: (lambda kw=kw: kc.conv2d_device(xd, weights, stride, pad, out=out, **kw))
+             for name, kw in runs.items()}
+    # The other Winograd tile sizes, in the same run: alpha^2 products per m^2 outputs (instead of 25 m^2).
+    for tile in (2, 3, 4):
+        if tile != conv_winograd.TILES[r]:
+            u = cuda.to_device(conv_winograd.filter_transform(wt, tile))
+            calls[f"winograd F{tile}"] = (lambda u=u, tile=tile: conv_winograd.conv_rows_winograd(
+                xd, u, weights.bias, out, r, pad, pad, 0, ho, m=tile))
+    for name, fn in calls.items():
         try:
-            fn = lambda: kc.conv2d_device(xd, weights, stride, pad, out=out, **kw)  # noqa: E731
             secs, latency = _gpu_times(fn, cuda.synchronize, repeats=args.repeats)
             fn()
             cuda.synchronize()

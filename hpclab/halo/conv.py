@@ -9,8 +9,8 @@ part computes the same sum faster (``method=``):
 
 - ``"direct"`` (:mod:`hpclab.halo.conv_tiled`): tiled through shared memory, sums kept in registers;
 - ``"gemm"`` (:mod:`hpclab.halo.conv_gemm`): im2col + the matmul topic's fast GEMM, the default on a GPU;
-- ``"winograd"`` (:mod:`hpclab.halo.conv_winograd`): stride-1 3x3 and 5x5 layers with 2.3-2.8 times
-  fewer multiplications. A value depends on where its tile starts, so it is never the default.
+- ``"winograd"`` (:mod:`hpclab.halo.conv_winograd`): stride-1 3x3 and 5x5 layers with 2.25 (3x3) and
+  4.6 (5x5) times fewer multiplications. A value depends on where its tile starts, so it is never the default.
 
 Every other method sums each output value in an order that does not depend on
 the band of rows, so a band computed on one rank is bit-for-bit those rows
@@ -40,7 +40,7 @@ METHODS = {
     "naive": "the plain kernel, one thread per output value",
     "direct": "direct tiled kernel (shared memory, register blocking)",
     "gemm": "im2col + register-blocked GEMM",
-    "winograd": "Winograd F(2x2, r x r)",
+    "winograd": "Winograd F(2x2, 3x3) / F(3x3, 5x5)",
 }
 
 

@@ -8,7 +8,7 @@ For a tile of m x m outputs, with alpha = m + r - 1,
 
 where d is the alpha x alpha input patch, g the r x r filter and * the
 element-wise product: alpha^2 multiplications per tile instead of m^2 r^2
-(F(2x2, 5x5): 36 instead of 100; F(2x2, 3x3): 16 instead of 36). Summed over
+(F(3x3, 5x5): 49 instead of 225; F(2x2, 3x3): 16 instead of 36). Summed over
 input channels, each of the alpha^2 positions is a matrix product
 
     M[xi] (K x tiles) = U[xi] (K x C) @ V[xi] (C x tiles)
@@ -18,13 +18,17 @@ patches (one kernel), alpha^2 products in one launch of the register-blocked
 GEMM (:func:`hpclab.matmul.fast.launch_batched`), transform back, add the
 bias and apply ReLU (one kernel).
 
-The matrices come from Toom-Cook interpolation at the points 0, 1, -1, 2, -2
-and infinity: A^T and G from the points, B^T solved from the condition that
-the formula is exact (checked to 1e-12 when built).
+The matrices come from Toom-Cook interpolation at the points 0, 1, -1, 2, -2,
+1/2, -1/2 (the first alpha - 1 of them) and infinity: A^T and G from the
+points, B^T solved from the condition that the formula is exact (checked to
+1e-12 when built).
 
-Rounding: the transforms mix values with factors up to 5, so results are
-less accurate than a direct sum (about 1e-6 to 1e-5 relative in float32 for
-F(2x2, 5x5), measured by the tests and the benchmark against float64); and a
+Tile size: a larger m needs fewer multiplications per output but mixes values
+with larger factors, so it rounds worse. For the 5x5 layer (C2 at batch 32, one
+H200, ``hpclab bench conv throughput``, float32 against float64): F(2x2) 36
+products per 4 outputs, error 5.6e-6; F(3x3) 49 per 9, 8.4e-6; F(4x4) 64 per 16,
+7.5e-6 but slower than F(3x3) (27 output rows leave a last tile row mostly
+empty, and the transforms' local arrays grow). ``TILES`` holds the choice; and a
 value depends on where its tile starts, so a band split at a row that is not
 a multiple of m is not bit-for-bit the whole image: the halo versions, which
 compare digests, use the direct or GEMM path.
@@ -43,9 +47,11 @@ from hpclab.launch import launch_1d
 cuda = _cuda()
 from numba import float32  # noqa: E402  (after the backend is chosen)
 
-TILE = 2                       # outputs per tile side: F(2x2, r x r)
-KERNEL_SIZES = (3, 5)          # r; alpha = r + 1 <= 6 interpolation points
-POINTS = (0.0, 1.0, -1.0, 2.0, -2.0)
+# Outputs per tile side m for each kernel size r: F(m x m, r x r). A larger m needs fewer
+# multiplications per output (alpha^2 / m^2 with alpha = m + r - 1) but rounds worse.
+TILES = {3: 2, 5: 3}
+KERNEL_SIZES = tuple(TILES)
+POINTS = (0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5)   # the first alpha - 1 are used, then infinity
 
 
 def supported(r: int, s: int, stride: int) -> str | None:
@@ -78,10 +84,10 @@ def transforms(m: int, r: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return at, g, np.round(bt, 12)
 
 
-def filter_transform(w: np.ndarray, m: int = TILE) -> np.ndarray:
-    """U[xi * alpha + nu, k, c] = (G w[k, c] G^T)[xi, nu], float32, computed in float64."""
+def filter_transform(w: np.ndarray, m: int | None = None) -> np.ndarray:
+    """U[xi * alpha + nu, k, c] = (G w[k, c] G^T)[xi, nu], float32, computed in float64 (m: TILES[r])."""
     k, c, r, _ = w.shape
-    g = transforms(m, r)[1]
+    g = transforms(m or TILES[r], r)[1]
     u = np.einsum("ia,kcab,jb->ijkc", g, np.asarray(w, np.float64), g)
     return np.ascontiguousarray(u.reshape(-1, k, c), dtype=np.float32)
 
@@ -192,14 +198,15 @@ def _output_kernel(m: int, r: int):
 
 def conv_rows_winograd(x, u, bias, out, r: int, pad_top: int, pad_w: int, oh_begin: int, oh_end: int,
                        relu: bool = False, stream=0, limit: int | None = None,
-                       workspace: Workspace | None = None, m: int = TILE) -> None:
+                       workspace: Workspace | None = None, m: int | None = None) -> None:
     """Output rows [oh_begin, oh_end) of ``out`` (N, K, Ho, Wo) from the band ``x``, stride 1.
 
-    ``u`` is :func:`filter_transform` of the weights on the device, (alpha^2, K, C).
-    Tiles of m x m outputs start at row ``oh_begin`` and column 0.
+    ``u`` is :func:`filter_transform` of the weights on the device, (alpha^2, K, C), for the
+    same m (default ``TILES[r]``). Tiles of m x m outputs start at row ``oh_begin`` and column 0.
     """
     if oh_end <= oh_begin:
         return
+    m = m or TILES[r]
     n, c = x.shape[0], x.shape[1]
     al2, k, _ = u.shape
     wo = out.shape[3]
