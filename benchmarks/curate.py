@@ -310,7 +310,9 @@ def ddp_buckets(f: Figures) -> str:
     return out
 
 
-CONV_METHODS = {"winograd": 'ours, Winograd F(2×2, 5×5) (`method="winograd"`)',
+CONV_METHODS = {"winograd": 'ours, Winograd F(3×3, 5×5) (`method="winograd"`)',
+                "winograd-f4": "ours, Winograd F(4×4, 5×5)",
+                "winograd-f2": "ours, Winograd F(2×2, 5×5) (the default before F(3×3))",
                 "gemm": "ours, im2col + register-blocked GEMM (`gemm`, the halo versions' default)",
                 "direct": "ours, direct tiled kernel (`direct`, its best tile shape)",
                 "cudnn-fp32": "cuDNN FP32, TF32 off (PyTorch `conv2d`, `cudnn.benchmark`)",
@@ -334,12 +336,13 @@ def conv_throughput(f: Figures) -> str:
 
 
 def conv_runs(f: Figures) -> str:
-    out = ("| run | Winograd TFLOP/s | cuDNN FP32 | Winograd / cuDNN FP32, back to back | per call |\n"
-           "|---|---|---|---|---|\n")
-    for run, what in (("h200", "one H200, the record above"), ("h200-plan-fix", "one H200, in the 4-GPU scaling run"),
-                      ("h200-first-winograd", "one H200, the first Winograd run"), ("h100", "one H100 80GB HBM3")):
+    out = ("| run | Winograd | TFLOP/s | cuDNN FP32 | Winograd / cuDNN FP32, back to back | per call |\n"
+           "|---|---|---|---|---|---|\n")
+    for run, what, tile in (("h200", "one H200, the record above", 3), ("h100", "one H100 80GB HBM3", 3),
+                            ("h200-plan-fix", "one H200, in the 4-GPU scaling run", 2),
+                            ("h200-first-winograd", "one H200, the first Winograd run", 2)):
         k = f"conv-c2/{{}}/{run}/1gpu/32/{{}}"
-        out += (f"| {what} | {tf(f(k.format('winograd', 'tflops')))} | {tf(f(k.format('cudnn-fp32', 'tflops')))} | "
+        out += (f"| {what} | F({tile}×{tile}, 5×5) | {tf(f(k.format('winograd', 'tflops')))} | {tf(f(k.format('cudnn-fp32', 'tflops')))} | "
                 f"{fixed(f(k.format('winograd', 'vs_cudnn-fp32')), 3)} | "
                 f"{fixed(f(k.format('winograd', 'latency_tflops_vs_cudnn-fp32')), 3)} |\n")
     return out
