@@ -27,8 +27,9 @@ Tile size: a larger m needs fewer multiplications per output but mixes values
 with larger factors, so it rounds worse. For the 5x5 layer (C2 at batch 32, one
 H200, ``hpclab bench conv throughput``, float32 against float64): F(2x2) 36
 products per 4 outputs, error 5.6e-6; F(3x3) 49 per 9, 8.4e-6; F(4x4) 64 per 16,
-7.5e-6 but slower than F(3x3) (27 output rows leave a last tile row mostly
-empty, and the transforms' local arrays grow). ``TILES`` holds the choice; and a
+7.5e-6 but slower than F(3x3) although it needs fewer products (its batched
+GEMMs are narrower: 1,568 tiles against 2,592; not analysed further). ``TILES``
+holds the choice; and a
 value depends on where its tile starts, so a band split at a row that is not
 a multiple of m is not bit-for-bit the whole image: the halo versions, which
 compare digests, use the direct or GEMM path.
