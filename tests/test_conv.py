@@ -120,6 +120,21 @@ def test_conv2d_winograd_matches_scipy(geom):
     np.testing.assert_allclose(got, np.maximum(want, 0), rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
+@pytest.mark.parametrize("tile", [2, 4])
+def test_winograd_other_tile_sizes_match_scipy(tile):
+    """The tile size follows from the transformed filters' shape (what the benchmark's F(2x2), F(4x4) use)."""
+    from hpclab.halo import conv_winograd
+
+    x = RNG.uniform(-1, 1, (1, 3, 9, 8)).astype(np.float32)
+    wt = RNG.uniform(-1, 1, (4, 3, 5, 5)).astype(np.float32)
+    weights = gpu.ConvWeights(wt)
+    out = gpu.cuda.device_array((1, 4, 9, 8), np.float32)
+    u = gpu.cuda.to_device(conv_winograd.filter_transform(wt, tile))
+    conv_winograd.conv_rows_winograd(gpu.cuda.to_device(x), u, weights.bias, out, 5, 2, 2, 0, 9)
+    want = scipy_conv(x, wt, 1, 2)
+    np.testing.assert_allclose(out.copy_to_host(), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
 @pytest.mark.parametrize("m, r", [(2, 3), (2, 5), (4, 3), (3, 5), (4, 5)])
 def test_winograd_transforms_are_exact_in_one_and_two_dimensions(m, r):
     from hpclab.halo.conv_winograd import transforms

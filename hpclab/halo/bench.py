@@ -135,8 +135,8 @@ def throughput(args) -> int:
     for tile in (2, 3, 4):
         if tile != conv_winograd.TILES[r]:
             u = cuda.to_device(conv_winograd.filter_transform(wt, tile))
-            calls[f"winograd-f{tile}"] = (lambda u=u, tile=tile: conv_winograd.conv_rows_winograd(
-                xd, u, weights.bias, out, r, pad, pad, 0, ho, m=tile))
+            calls[f"winograd-f{tile}"] = (lambda u=u: conv_winograd.conv_rows_winograd(
+                xd, u, weights.bias, out, r, pad, pad, 0, ho))
     for name, fn in calls.items():
         try:
             secs, latency = _gpu_times(fn, cuda.synchronize, repeats=args.repeats)

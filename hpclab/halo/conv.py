@@ -40,7 +40,7 @@ METHODS = {
     "naive": "the plain kernel, one thread per output value",
     "direct": "direct tiled kernel (shared memory, register blocking)",
     "gemm": "im2col + register-blocked GEMM",
-    "winograd": "Winograd F(2x2, 3x3) / F(3x3, 5x5)",
+    "winograd": "Winograd " + " / ".join(f"F({m}x{m}, {r}x{r})" for r, m in conv_winograd.TILES.items()),
 }
 
 

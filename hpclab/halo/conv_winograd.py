@@ -36,6 +36,7 @@ compare digests, use the direct or GEMM path.
 """
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 
 import numpy as np
@@ -199,17 +200,18 @@ def _output_kernel(m: int, r: int):
 
 def conv_rows_winograd(x, u, bias, out, r: int, pad_top: int, pad_w: int, oh_begin: int, oh_end: int,
                        relu: bool = False, stream=0, limit: int | None = None,
-                       workspace: Workspace | None = None, m: int | None = None) -> None:
+                       workspace: Workspace | None = None) -> None:
     """Output rows [oh_begin, oh_end) of ``out`` (N, K, Ho, Wo) from the band ``x``, stride 1.
 
-    ``u`` is :func:`filter_transform` of the weights on the device, (alpha^2, K, C), for the
-    same m (default ``TILES[r]``). Tiles of m x m outputs start at row ``oh_begin`` and column 0.
+    ``u`` is :func:`filter_transform` of the weights on the device, (alpha^2, K, C); its alpha
+    gives the tile size m = alpha - r + 1. Tiles of m x m outputs start at row ``oh_begin``
+    and column 0.
     """
     if oh_end <= oh_begin:
         return
-    m = m or TILES[r]
     n, c = x.shape[0], x.shape[1]
     al2, k, _ = u.shape
+    m = math.isqrt(al2) - r + 1
     wo = out.shape[3]
     tiles_h, tiles_w = -(-(oh_end - oh_begin) // m), -(-wo // m)
     ws = workspace or _WORKSPACE

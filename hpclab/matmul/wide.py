@@ -81,8 +81,11 @@ load4, store4 = _gpu_functions() if backend.name() == "gpu" else _simulator_func
 
 
 def aligned(x) -> bool:
-    """Whether a device or NumPy array's rows start on 16-byte boundaries (what load4 needs)."""
-    iface = getattr(x, "__cuda_array_interface__", None) or getattr(x, "__array_interface__", None)
-    address = iface["data"][0] if iface else 0
+    """Whether a device array's rows start on 16-byte boundaries (what load4 needs).
+
+    A GPU array gives its address through the CUDA array interface; the simulator's device
+    arrays wrap NumPy arrays and give it through NumPy's."""
+    iface = getattr(x, "__cuda_array_interface__", None) or x.__array_interface__
+    address = iface["data"][0]
     row_bytes = x.strides[0] if len(x.shape) > 1 else 16
     return address % 16 == 0 and row_bytes % 16 == 0 and x.strides[-1] == x.dtype.itemsize
