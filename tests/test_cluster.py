@@ -65,15 +65,41 @@ def _start_notebook(path, e) -> subprocess.Popen:
                             env=e, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def _finish_notebook(proc: subprocess.Popen, path, timeout=300):
-    log, _ = proc.communicate(timeout=timeout)
-    out = path.with_suffix(".out.ipynb")
-    assert out.exists(), log
-    return nbformat.read(out, as_version=4)
+def _finish_notebooks(runs: list[tuple[subprocess.Popen, object]], timeout=300) -> list:
+    """The executed notebooks of ``runs`` (process, path), waited for together. One still running
+    after ``timeout`` s is interrupted (the runner then writes what it has), and the failure shows
+    every notebook's outputs so far and the cluster logs: which cell waited, and for what."""
+    end = time.monotonic() + timeout
+    logs, late = [], []
+    for proc, path in runs:
+        try:
+            logs.append(proc.communicate(timeout=max(1.0, end - time.monotonic()))[0])
+        except subprocess.TimeoutExpired:
+            late.append(path.name)
+            proc.send_signal(signal.SIGINT)
+            try:
+                logs.append(proc.communicate(timeout=30)[0])
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                logs.append(proc.communicate()[0])
+    outs = [path.with_suffix(".out.ipynb") for _, path in runs]
+    books = [nbformat.read(out, as_version=4) if out.exists() else None for out in outs]
+    if late or None in books:
+        report = [f"{'still running after %d s' % timeout if path.name in late else 'ended'}: {path.name}\n"
+                  + ("\n".join(_text(c) for c in book.cells)[-3000:] if book else log[-3000:])
+                  for (_, path), book, log in zip(runs, books, logs)]
+        raise AssertionError("\n\n".join(report + [_cluster_logs(runs[0][1].parent)]))
+    return books
+
+
+def _cluster_logs(tmp_path) -> str:
+    """The tails of the test profile's cluster logs (controller, engines, launchers)."""
+    logs = sorted((_profile(tmp_path) / "log").glob("*.log"), key=lambda p: p.stat().st_mtime)
+    return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-1500:]}" for p in logs[-8:])
 
 
 def _run_notebook(path, e, timeout=300):
-    return _finish_notebook(_start_notebook(path, e), path, timeout)
+    return _finish_notebooks([(_start_notebook(path, e), path)], timeout)[0]
 
 
 def _text(cell) -> str:
@@ -212,12 +238,13 @@ TWO_NOTEBOOKS = '''
 import time, pathlib
 from hpclab import cluster
 flags = pathlib.Path(r"{flags}")
-def wait_for(name, seconds=240):
+def wait_for(name, seconds=120):
     end = time.time() + seconds
     while not (flags / name).exists():
         assert time.time() < end, f"waited {{seconds}} s for {{name}}"
         time.sleep(0.2)
 session = cluster.connect(n=2)
+session.deadline(90)   # a %%px cell that hangs fails, with the other notebook's state to read
 ''', '''
 %%px
 value = {value} + mpi_rank
@@ -246,9 +273,10 @@ def test_two_notebooks_at_once_see_only_their_own_names_and_closing_one_leaves_t
     second = [c.format(me="B", other="A", value=200, **fmt) for c in TWO_NOTEBOOKS] + [
         'wait_for("A-closed")', TWO_NOTEBOOKS[3], TWO_NOTEBOOKS[4].format(me="B", value=200, **fmt),
         "session.close()"]
-    runs = [_start_notebook(_notebook(tmp_path / f"{name}.ipynb", *cells), e)
-            for name, cells in (("A", first), ("B", second))]
-    books = [_finish_notebook(proc, tmp_path / f"{name}.ipynb") for proc, name in zip(runs, "AB")]
+    # a connect() that stalls is interrupted, its traceback saying where (px cells have their deadline)
+    paths = [_notebook(tmp_path / f"{name}.ipynb", *cells, timeouts={0: 120})
+             for name, cells in (("A", first), ("B", second))]
+    books = _finish_notebooks([(_start_notebook(path, e), path) for path in paths], timeout=600)
     texts = ["\n".join(_text(c) for c in nb.cells) for nb in books]
     for nb, text in zip(books, texts):
         assert not [c for c in nb.cells if _errors(c)], text[-3000:]
