@@ -198,3 +198,43 @@ def test_link_command_counts_cells_and_lines(tmp_path, capsys):
     assert exercises.source_of(nbformat.read(solution_path, as_version=4).cells[0]) is None
     assert cli.main(["exercises", "link", "--root", str(tmp_path)]) == 0
     assert "linked 4 of 7 cells, 5 of 9 lines; now `hpclab exercises build`" in capsys.readouterr().out
+
+
+def _shown_sources(notebook) -> list[str]:
+    """The dotted names a notebook prints with inspect.getsource, directly or through a for loop
+    over a tuple of them, its `from X import m` resolved (m.k -> X.m.k)."""
+    cells = [ast.parse(_python(c.source)) for c in notebook.cells if c.cell_type == "code"]
+    modules = {a.asname or a.name: f"{node.module}.{a.name}" for tree in cells for node in ast.walk(tree)
+               if isinstance(node, ast.ImportFrom) for a in node.names}
+    return [name for tree in cells for name in _printed(tree, modules)]
+
+
+def _printed(tree, modules: dict) -> list[str]:
+    loops = {node.target.id: node.iter.elts for node in ast.walk(tree)
+             if isinstance(node, ast.For) and isinstance(node.target, ast.Name) and isinstance(node.iter, ast.Tuple)}
+    shown = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("getsource"):
+            arg = node.args[0]
+            for target in loops.get(arg.id, [arg]) if isinstance(arg, ast.Name) else [arg]:
+                head, _, rest = ast.unparse(target).partition(".")
+                shown.append(f"{modules.get(head, head)}.{rest}".rstrip("."))
+    return shown
+
+
+def test_every_kernel_a_notebook_prints_is_plain():
+    """What a notebook shows of the library is short and has no simulator branch."""
+    import importlib
+    import inspect
+
+    shown = [name for path in sorted((ROOT / "notebooks").glob("*.ipynb"))
+             for name in _shown_sources(nbformat.read(path, as_version=4))]
+    assert len(shown) >= 6, shown            # 02, 03, 04 and 06 show their kernels
+    for name in shown:
+        module, _, attrs = name.partition(".")
+        obj = importlib.import_module(module)
+        for attr in attrs.split("."):       # a submodule not imported yet is imported here
+            obj = getattr(obj, attr) if hasattr(obj, attr) else importlib.import_module(f"{obj.__name__}.{attr}")
+        source = inspect.getsource(getattr(obj, "py_func", obj))
+        assert source.count("\n") <= 60, f"{name} is {source.count(chr(10))} lines: too long to read in a cell"
+        assert "is_simulator" not in source and "backend." not in source, f"{name} branches on the backend"
