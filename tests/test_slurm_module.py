@@ -163,8 +163,8 @@ def test_a_hand_written_slurm_profile_counts_as_slurm(tmp_path):
 
 @pytest.fixture
 def login_node(tmp_path, monkeypatch):
-    """sbatch on PATH, no GPU, not in a job, no override."""
-    bindir = fake_bin(tmp_path, sbatch="exit 1\n")
+    """sbatch on PATH with a controller that answers, no GPU, not in a job, no override."""
+    bindir = fake_bin(tmp_path, sbatch="exit 1\n", scontrol='echo "Slurmctld(primary) at head is UP"\n')
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.delenv(guard.ALLOW, raising=False)
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
@@ -197,6 +197,14 @@ def test_no_sbatch_means_a_laptop_and_local_engines(tmp_path, monkeypatch):
     monkeypatch.delenv(guard.ALLOW, raising=False)
     monkeypatch.setattr(guard, "_gpus", lambda: 0)
     assert guard.login_node_guard("default", str(tmp_path)) is None
+
+
+def test_slurm_commands_without_a_cluster_do_not_make_a_login_node(login_node, monkeypatch):
+    # e.g. slurm-client installed on a workstation, or a single-node test Slurm whose daemons have stopped
+    fake_bin(login_node, scontrol='echo "scontrol: fatal: Could not establish a configuration source" >&2\nexit 1\n')
+    assert guard.login_node_guard("default", str(login_node / "ipython")) is None
+    fake_bin(login_node, scontrol="sleep 30\n")          # configured, its controller silent: still a login node
+    assert "Slurm login node" in guard.login_node_guard("default", str(login_node / "ipython"))
 
 
 def test_a_slurm_profile_never_gets_local_engines(login_node, monkeypatch):

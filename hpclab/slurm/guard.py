@@ -13,7 +13,10 @@ with everyone, and the learner would believe the GPUs were in use.
    must come from that profile's launcher.
 3. Inside a Slurm job (``SLURM_JOB_ID`` set): allowed, the engines run on the
    allocated node.
-4. ``sbatch`` is on PATH and the driver sees no GPU: refused (a login node).
+4. ``sbatch`` is on PATH, Slurm has a configuration here and the driver sees no GPU:
+   refused (a login node). Slurm's client commands without a configuration (installed
+   but no cluster to talk to: ``scontrol`` "Could not establish a configuration
+   source") do not make a login node.
 5. Otherwise allowed.
 """
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
 
 from hpclab.slurm import profile as slurm_profile
 
@@ -46,6 +50,18 @@ def _gpus() -> int:
     return count_gpus()
 
 
+def _slurm_configured() -> bool:
+    """Whether Slurm's commands here belong to a cluster: ``scontrol ping`` finds a configuration
+    (a file, or configless through DNS). A controller that does not answer in 5 s counts as one."""
+    try:
+        proc = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=5)
+    except subprocess.TimeoutExpired:
+        return True
+    except OSError:       # sbatch without scontrol: trust sbatch
+        return True
+    return "could not establish a configuration source" not in (proc.stdout + proc.stderr).lower()
+
+
 def login_node_guard(profile: str = "default", ipython_dir: str | None = None) -> str | None:
     """None when local MPI engines may be started here; otherwise why not and what to do (one line)."""
     allow = os.environ.get(ALLOW, "").strip()
@@ -60,7 +76,7 @@ def login_node_guard(profile: str = "default", ipython_dir: str | None = None) -
                 f"--profile {profile}` submits them as a job, or set {ALLOW}=1 to run engines here instead")
     if os.environ.get("SLURM_JOB_ID"):
         return None
-    if shutil.which("sbatch") and _gpus() == 0:
+    if shutil.which("sbatch") and _gpus() == 0 and _slurm_configured():
         return ("this looks like a Slurm login node (sbatch is here, no GPU is): engines started here would "
                 "get no GPU. Get engines on GPU nodes with `hpclab cluster init --slurm --partition P "
                 "--gpus-per-node G` (then connect() submits them) or `sbatch slurm/ipcluster_engines.sbatch`; "
