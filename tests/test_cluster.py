@@ -60,9 +60,12 @@ def _notebook(path, *cells, timeouts=None):
 
 
 def _start_notebook(path, e) -> subprocess.Popen:
+    """The runner, its output (and its kernel's) into a file: a pipe that nobody reads while
+    another notebook is awaited would fill up and stop the kernel at its next write."""
     out = path.with_suffix(".out.ipynb")
-    return subprocess.Popen([sys.executable, "-c", RUNNER, str(path), str(out), str(ROOT)],
-                            env=e, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    with open(path.with_suffix(".log"), "wb") as log:
+        return subprocess.Popen([sys.executable, "-c", RUNNER, str(path), str(out), str(ROOT)],
+                                env=e, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
 
 
 def _finish_notebooks(runs: list[tuple[subprocess.Popen, object]], timeout=300) -> list:
@@ -70,18 +73,19 @@ def _finish_notebooks(runs: list[tuple[subprocess.Popen, object]], timeout=300) 
     after ``timeout`` s is interrupted (the runner then writes what it has), and the failure shows
     every notebook's outputs so far and the cluster logs: which cell waited, and for what."""
     end = time.monotonic() + timeout
-    logs, late = [], []
+    late = []
     for proc, path in runs:
         try:
-            logs.append(proc.communicate(timeout=max(1.0, end - time.monotonic()))[0])
+            proc.wait(timeout=max(1.0, end - time.monotonic()))
         except subprocess.TimeoutExpired:
             late.append(path.name)
             proc.send_signal(signal.SIGINT)
             try:
-                logs.append(proc.communicate(timeout=30)[0])
+                proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
-                logs.append(proc.communicate()[0])
+                proc.wait()
+    logs = [path.with_suffix(".log").read_text(errors="replace") for _, path in runs]
     outs = [path.with_suffix(".out.ipynb") for _, path in runs]
     books = [nbformat.read(out, as_version=4) if out.exists() else None for out in outs]
     if late or None in books:
