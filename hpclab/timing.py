@@ -71,6 +71,23 @@ class Phases:
         return {n: comm.allreduce(self.seconds.get(n, 0.0), op=MPI.MAX) for n in names}
 
 
+def paired_median_times(fn, ref, repeats: int = 5, warmup: int = 1) -> tuple[float, float]:
+    """Median wall seconds of ``fn()`` and of ``ref()``, timed in turns (fn, ref, fn, ref, ...):
+    both see the same clocks and temperature, so their ratio does not drift with the GPU's state."""
+    for _ in range(warmup):
+        fn()
+        ref()
+    _sync()
+    times = ([], [])
+    for _ in range(repeats):
+        for f, out in ((fn, times[0]), (ref, times[1])):
+            t0 = time.perf_counter()
+            f()
+            _sync()
+            out.append(time.perf_counter() - t0)
+    return statistics.median(times[0]), statistics.median(times[1])
+
+
 def median_time(fn, repeats: int = 5, warmup: int = 1, sync: bool = True) -> float:
     """Median wall seconds of ``fn()`` over ``repeats`` after ``warmup`` calls."""
     for _ in range(warmup):
