@@ -6,9 +6,10 @@ shapes of the register-blocked kernel (the default one is ``FAST_CONFIG``),
 and cuBLAS SGEMM through CuPy when it is importable. Reports TFLOP/s, the
 ratio to cuBLAS (each kernel's median against cuBLAS's median timed in turns
 with it, kernel, cuBLAS, kernel, ...: a GPU's clocks drift over a sweep of
-minutes, and both see the same ones) and to the GPU's FP32 peak, a correctness spot-check against
-cuBLAS (or NumPy), and per configuration the registers per thread, shared
-memory per block, local memory (spills) and the occupancy that follows.
+minutes, and both see the same ones) and to the GPU's FP32 peak, a
+correctness spot-check against cuBLAS (or NumPy), and per configuration the
+registers per thread, shared memory per block, local memory (spills) and the
+occupancy that follows.
 
     hpclab bench matmul --sizes 4096,8192 [--json] [--out FILE]
 
@@ -293,7 +294,7 @@ def measure(n: int, repeats: int = 3, kernels=("naive", "tiled", "fast", "warp")
     """
     backend.select()
     from hpclab.matmul import fast as mm, warp
-    from hpclab.timing import median_time, paired_median_times
+    from hpclab.timing import median_time
 
     kernels = [k for k in kernels if k != "warp" or not warp.shape_problem(n, n, n)]
 
