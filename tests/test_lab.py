@@ -53,8 +53,9 @@ def test_make_lab_serves_notebooks_exercises_and_solutions(tmp_path):
     argv = _lab_command(f"--no-browser --port={port} --ServerApp.port_retries=0 --IdentityProvider.token={token}")
     assert "--ServerApp.root_dir=" + str(ROOT) in argv       # rooted at the repository, no engines started
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"), JUPYTER_CONFIG_DIR=str(tmp_path / "config"))
-    server = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              text=True)
+    log = tmp_path / "lab.log"        # a file, not a pipe: a pipe nobody reads can fill and stall the server
+    with open(log, "wb") as out:
+        server = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=out)
     base = f"http://127.0.0.1:{port}/api/contents"
     try:
         deadline = time.monotonic() + 90
@@ -64,7 +65,7 @@ def test_make_lab_serves_notebooks_exercises_and_solutions(tmp_path):
                 break
             except (urllib.error.URLError, ConnectionError):
                 if server.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"jupyter lab did not answer on port {port}: {server.stderr.read()[-2000:]}")
+                    pytest.fail(f"jupyter lab did not answer on port {port}: {log.read_text(errors='replace')[-2000:]}")
                 time.sleep(0.5)
         assert listing["type"] == "directory"
         names = {item["name"] for item in listing["content"]}
