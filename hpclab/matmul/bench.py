@@ -5,8 +5,8 @@ and at most 4096: it is slow), the tiled kernel, a sweep of candidate tile
 shapes of the register-blocked kernel (the default one is ``FAST_CONFIG``),
 and cuBLAS SGEMM through CuPy when it is importable. Reports TFLOP/s, the
 ratio to cuBLAS (each kernel's median against cuBLAS's median timed in turns
-with it, kernel, cuBLAS, kernel, ...: a GPU's clocks drift over a sweep of
-minutes, and both see the same ones) and to the GPU's FP32 peak, a
+with it, kernel, cuBLAS, kernel, ...: a kernel timed minutes after cuBLAS may
+meet other clocks; in turns both see the same ones) and to the GPU's FP32 peak, a
 correctness spot-check against cuBLAS (or NumPy), and per configuration the
 registers per thread, shared memory per block, local memory (spills) and the
 occupancy that follows.
