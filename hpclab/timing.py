@@ -4,7 +4,8 @@
   the clock is read), and the maximum over ranks: the job is as slow as its
   slowest rank.
 - ``Phases``: accumulate compute / transfer / communication time per phase.
-- ``median_time``: warm up (Numba compiles on first call), then repeat.
+- ``median_time``: warm up (Numba compiles on first call), then repeat;
+  ``median_times`` does it for several functions in turns (a kernel and its baseline).
 """
 from __future__ import annotations
 
@@ -71,34 +72,26 @@ class Phases:
         return {n: comm.allreduce(self.seconds.get(n, 0.0), op=MPI.MAX) for n in names}
 
 
-def paired_median_times(fn, ref, repeats: int = 5, warmup: int = 1) -> tuple[float, float]:
-    """Median wall seconds of ``fn()`` and of ``ref()``, timed in turns (fn, ref, fn, ref, ...):
-    both see the same clocks and temperature, so their ratio does not drift with the GPU's state."""
+def median_times(*fns, repeats: int = 5, warmup: int = 1, sync: bool = True) -> list[float]:
+    """Median wall seconds of each of ``fns`` over ``repeats`` after ``warmup`` calls, timed in
+    turns (f, g, f, g, ...): compared functions see the same clocks and temperature, so their
+    ratio does not drift with the GPU's state."""
     for _ in range(warmup):
-        fn()
-        ref()
-    _sync()
-    times = ([], [])
+        for fn in fns:
+            fn()
+    if sync:
+        _sync()
+    times = [[] for _ in fns]
     for _ in range(repeats):
-        for f, out in ((fn, times[0]), (ref, times[1])):
+        for fn, out in zip(fns, times):
             t0 = time.perf_counter()
-            f()
-            _sync()
+            fn()
+            if sync:
+                _sync()
             out.append(time.perf_counter() - t0)
-    return statistics.median(times[0]), statistics.median(times[1])
+    return [statistics.median(t) for t in times]
 
 
 def median_time(fn, repeats: int = 5, warmup: int = 1, sync: bool = True) -> float:
     """Median wall seconds of ``fn()`` over ``repeats`` after ``warmup`` calls."""
-    for _ in range(warmup):
-        fn()
-    if sync:
-        _sync()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        if sync:
-            _sync()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return median_times(fn, repeats=repeats, warmup=warmup, sync=sync)[0]

@@ -85,13 +85,13 @@ def _finish_notebooks(runs: list[tuple[subprocess.Popen, object]], timeout=300) 
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-    logs = [path.with_suffix(".log").read_text(errors="replace") for _, path in runs]
     outs = [path.with_suffix(".out.ipynb") for _, path in runs]
     books = [nbformat.read(out, as_version=4) if out.exists() else None for out in outs]
-    if late or None in books:
+    if late or None in books:   # a notebook that wrote nothing: its runner's log instead
         report = [f"{f'still running after {timeout} s' if path.name in late else 'ended'}: {path.name}\n"
-                  + ("\n".join(_text(c) for c in book.cells)[-3000:] if book else log[-3000:])
-                  for (_, path), book, log in zip(runs, books, logs)]
+                  + ("\n".join(_text(c) for c in book.cells) if book
+                     else path.with_suffix(".log").read_text(errors="replace"))[-3000:]
+                  for (_, path), book in zip(runs, books)]
         raise AssertionError("\n\n".join(report + [_cluster_logs(runs[0][1].parent)]))
     return books
 

@@ -295,11 +295,11 @@ def test_paired_times_take_turns_and_give_each_its_median():
     """The bench's kernel/cuBLAS ratio: both timed in turns, so drift reaches both alike."""
     import time
 
-    from hpclab.timing import paired_median_times
+    from hpclab.timing import median_times
 
     calls = []
     slow = lambda: (calls.append("fn"), time.sleep(0.004))      # noqa: E731
     fast = lambda: (calls.append("ref"), time.sleep(0.001))     # noqa: E731
-    t_fn, t_ref = paired_median_times(slow, fast, repeats=3, warmup=1)
+    t_fn, t_ref = median_times(slow, fast, repeats=3, warmup=1)
     assert calls == ["fn", "ref"] * 4
     assert 0.004 <= t_fn < 0.04 and 0.001 <= t_ref < t_fn

@@ -147,7 +147,7 @@ def main(argv=None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     backend.select()
     from hpclab.matmul import fast as mm, naive, tiled, warp
-    from hpclab.timing import median_time, paired_median_times
+    from hpclab.timing import median_time, median_times
 
     cuda = mm.cuda
     sim = backend.is_simulator()
@@ -218,7 +218,7 @@ def main(argv=None) -> int:
                 if cublas_fn is None:
                     t = median_time(fn, repeats=r, warmup=1)
                 else:   # cuBLAS in turns with the kernel: the ratio compares like clocks with like
-                    t, t_ref = paired_median_times(fn, cublas_fn, repeats=r, warmup=1)
+                    t, t_ref = median_times(fn, cublas_fn, repeats=r, warmup=1)
                     row["cublas_tflops"] = flop / t_ref / 1e12
                 err = check(c)
                 row.update(seconds=t, tflops=flop / t / 1e12, max_rel_error=err, correct=err <= TOLERANCE)
