@@ -175,7 +175,7 @@ def matmul(f: Figures) -> str:
     h200, h100 = (f.row(k.format("warp", run, 4096, "tflops")) for run in ("h200", "h100"))
     out = (f"One H200 ({h200['date']}) and one H100 80GB HBM3 ({h100['date']}), one run each: "
            f"`{h200['command']}`" + ("" if h100["command"] == h200["command"] else f", `{h100['command']}`") + "\n\n") + \
-        ("| GPU | N | cuBLAS | warp-tiled (128×128×16, warps 64×32, 8×8 per lane) | fast (128×128×8, 8×8 per thread) "
+        ("| GPU | N | cuBLAS | warp-tiled (128×128×16, warps 32×64, 8×8 per lane) | fast (128×128×8, 8×8 per thread) "
          "| tiled (32×32) | naive |\n|---|---|---|---|---|---|---|\n")
     for run, gpu in (("h200", "H200"), ("h100", "H100")):
         for n in (4096, 8192):

@@ -13,6 +13,8 @@ What else changes from ``fast``, and why:
   takes any shape, a transposed operand and float16; this one float32 only.
 - The next tiles of A and B are fetched into registers while the current ones
   are multiplied (double buffering through two shared buffers), as in ``fast``.
+- A tile's steps of k are written out, not looped over, so the compiler can load
+  the next steps' values from shared memory while the current products run.
 - Each thread copies B's tile four columns at a time: one 16-byte global load
   and one 16-byte shared store (:mod:`.wide`) instead of four of each. A's tile
   is stored transposed, so its four values go to four shared rows; loading them
@@ -46,8 +48,8 @@ class WarpConfig:
     bm: int = 128
     bn: int = 128
     bk: int = 16
-    wm: int = 64
-    wn: int = 32
+    wm: int = 32
+    wn: int = 64
     mi: int = 2
     ni: int = 2
     pad: int = 4          # extra words per shared row, against bank conflicts (keeps 16-byte runs aligned)
@@ -81,13 +83,14 @@ class WarpConfig:
             out.append("the A tile (bm x bk) must split into whole rows of threads")
         if nt % (self.bn // 4) or self.bk % (nt // (self.bn // 4)):
             out.append("the B tile (bk x bn), in runs of 4, must split into whole rows of threads")
-        if self.bk % 4:
-            out.append("bk must be a multiple of 4 (four steps of k per pass of the inner loop)")
+        if self.bk not in (4, 8, 12, 16):
+            out.append("bk must be 4, 8, 12 or 16 (the kernel writes out a tile's steps of k, four at a time)")
         return out
 
 
-# 128 x 128 blocks of 8 warps, 8 x 8 outputs per lane on a GPU; on the simulator, where
-# each thread is a Python thread, 32 x 32 blocks of 2 warps, 4 x 4 per lane.
+# 128 x 128 blocks of 8 warps of 32 x 64 outputs, 8 x 8 per lane on a GPU (64 x 32 warps
+# were 0.5 % slower against cuBLAS on an H100 at N = 4096); on the simulator, where each
+# thread is a Python thread, 32 x 32 blocks of 2 warps, 4 x 4 per lane.
 CONFIG = WarpConfig() if backend.name() == "gpu" else WarpConfig(32, 32, 8, 16, 32, 1, 1, pad=4)
 
 
@@ -124,6 +127,14 @@ def warp_kernel(cfg: WarpConfig = CONFIG):
             for j in range(TN):
                 acc[i, j] += a_frag[i] * b_frag[j]
 
+    @cuda.jit(device=True, fastmath=True)
+    def multiply_four(As, Bs, a_at, b_at, a_frag, b_frag, acc):
+        """Four steps of k, their shared-memory offsets constants added to one address."""
+        multiply_step(As, Bs, a_at, b_at, a_frag, b_frag, acc)
+        multiply_step(As, Bs, a_at + SA, b_at + SB, a_frag, b_frag, acc)
+        multiply_step(As, Bs, a_at + TWO * SA, b_at + TWO * SB, a_frag, b_frag, acc)
+        multiply_step(As, Bs, a_at + THREE * SA, b_at + THREE * SB, a_frag, b_frag, acc)
+
     @cuda.jit(fastmath=True)
     def warp_tiled(a, b, c):
         K, N = uint64(a.shape[1]), uint64(c.shape[1])
@@ -155,17 +166,18 @@ def warp_kernel(cfg: WarpConfig = CONFIG):
                         load4(b, t * BK + b_k + U(s) * B_STEP, col0 + b_c)
             if t > ZERO:      # tile t - 1 is in shared buffer `cur`: multiply it
                 a_base, b_base = cur * A_BUF + m0, cur * B_BUF + n0
-                k = ZERO
-                # Four steps of k per pass: the loop's own counter, compare and branch come once
-                # per 4 x TM x TN multiply-adds, and the four steps' shared-memory offsets are
-                # constants added to one address. (A while loop: Numba's range() carries extra
-                # counters that hide the 16-byte alignment of the loads; see fast.py.)
-                while k < BK:
-                    multiply_step(As, Bs, a_base + k * SA, b_base + k * SB, a_frag, b_frag, acc)
-                    multiply_step(As, Bs, a_base + (k + ONE) * SA, b_base + (k + ONE) * SB, a_frag, b_frag, acc)
-                    multiply_step(As, Bs, a_base + (k + TWO) * SA, b_base + (k + TWO) * SB, a_frag, b_frag, acc)
-                    multiply_step(As, Bs, a_base + (k + THREE) * SA, b_base + (k + THREE) * SB, a_frag, b_frag, acc)
-                    k += FOUR
+                # The tile's steps of k written out, four at a time (BK is a constant: the
+                # conditions vanish when Numba compiles). Written out, the compiler loads the next
+                # steps' fragments while the current products run; a loop of four steps per pass
+                # made each pass wait for its loads (H200, N = 4096: 88 % of cuBLAS as a while
+                # loop, 91 % written out; a range() loop was slower still, see fast.py).
+                multiply_four(As, Bs, a_base, b_base, a_frag, b_frag, acc)
+                if BK > FOUR:
+                    multiply_four(As, Bs, a_base + FOUR * SA, b_base + FOUR * SB, a_frag, b_frag, acc)
+                if BK > U(8):
+                    multiply_four(As, Bs, a_base + U(8) * SA, b_base + U(8) * SB, a_frag, b_frag, acc)
+                if BK > U(12):
+                    multiply_four(As, Bs, a_base + U(12) * SA, b_base + U(12) * SB, a_frag, b_frag, acc)
             if more:          # registers -> the other buffer (last read before the previous barrier)
                 for s in range(A_N):
                     As[nxt * A_BUF + a_k * SA + a_r + U(s) * A_STEP] = a_next[s]
