@@ -41,10 +41,6 @@ class Placement:
     def ranks_per_gpu(self) -> int:
         return max(1, len(self.shared_with))
 
-    @property
-    def shares_gpu(self) -> bool:
-        return len(self.shared_with) > 1
-
     def label(self) -> str:
         return (f"rank {self.rank}/{self.size} | local_rank {self.local_rank}/{self.local_size} "
                 f"| GPU {self.gpu}")

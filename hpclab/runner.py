@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from hpclab import backend
 from hpclab.budget import Launch
-from hpclab.options import Parser, UsageError, count
+from hpclab.options import Parser, UsageError
 from hpclab.topics import PROGRAMS
 
 
@@ -58,10 +58,6 @@ def load(name: str):
     if name not in names:
         raise UsageError(f"hpclab run: error: unknown program {name!r}; choose one of: {', '.join(names)}")
     return importlib.import_module(PROGRAMS[name])
-
-
-# Counts of things (samples, bins, elements, iterations): 1e10, 10000000000, 1_000 or 2**20.
-parse_count = count(1)
 
 
 def make_parser(name: str, module) -> Parser:

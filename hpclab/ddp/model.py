@@ -100,7 +100,6 @@ class MLP:
         self.layers = unflatten(self.compute_params, self.sizes)
         self.bucket = cuda.device_array(self.n_params + EXTRA_SLOTS, self.dtype)
         self.grads = unflatten(self.bucket[:self.n_params], self.sizes)
-        self.grad_vector = self.bucket[:self.n_params]
         self.stat_slots = self.bucket[self.n_params:]
         self._work: dict[int, dict] = {}
         self._aranges: dict[int, object] = {}

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 from hpclab.ddp.digits import DigitsConfig, train_digits
 
-COLUMNS = ("global_batch", "lr", "epochs", "steps", "train_loss", "val_acc", "test_acc",
-           "train_s", "samples_per_s", "time_to_threshold_s")
-
 
 def sweep(comm, placement, batches, lrs, **overrides) -> list[dict]:
     """Train on every rank for each global batch x learning rate; rows in that order.

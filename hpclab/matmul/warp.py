@@ -137,7 +137,7 @@ def warp_kernel(cfg: WarpConfig = CONFIG):
 
     @cuda.jit(fastmath=True)
     def warp_tiled(a, b, c):
-        K, N = uint64(a.shape[1]), uint64(c.shape[1])
+        K = uint64(a.shape[1])
         tid = uint64(cuda.threadIdx.x)
         row0, col0 = uint64(cuda.blockIdx.y) * BM, uint64(cuda.blockIdx.x) * BN
         warp, lane = tid // U(32), tid % U(32)

@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "RESIZING", "REQUEUED")
-ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
-         "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT")
 
 
 @dataclass
