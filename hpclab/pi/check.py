@@ -58,6 +58,25 @@ def estimate(hits: int, samples: int) -> dict:
     return {"pi": pi_hat, "abs_error": error, "sigma": sigma, "within_5_sigma": error <= 5 * sigma}
 
 
+def slices(my_slice, quiet: bool = False) -> Verdict:
+    """``my_slice(n, size, rank) -> (start, stop)``: contiguous, covering, shares differing by at most one."""
+    for n, size in [(10, 3), (1001, 4), (7, 7), (5, 1), (10**12 + 3, 4)]:
+        got = [tuple(int(v) for v in my_slice(n, size, r)) for r in range(size)]
+        if got[0][0] != 0 or got[-1][1] != n:
+            return _say(Verdict(False, f"for {n} items on {size} ranks the slices run from {got[0][0]} to "
+                                       f"{got[-1][1]}, not from 0 to {n}: {got}"), quiet)
+        for r in range(1, size):
+            if got[r][0] != got[r - 1][1]:
+                return _say(Verdict(False, f"for {n} items on {size} ranks, rank {r - 1} stops at {got[r - 1][1]} "
+                                           f"but rank {r} starts at {got[r][0]}: items are lost or counted twice"),
+                            quiet)
+        shares = [b - a for a, b in got]
+        if max(shares) - min(shares) > 1:
+            return _say(Verdict(False, f"for {n} items on {size} ranks the shares are {shares}: spread the "
+                                       f"remainder {n % size} over the first ranks, one each"), quiet)
+    return _say(Verdict(True, "slices are contiguous, cover every item once and differ by at most one"), quiet)
+
+
 def midpoint(computed: float, bins: int, ranks: int = 1, blocks: int = 1, threads: int = 1,
              quiet: bool = False) -> Verdict:
     """The midpoint estimate against its error bound h^2/3 plus float64 rounding.
