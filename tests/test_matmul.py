@@ -55,8 +55,10 @@ def test_batched_fast_kernel_multiplies_each_pair():
 
 
 # The warp-tiled rung takes sizes that divide its tiles (32 x 32 x 8 on the simulator); several
-# blocks and several tiles of k, and a second configuration with other warp and lane shapes.
-@pytest.mark.parametrize("config", [warp.CONFIG, warp.WarpConfig(32, 64, 8, 32, 32, 2, 1)])
+# blocks and several tiles of k, a second configuration with other warp and lane shapes, and
+# tiles 16 deep (all four written-out groups of k steps, as on a GPU).
+@pytest.mark.parametrize("config", [warp.CONFIG, warp.WarpConfig(32, 64, 8, 32, 32, 2, 1),
+                                    warp.WarpConfig(32, 32, 16, 16, 32, 1, 1)])
 def test_warp_kernel_matches_numpy(config):
     a, b = operands(2 * config.bm, 3 * config.bk, 3 * config.bn, np.float32, seed=4)
     assert_product(mm.matmul(a, b, "warp", config=config), a, b)
@@ -86,6 +88,11 @@ def test_warp_kernel_refuses_a_b_it_cannot_read_in_16_byte_runs():
 def test_warp_configurations_that_cannot_be_built_are_named():
     with pytest.raises(ValueError, match="32 lanes"):
         warp.warp_kernel(warp.WarpConfig(128, 128, 16, 64, 64, 2, 2))
+
+
+def test_warp_tiles_deeper_than_the_written_out_steps_are_refused():
+    with pytest.raises(ValueError, match="bk must be 4, 8, 12 or 16"):
+        warp.warp_kernel(warp.WarpConfig(32, 32, 32, 16, 32, 1, 1))
 
 
 def test_the_kernels_a_notebook_shows_are_plain():
