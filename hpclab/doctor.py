@@ -196,8 +196,8 @@ def _mpiexec() -> tuple[str | None, str]:
 
 
 def srun_line(library: str, offered) -> Line:
-    """The ``srun --mpi`` flavour for this MPI against what ``srun --mpi=list`` offers."""
-    if not shutil.which("srun"):
+    """The ``srun --mpi`` flavour for this MPI against what ``srun --mpi=list`` offers (None: no srun)."""
+    if offered is None:
         return Line("SKIP", "srun --mpi", "no Slurm here (srun is not on PATH)")
     if isinstance(offered, str):
         return Line("WARN", "srun --mpi", f"srun is here but {offered}", "check that Slurm works here: srun --mpi=list")
@@ -243,7 +243,7 @@ def checks(asked: str = "auto") -> list[Line]:
     except Exception as exc:  # noqa: BLE001 - MPIUnavailable, or an MPI library that does not load
         return lines + [Line("FAIL", "MPI", _first(exc), "pip install mpich mpi4py (make setup does)")]
     lines += [mpi_line(library, *_mpiexec()),
-              srun_line(library, srun_flavours() if shutil.which("srun") else ""),
+              srun_line(library, srun_flavours() if shutil.which("srun") else None),
               aware_line(*(mpi.cuda_aware() if not simulator else (False, "")), simulator, asked)]
     if comm.size > 1:
         try:
