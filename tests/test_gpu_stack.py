@@ -41,7 +41,7 @@ def _choose(tmp_path, report, *args) -> subprocess.CompletedProcess:
     (SMI.format("13.0"), "cu13", "supports CUDA 13.0: numba-cuda[cu13] (the CUDA 13 compiler) and cupy-cuda13x"),
     (SMI.format("14.1"), "cu13", "supports CUDA 14.1"),   # a newer driver runs the newest stack
     (SMI.format("11.8"), "", "older than the CUDA 12 that numba-cuda 0.30 needs"),
-    (None, "", "no NVIDIA driver here (no nvidia-smi), so no GPU stack; the workbook runs on Numba's CUDA simulator"),
+    (None, "", "no NVIDIA driver here (no nvidia-smi), so the workbook runs on Numba's CUDA simulator"),
     (BROKEN, "", "nvidia-smi reports no CUDA version (NVIDIA-SMI has failed"),
     ("garbage\nCUDA Version: twelve\n", "", "reports no CUDA version (garbage)"),
 ])
@@ -49,7 +49,7 @@ def test_the_stack_follows_the_drivers_cuda_version(tmp_path, report, stack, sai
     proc = _choose(tmp_path, report)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == stack
-    assert said in proc.stderr and f"GPU stack {stack or 'none'}" in proc.stderr
+    assert said in proc.stderr and (f"hpclab setup: GPU stack {stack}: " if stack else "hpclab setup: no GPU stack: ") in proc.stderr
 
 
 def test_an_override_wins_over_the_driver_and_a_wrong_one_is_refused(tmp_path):
@@ -87,7 +87,7 @@ def test_make_setup_installs_the_chosen_stack_and_reinstalls_only_when_the_choic
     venv = _fake_venv(tmp_path)
     proc = _make_setup(tmp_path, venv, None)
     assert proc.returncode == 0, proc.stderr
-    assert "GPU stack none: no NVIDIA driver here" in proc.stderr and "Numba's CUDA simulator" in proc.stderr
+    assert "no GPU stack: no NVIDIA driver here" in proc.stderr and "Numba's CUDA simulator" in proc.stderr
     first = _pip_log(tmp_path)
     assert len(first) == 1 and "install -q -e .[lab" in first[0] and "cu1" not in first[0]
     assert _make_setup(tmp_path, venv, None).returncode == 0

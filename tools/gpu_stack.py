@@ -22,7 +22,6 @@ import sys
 
 STACKS = {12: "cu12", 13: "cu13"}   # the CUDA versions numba-cuda 0.30 supports (its extras)
 SIMULATOR = "the workbook runs on Numba's CUDA simulator"
-NAME_IT = "on a login node for GPU engines, name the GPU nodes' stack: make setup GPU_STACK=cu12 (or cu13)"
 
 
 def driver_report(timeout: float = 30) -> str | None:
@@ -42,20 +41,21 @@ def choose(report: str | None, asked: str = "auto") -> tuple[str, str]:
     if asked in STACKS.values():
         return asked, f"as asked (GPU_STACK={asked}): {_parts(asked)}"
     if asked == "none":
-        return "", f"GPU_STACK=none: no GPU stack, as asked; {SIMULATOR}"
+        return "", f"as asked (GPU_STACK=none); {SIMULATOR}"
     if asked != "auto":
         raise ValueError(f"GPU_STACK={asked!r}: choose auto, {', '.join(STACKS.values())} or none")
     if report is None:
-        return "", f"no NVIDIA driver here (no nvidia-smi), so no GPU stack; {SIMULATOR} ({NAME_IT})"
+        return "", (f"no NVIDIA driver here (no nvidia-smi), so {SIMULATOR}; for engines on GPU nodes, "
+                    "name their stack: make setup GPU_STACK=cu12 (or cu13)")
     found = re.search(r"CUDA Version\s*:\s*(\d+)\.(\d+)", report)
     if not found:
         first = next((ln.strip() for ln in report.splitlines() if ln.strip()), "no output")
-        return "", (f"nvidia-smi reports no CUDA version ({first[:100]}), so no GPU stack; {SIMULATOR} "
-                    "(to choose one: make setup GPU_STACK=cu12 or cu13)")
+        return "", (f"nvidia-smi reports no CUDA version ({first[:100]}), so {SIMULATOR}; "
+                    "to choose a stack: make setup GPU_STACK=cu12 (or cu13)")
     major, minor = int(found[1]), int(found[2])
     if major < min(STACKS):
         return "", (f"the NVIDIA driver supports CUDA {major}.{minor}, older than the CUDA 12 that "
-                    f"numba-cuda 0.30 needs, so no GPU stack; {SIMULATOR} (a newer driver fixes it)")
+                    f"numba-cuda 0.30 needs, so {SIMULATOR} (a newer driver fixes it)")
     stack = STACKS.get(major, STACKS[max(STACKS)])   # a newer driver runs the newest stack we know
     return stack, f"the NVIDIA driver supports CUDA {major}.{minor}: {_parts(stack)}"
 
@@ -88,7 +88,7 @@ def main(argv: list[str]) -> int:
     except ValueError as exc:
         print(f"hpclab setup: {exc}", file=sys.stderr)
         return 2
-    print(f"hpclab setup: GPU stack {stack or 'none'}: {why}", file=sys.stderr)
+    print(f"hpclab setup: {f'GPU stack {stack}' if stack else 'no GPU stack'}: {why}", file=sys.stderr)
     if target:
         record(target, stack)
     else:
