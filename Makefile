@@ -26,21 +26,20 @@ export PATH := $(abspath $(BIN)):$(PATH)
 .PHONY: run test test-gpu lab stop exercises my-work bench clean setup FORCE
 
 $(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
+	@echo "hpclab setup: a virtual environment in $(VENV) ($(PYTHON) -m venv), with the newest pip"
+	@$(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install -q --upgrade pip
 
 # Says which GPU stack and why on every run; the file changes (and the install reruns) only
 # when the choice does.
 $(VENV)/.gpu-stack: FORCE | $(BIN)/python
 	@$(PYTHON) tools/gpu_stack.py $(GPU_STACK) --record $@
 
-$(VENV)/.installed-run: pyproject.toml $(VENV)/.gpu-stack | $(BIN)/python
-	$(BIN)/python -m pip install -q -e ".[$(EXTRAS_RUN)$$(cat $(VENV)/.gpu-stack)]"
-	touch $@
-
-$(VENV)/.installed-test: pyproject.toml $(VENV)/.gpu-stack | $(BIN)/python
-	$(BIN)/python -m pip install -q -e ".[$(EXTRAS_TEST)$$(cat $(VENV)/.gpu-stack)]"
-	touch $@
+$(VENV)/.installed-run $(VENV)/.installed-test: $(VENV)/.installed-%: pyproject.toml $(VENV)/.gpu-stack | $(BIN)/python
+	@extras="$(EXTRAS_$(if $(filter run,$*),RUN,TEST))$$(cat $(VENV)/.gpu-stack)"; \
+	echo "hpclab setup: pip install -e '.[$$extras]' into $(VENV) (hpclab and what it needs; minutes the first time)"; \
+	$(BIN)/python -m pip install -q -e ".[$$extras]"
+	@touch $@
 
 setup: $(VENV)/.installed-run
 
