@@ -108,12 +108,11 @@ def kernel_line(driver, simulator: bool) -> Line:
         add_one[1, 64](out)                       # exactly one thread per element
         if not np.array_equal(out.copy_to_host(), np.arange(1, 65)):
             raise RuntimeError("the kernel ran but computed a wrong result")
-        name = cuda.get_current_device().name
     except Exception as exc:  # noqa: BLE001 - a failure to compile or launch is the finding
         return Line("FAIL", "numba-cuda kernel", _first(exc), (f"pip install 'numba-cuda[{STACK[driver[0]]}]' "
                     f"(the CUDA {driver[0]} toolkit), or {SETUP}") if driver and driver[0] in STACK else SETUP)
     return Line("PASS", "numba-cuda kernel", f"numba-cuda {_version('numba-cuda')} (cuda-bindings "
-                f"{_version('cuda-bindings')}) compiled and ran a kernel on {name.decode() if isinstance(name, bytes) else name}")
+                f"{_version('cuda-bindings')}) compiled and ran a kernel on {cuda.get_current_device().name}")
 
 
 def cupy_packages() -> dict[str, str]:
@@ -144,9 +143,9 @@ def cupy_line(found: dict[str, str], driver, simulator: bool) -> Line:
 def nccl_line(simulator: bool, asked: bool, driver) -> Line:
     """NCCL through CuPy: it imports, and on a GPU a one-rank communicator all-reduces Numba memory."""
     cu = driver[0] if driver and driver[0] in STACK else "12"
-    install = f"pip install cupy-cuda{cu}x nvidia-nccl-cu{cu}" + ("" if driver else " (13 for CUDA 13 nodes)") + f", or {SETUP}"
+    install = f"pip install cupy-cuda{cu}x nvidia-nccl-cu{cu}{'' if driver else ' (13: CUDA 13)'}, or {SETUP}"
     try:
-        from cupy.cuda import nccl
+        from cupy.cuda import nccl, runtime
         if not getattr(nccl, "available", True):
             raise ImportError("CuPy found no NCCL library")
     except Exception as exc:  # noqa: BLE001 - ImportError, or a CUDA library that does not load
@@ -158,6 +157,7 @@ def nccl_line(simulator: bool, asked: bool, driver) -> Line:
                     "through host memory", "--backend auto (or mpi-host) here; nccl on a GPU node" if asked else "")
     try:
         cuda = backend.cuda()
+        runtime.setDevice(cuda.get_current_device().id)   # NCCL's communicator goes to the runtime's device
         data = cuda.to_device(np.arange(1.0, 5.0))
         ptr = data.__cuda_array_interface__["data"][0]
         comm = nccl.NcclCommunicator(1, nccl.get_unique_id(), 0)
@@ -178,9 +178,9 @@ def mpi_line(library: str, launcher: str | None, launcher_version: str) -> Line:
     if launcher is None:
         return Line("WARN", "MPI", text + " (notebooks cannot start engines here)",
                     "pip install mpich (make setup does), or module load the site's MPI")
-    # Open MPI's mpiexec starts Open MPI; Hydra (mpiexec of MPICH, Intel MPI, MVAPICH) the others.
-    have = "openmpi" if re.search(r"Open ?MPI|OpenRTE", launcher_version) else "hydra" if "HYDRA" in launcher_version else ""
-    if have and family in ("openmpi", "mpich", "mpich-pmix", "intel", "mvapich") and (have == "openmpi") != (family == "openmpi"):
+    # Open MPI's mpiexec starts Open MPI; Hydra (the mpiexec of MPICH, Intel MPI, MVAPICH) the others
+    orte, hydra = re.search(r"Open ?MPI|OpenRTE", launcher_version), "HYDRA" in launcher_version
+    if (orte and family not in ("openmpi", "unknown", "cray")) or (hydra and family == "openmpi"):
         return Line("FAIL", "MPI", f"{text}, which is another MPI's: every rank would be a world of one",
                     "put the mpiexec of the MPI that mpi4py uses first on PATH")
     return Line("PASS", "MPI", text)
@@ -200,7 +200,7 @@ def srun_line(library: str, offered) -> Line:
     if offered is None:
         return Line("SKIP", "srun --mpi", "no Slurm here (srun is not on PATH)")
     if isinstance(offered, str):
-        return Line("WARN", "srun --mpi", f"srun is here but {offered}", "check that Slurm works here: srun --mpi=list")
+        return Line("WARN", "srun --mpi", f"srun is here but {offered}", "check that Slurm works: srun --mpi=list")
     try:
         return Line("PASS", "srun --mpi", str(srun_mpi("auto", version=library, offered=offered)))
     except ValueError as exc:

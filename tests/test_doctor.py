@@ -76,7 +76,8 @@ def test_mpi_that_is_not_cuda_aware_warns_and_fails_when_mpi_cuda_is_asked_for()
     assert doctor.aware_line(False, how, simulator=False, asked="auto").status == "WARN"
     strict = doctor.aware_line(False, how, simulator=False, asked="mpi-cuda")
     assert strict.status == "FAIL" and "staged through host memory" in strict.found and strict.fix
-    assert doctor.aware_line(True, "MPIX_Query_cuda_support() = 1", simulator=False, asked="mpi-cuda").status == "PASS"
+    yes = doctor.aware_line(True, "MPIX_Query_cuda_support() = 1", simulator=False, asked="mpi-cuda")
+    assert yes.status == "PASS"
     assert doctor.aware_line(False, "", simulator=True, asked="auto").status == "SKIP"
 
 
@@ -189,6 +190,7 @@ def test_on_engines_every_rank_is_checked_and_nccl_on_a_shared_gpu_fails(tmp_pat
     assert "hpclab doctor on 2 engines" in proc.stdout and "GPUs per rank" in _lines(proc.stdout)
     assert "FAIL" not in proc.stdout and "stopped this notebook's 2 engines" in proc.stdout
     if doctor.backend.select() == "sim" or doctor.backend.count_gpus() < 2:
-        proc = subprocess.run([*run, "--backend", "nccl"], capture_output=True, text=True, timeout=240, env=e, cwd=ROOT)
+        proc = subprocess.run([*run, "--backend", "nccl"], capture_output=True, text=True, timeout=240, env=e,
+                              cwd=ROOT)
         assert proc.returncode == 1, proc.stdout + proc.stderr
         assert _lines(proc.stdout)["GPUs per rank"].startswith("FAIL  GPUs per rank: ranks 0, 1 share GPU 0")

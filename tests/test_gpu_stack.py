@@ -49,7 +49,8 @@ def test_the_stack_follows_the_drivers_cuda_version(tmp_path, report, stack, sai
     proc = _choose(tmp_path, report)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == stack
-    assert said in proc.stderr and (f"hpclab setup: GPU stack {stack}: " if stack else "hpclab setup: no GPU stack: ") in proc.stderr
+    assert said in proc.stderr
+    assert (f"hpclab setup: GPU stack {stack}: " if stack else "hpclab setup: no GPU stack: ") in proc.stderr
 
 
 def test_an_override_wins_over_the_driver_and_a_wrong_one_is_refused(tmp_path):
