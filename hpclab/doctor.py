@@ -1,11 +1,7 @@
-"""``hpclab doctor``: a pre-flight of everything the notebooks need, one line per requirement.
-
-    hpclab doctor [--engines [-n 4]] [--backend nccl]   here (under mpiexec: every rank), or on
-    every engine a notebook would use; judged for the communication backend you will ask for.
-
-PASS, WARN, FAIL or SKIP, what was found and the fix; exit status 1 on a FAIL. On the simulator
-(a supported place to run the workbook) the GPU lines say SKIP and why.
-"""
+"""``hpclab doctor [--engines [-n 4]] [--backend nccl]``: a pre-flight of what the notebooks need,
+here (under mpiexec: every rank) or on every engine a notebook would use. One line per requirement:
+PASS, WARN, FAIL or SKIP, what was found and the fix; exit status 1 on a FAIL. On the simulator (a
+supported place to run the workbook) the GPU lines say SKIP and why."""
 from __future__ import annotations
 
 import argparse
@@ -233,8 +229,7 @@ def sharing_line(shared, size: int, simulator: bool, asked: str) -> Line:
 def checks(asked: str = "auto") -> list[Line]:
     """Every requirement, in this process. Collective over MPI's world when it has several ranks:
     they meet in the same steps whatever each found, so none is left waiting."""
-    lines = [backend_line()]
-    simulator, driver = backend.selected() != "gpu", driver_cuda()
+    lines, simulator, driver = [backend_line()], backend.selected() != "gpu", driver_cuda()   # selects first
     lines += [driver_line(driver, simulator), numpy_line(_version("numpy") or "0"),
               kernel_line(driver, simulator),
               cupy_line(cupy_packages(), driver, simulator), nccl_line(simulator, asked == "nccl", driver)]
@@ -284,8 +279,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--backend", choices=BACKENDS, default="auto", help="what you will ask for")
     args = parser.parse_args(argv)
     if args.engines:
-        with cluster.connect(n=args.n, profile=args.profile, activate=False) as session:
-            return report(session, args.backend)
+        try:
+            with cluster.connect(n=args.n, profile=args.profile, activate=False) as session:
+                return report(session, args.backend)
+        except cluster.ClusterError as exc:     # no engines: that is the finding
+            return report(per_rank=[[Line("FAIL", "engines", str(exc))]])
     mine = checks(args.backend)
     try:
         everyone = mpi.world().gather(mine)

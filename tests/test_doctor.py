@@ -194,3 +194,17 @@ def test_on_engines_every_rank_is_checked_and_nccl_on_a_shared_gpu_fails(tmp_pat
                               cwd=ROOT)
         assert proc.returncode == 1, proc.stdout + proc.stderr
         assert _lines(proc.stdout)["GPUs per rank"].startswith("FAIL  GPUs per rank: ranks 0, 1 share GPU 0")
+
+
+@pytest.mark.notebooks
+def test_engines_that_cannot_start_are_a_fail_line_with_exit_status_1(tmp_path):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "sitecustomize.py").write_text(
+        "import sys\nif 'ipyparallel.engine' in ' '.join(getattr(sys, 'orig_argv', sys.argv)):\n"
+        "    sys.stderr.write('this engine cannot start: libfoo.so missing\\n')\n    raise SystemExit(1)\n")
+    e = env(IPYTHONDIR=str(tmp_path / "ipython"), PYTHONPATH=f"{broken}{os.pathsep}{env()['PYTHONPATH']}")
+    proc = subprocess.run([sys.executable, "-m", "hpclab", "doctor", "--engines", "-n", "2"], capture_output=True,
+                          text=True, timeout=120, env=e, cwd=ROOT)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "FAIL  engines: 2 MPI engines did not start" in proc.stdout and "libfoo.so missing" in proc.stdout
