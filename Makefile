@@ -5,11 +5,15 @@
 # and for working through the notebooks:
 #   make lab      JupyterLab on the whole workbook (notebooks/, exercises/, solutions/, my-work/)
 #   make my-work  copy exercises/ into my-work/ (yours: never overwritten, not in git)
+# GPU_STACK picks the GPU stack that setup installs (tools/gpu_stack.py): auto (default) reads the
+# driver's CUDA version from nvidia-smi (12.x: cu12, 13.x: cu13; no driver: none, the simulator);
+# on a login node without GPUs, name the GPU nodes' stack: make setup GPU_STACK=cu12.
 # ENGINES stays 4 on any machine: the notebooks follow the workshop's four ranks, and on a node
 # with fewer GPUs the ranks share them (the notebooks say where that measures time sharing).
 PYTHON  ?= python3
 VENV    ?= .venv
 ENGINES ?= 4
+GPU_STACK ?= auto
 BIN     := $(VENV)/bin
 # The mpich wheel gives mpiexec where the machine has no MPI; a cluster's own MPI
 # (module load openmpi) is used when its mpiexec is on PATH.
@@ -19,19 +23,23 @@ EXTRAS_RUN  := $(subst $(eval) ,$(comma),$(strip lab $(MPI_EXTRA)))
 EXTRAS_TEST := $(subst $(eval) ,$(comma),$(strip test $(MPI_EXTRA)))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: run test test-gpu lab stop exercises my-work bench clean setup
+.PHONY: run test test-gpu lab stop exercises my-work bench clean setup FORCE
 
 $(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
+	@echo "hpclab setup: a virtual environment in $(VENV) ($(PYTHON) -m venv), with the newest pip"
+	@$(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install -q --upgrade pip
 
-$(VENV)/.installed-run: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e ".[$(EXTRAS_RUN)]"
-	touch $@
+# Says which GPU stack and why on every run; the file changes (and the install reruns) only
+# when the choice does.
+$(VENV)/.gpu-stack: FORCE | $(BIN)/python
+	@$(PYTHON) tools/gpu_stack.py $(GPU_STACK) --record $@
 
-$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e ".[$(EXTRAS_TEST)]"
-	touch $@
+$(VENV)/.installed-run $(VENV)/.installed-test: $(VENV)/.installed-%: pyproject.toml $(VENV)/.gpu-stack | $(BIN)/python
+	@extras="$(EXTRAS_$(if $(filter run,$*),RUN,TEST))$$(cat $(VENV)/.gpu-stack)"; \
+	echo "hpclab setup: pip install -e '.[$$extras]' into $(VENV) (hpclab and what it needs; minutes the first time)"; \
+	$(BIN)/python -m pip install -q -e ".[$$extras]"
+	@touch $@
 
 setup: $(VENV)/.installed-run
 

@@ -1,6 +1,7 @@
 """The ``hpclab`` command (also ``python -m hpclab``).
 
   hpclab info                      backend, GPUs, MPI, NCCL, ipyparallel
+  hpclab doctor [--engines]        pre-flight: PASS/WARN/FAIL per requirement, with its fix
   hpclab run NAME [options]        a workshop program (under mpiexec/srun, or alone)
   hpclab bench NAME [options]      a benchmark (its topic's bench.py: hpclab.topics)
   hpclab scaling NAME [options]    strong/weak scaling sweep, CSV + PNG
@@ -151,6 +152,7 @@ def _main(argv: list[str] | None) -> int:
     parser = Parser(prog="hpclab", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="what this machine offers: backend, GPUs, MPI, NCCL")
+    sub.add_parser("doctor", help="pre-flight of every requirement, with fixes (see hpclab doctor -h)", add_help=False)
     run = sub.add_parser("run", help="run a workshop program on every rank", add_help=False)
     run.add_argument("name", nargs="?", help=", ".join(sorted(PROGRAMS)))
     bench = sub.add_parser("bench", help="run a benchmark", add_help=False)
@@ -200,6 +202,8 @@ def _main(argv: list[str] | None) -> int:
             raise UsageError(f"hpclab bench: error: unknown benchmark {args.name!r}; choose one of: "
                              f"{', '.join(names)}")
         return importlib.import_module(BENCHMARKS[args.name]).main(rest)
+    if args.command == "doctor":
+        return importlib.import_module("hpclab.doctor").main(rest)
     if args.command == "scaling":
         from hpclab import scaling
 

@@ -18,10 +18,12 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+from traitlets.config import Config
 
 
 MAKES_FIGURE = re.compile(r"(figure|subplots)\s*\(", re.IGNORECASE)
 TEXT_STAND_IN = re.compile(r"<(matplotlib\.figure\.)?Figure size \d+x\d+ with \d+ Axes>")
+ENCRYPTED = Config(KernelManager={"transport_encryption": "auto"})  # CurveZMQ: ipykernel 7 warns on plain TCP
 
 
 def missing_image(source: str, outputs: list[dict]) -> str | None:
@@ -62,7 +64,7 @@ def _first_error(nb) -> str:
 
 def execute(path: Path, out_dir: Path, timeout: int) -> tuple[bool, float, str]:
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", config=ENCRYPTED,
                             resources={"metadata": {"path": str(path.parent)}})
     t0 = time.perf_counter()
     ok, why = True, ""

@@ -11,7 +11,8 @@ if sys.version_info < (3, 11):
 import tomllib
 
 # pip name -> conda-forge name, where they differ
-CONDA_NAME = {"cupy-cuda13x": "cupy"}
+CONDA_NAME = {"cupy-cuda12x": "cupy", "cupy-cuda13x": "cupy", "nvidia-nccl-cu12": "nccl",
+              "nvidia-nccl-cu13": "nccl"}
 
 
 def _name(spec: str) -> str:
@@ -23,7 +24,7 @@ def _pip_packages() -> dict[str, str]:
     specs = list(meta["dependencies"])
     for extra in meta["optional-dependencies"].values():
         specs += extra
-    return {CONDA_NAME.get(_name(s), _name(s)): s for s in specs}
+    return {CONDA_NAME.get(_name(s), _name(s)): s for s in specs if _name(s) != "hpclab"}
 
 
 def _conda_packages() -> dict[str, str]:
