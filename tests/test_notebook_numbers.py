@@ -69,7 +69,7 @@ def is_size(m: re.Match, unit: str) -> bool:
     """A power of two without a decimal, alone or in bytes, is a size chosen (4096, 256 MiB), not a figure."""
     n = figure_value(m)
     return (unit.strip() in SIZE_UNITS and not (m["frac"] or m["e"] or m["pow10"] or m["sup"])
-            and n >= 2 and n == int(n) and int(n) & (int(n) - 1) == 0)
+            and (n >= 2 or unit.strip() in {"KiB", "MiB", "GiB"}) and n == int(n) and int(n) & (int(n) - 1) == 0)
 
 
 def resolution(m: re.Match) -> float:
