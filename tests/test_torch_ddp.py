@@ -41,8 +41,10 @@ def test_rendezvous_from_torchrun_and_a_single_process():
 
 @pytest.mark.parametrize("nodelist, first", [("gpu07", "gpu07"), ("node[3,5-7]", "node3"), ("a1,b2", "a1"),
                                              ("holygpu8a[19104-19105]", "holygpu8a19104")])
-def test_first_host_of_a_slurm_node_list(nodelist, first):
-    assert torch_ddp._first_host(nodelist) == first
+def test_rank_0_is_the_first_host_of_the_slurm_node_list(nodelist, first):
+    slurm = {"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": nodelist,
+             "SLURM_JOB_ID": "7"}
+    assert torch_ddp.rendezvous(env=slurm)["master_addr"] == first
 
 
 def test_without_pytorch_the_bridge_says_why():
@@ -58,7 +60,7 @@ def test_without_pytorch_the_bridge_says_why():
 @pytest.mark.skipif(not HAS_TORCH, reason=WHY)
 @pytest.mark.parametrize("ranks", [1, 2])
 def test_pytorch_ddp_gradients_equal_hpclab_ddp_and_the_cnn_learns(ranks):
-    proc = subprocess.run([*launcher(), "-n", str(ranks), sys.executable, "-m", "hpclab.ddp.torch_ddp", "--json"],
+    proc = subprocess.run([*launcher(), "-n", str(ranks), sys.executable, "-m", "hpclab.ddp.torch_ddp"],
                           capture_output=True, text=True, timeout=600, env=env(), cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -182,38 +182,30 @@ def same_estimate(by_ranks: dict[int, float], quiet: bool = False) -> Verdict:
                                "global index, not from the rank"), quiet)
 
 
+
 def samples_for(fn, quiet: bool = False) -> Verdict:
-    """The 1/sqrt(N) exercise: ``fn(target)`` gives the fewest samples whose standard error is at most target."""
+    """The 1/sqrt(N) exercise: ``fn(target)`` must give the fewest samples whose standard error is at most target."""
     for target in (1e-2, 1e-3, 1e-5):
         n, need = fn(target), math.ceil((standard_error(1) / target) ** 2)
-        if not isinstance(n, (int, np.integer)) or n < 1:
-            return _say(Verdict(False, f"samples_for({target:g}) returned {n!r}: return a whole number of samples"),
-                        quiet)
-        if standard_error(int(n)) > target * (1 + 1e-12):
-            return _say(Verdict(False, f"{n} samples have a standard error of {standard_error(int(n)):.2e}, above "
-                                       f"{target:g}: sigma falls as 1/sqrt(N), so N grows as 1/target^2"), quiet)
-        if n > need * 1.01 + 1:
-            return _say(Verdict(False, f"{n} samples reach {target:g}, but {n / need:.2f} times fewer do: solve "
-                                       "4 sqrt(p (1 - p) / N) = target for N"), quiet)
-    return _say(Verdict(True, f"right: {fn(1e-3):,} samples for 1e-3, a hundred times that for a tenth of the error"),
-                quiet)
+        if not isinstance(n, (int, np.integer)) or n < 1 or standard_error(n) > target * (1 + 1e-12):
+            why = f"its standard error must be at most {target:g}, and sigma falls only as 1/sqrt(N)"
+        elif n > need * 1.01 + 1:
+            why = f"{need:,} samples already reach {target:g}: solve 4 sqrt(p (1 - p) / N) = target for N"
+        else:
+            continue
+        return _say(Verdict(False, f"samples_for({target:g}) returned {n!r}: {why}"), quiet)
+    return _say(Verdict(True, f"right: {fn(1e-3):,} samples for 1e-3, a hundred times more for a tenth of it"), quiet)
 
 
 def speedups(fn, times: dict, quiet: bool = False) -> Verdict:
     """The scaling exercise: ``fn(times)`` maps {gpus: seconds} to {gpus: (speedup, efficiency)}."""
     got, t1 = fn(dict(times)), times[min(times)] * min(times)
     for n, t in sorted(times.items()):
-        s = t1 / t
-        mine = got.get(n) if isinstance(got, dict) else None
-        if mine is None or len(mine) != 2:
-            return _say(Verdict(False, f"return {{gpus: (speedup, efficiency)}} for every GPU count; {n} is missing"),
-                        quiet)
-        if not math.isclose(mine[0], s, rel_tol=1e-9):
-            hint = "you divided the other way round" if math.isclose(mine[0], 1 / s, rel_tol=1e-9) else "T(1) / T(n)"
-            return _say(Verdict(False, f"speedup on {n} GPUs: {mine[0]:.4g} is not right: {hint}"), quiet)
+        s, mine = t1 / t, (got.get(n) if isinstance(got, dict) else None) or (None, None)
+        if mine[0] is None or not math.isclose(mine[0], s, rel_tol=1e-9):
+            why = "you divided the other way round" if mine[0] and math.isclose(mine[0], 1 / s) else "it is T(1) / T(n)"
+            return _say(Verdict(False, f"the speedup on {n} GPUs is not {mine[0]!r}: {why}"), quiet)
         if not math.isclose(mine[1], s / n, rel_tol=1e-9):
-            return _say(Verdict(False, f"efficiency on {n} GPUs: {mine[1]:.4g} is not right: the speedup per GPU"),
-                        quiet)
+            return _say(Verdict(False, f"the efficiency on {n} GPUs is not {mine[1]!r}: the speedup per GPU"), quiet)
     n = max(times)
-    return _say(Verdict(True, f"right: on {n} GPUs speedup {t1 / times[n]:.3f}, efficiency {t1 / times[n] / n:.4f}"),
-                quiet)
+    return _say(Verdict(True, f"right: on {n} GPUs speedup {t1 / times[n]:.3f}, efficiency {t1 / times[n] / n:.4f}"), quiet)
