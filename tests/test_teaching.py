@@ -37,6 +37,15 @@ def test_every_notebook_states_objectives_and_minutes_and_the_core_path_fits_fou
     assert len(minutes) == 8 and sum(minutes.values()) <= 240, minutes
 
 
+def test_the_instructor_guide_schedules_the_minutes_the_notebooks_state():
+    guide = (ROOT / "docs" / "instructor.md").read_text()
+    for path in LESSONS:
+        core, teaching, exercise = TIME.search(_markdown(path)[0]).groups()
+        assert re.search(rf"^\| {path.stem} \| {core} \| {teaching} \+ {exercise} \|", guide, re.M), path.stem
+    total = sum(int(TIME.search(_markdown(p)[0]).group(1)) for p in LESSONS)
+    assert f"| **total** | **{total}** |" in guide
+
+
 @pytest.mark.parametrize("name", ["04_matmul", "06_conv_halo", "07_data_parallel"])
 def test_what_an_afternoon_cannot_hold_is_marked_going_further(name):
     text = "\n".join(_markdown(ROOT / "notebooks" / f"{name}.ipynb"))
