@@ -62,6 +62,27 @@ def collective(name: str, got: list[list[float]], quiet: bool = False) -> Verdic
                                f"{expected[wrong[0]]}; expected {format_gpus(expected)}"), quiet)
 
 
+PREDICTED = {"reduce": "which GPU receives a Reduce's result, and what do the others hold afterwards?",
+             "allreduce": "which GPUs hold the result of an all-reduce?",
+             "allgather": "after an all-gather, does a GPU hold one value or all of them, in which order?"}
+
+
+def predictions(answer, n: int = 4, quiet: bool = False) -> Verdict:
+    """The prediction exercise: ``answer`` maps reduce, allreduce and allgather to one list per GPU.
+    A wrong or missing entry is named with a hint, never with the right answer."""
+    keys = {_name(k): v for k, v in answer.items()} if isinstance(answer, dict) else {}
+    if missing := [k for k in PREDICTED if k not in keys]:
+        return _say(Verdict(False, f"answer needs the keys {', '.join(map(repr, PREDICTED))}, each a list of one "
+                                   f"list per GPU (at the start [[1], [2], [3], [4]]); missing: {', '.join(missing)}"),
+                    quiet)
+    for name, hint in PREDICTED.items():
+        if not isinstance(keys[name], (list, tuple)) or len(keys[name]) != n or not collective(name, keys[name], True):
+            return _say(Verdict(False, f"{name}: not what the {n} GPUs hold (one list per GPU). Think again: {hint}"),
+                        quiet)
+    return _say(Verdict(True, "all three predictions are right: " +
+                        "; ".join(f"{k}: {format_gpus(keys[k])}" for k in PREDICTED)), quiet)
+
+
 def allreduce(result, reference, bytes_sent: int | None = None, nbytes: int | None = None,
               ranks: int | None = None, quiet: bool = False) -> Verdict:
     """A hand-written all-reduce against MPI's, and its traffic against 2(N-1)/N x size."""

@@ -180,3 +180,32 @@ def same_estimate(by_ranks: dict[int, float], quiet: bool = False) -> Verdict:
         return _say(Verdict(True, f"the same estimate {values.pop()!r} on {sorted(by_ranks)} ranks"), quiet)
     return _say(Verdict(False, f"the estimate changes with the ranks: {by_ranks}; derive each sample from its "
                                "global index, not from the rank"), quiet)
+
+
+
+def samples_for(fn, quiet: bool = False) -> Verdict:
+    """The 1/sqrt(N) exercise: ``fn(target)`` must give the fewest samples whose standard error is at most target."""
+    for target in (1e-2, 1e-3, 1e-5):
+        n, need = fn(target), math.ceil((standard_error(1) / target) ** 2)
+        if not isinstance(n, (int, np.integer)) or n < 1 or standard_error(n) > target * (1 + 1e-12):
+            why = f"its standard error must be at most {target:g}, and sigma falls only as 1/sqrt(N)"
+        elif n > need * 1.01 + 1:
+            why = f"{need:,} samples already reach {target:g}: solve 4 sqrt(p (1 - p) / N) = target for N"
+        else:
+            continue
+        return _say(Verdict(False, f"samples_for({target:g}) returned {n!r}: {why}"), quiet)
+    return _say(Verdict(True, f"right: {fn(1e-3):,} samples for 1e-3, a hundred times more for a tenth of it"), quiet)
+
+
+def speedups(fn, times: dict, quiet: bool = False) -> Verdict:
+    """The scaling exercise: ``fn(times)`` maps {gpus: seconds} to {gpus: (speedup, efficiency)}."""
+    got, t1 = fn(dict(times)), times[min(times)] * min(times)
+    for n, t in sorted(times.items()):
+        s, mine = t1 / t, (got.get(n) if isinstance(got, dict) else None) or (None, None)
+        if mine[0] is None or not math.isclose(mine[0], s, rel_tol=1e-9):
+            why = "you divided the other way round" if mine[0] and math.isclose(mine[0], 1 / s) else "it is T(1) / T(n)"
+            return _say(Verdict(False, f"the speedup on {n} GPUs is not {mine[0]!r}: {why}"), quiet)
+        if not math.isclose(mine[1], s / n, rel_tol=1e-9):
+            return _say(Verdict(False, f"the efficiency on {n} GPUs is not {mine[1]!r}: the speedup per GPU"), quiet)
+    n = max(times)
+    return _say(Verdict(True, f"right: on {n} GPUs speedup {t1 / times[n]:.3f}, efficiency {t1 / times[n] / n:.4f}"), quiet)
