@@ -1,20 +1,14 @@
 """The roofline of the GPU in use, and where each kernel of a notebook sits under it.
 
-A kernel that does F floating-point operations and moves B bytes between device memory and
-the SMs in T seconds has arithmetic intensity I = F / B (FLOP per byte) and attains F / T.
-It beats neither roof: the peak arithmetic rate P, nor I times the memory bandwidth W (it
-waits for its bytes). On log-log axes min(P, I W) is the roofline, its knee at I = P / W.
-
-Both roofs are measured by small kernels, beside the datasheet figures (``DATASHEET``):
-``fma_kernel`` (every thread runs CHAINS independent chains of fused multiply-adds, 2 FLOP
-each, STEPS written out per pass so that the loop's own instructions take few issue slots;
-float32 and float64) and ``copy_kernel`` (a grid-stride copy of 512 MiB: each byte read once
-and written once). A point's FLOPs and bytes are counted from its kernel's loop structure
-with no cache: what the kernel asks of device memory (``*_count``, each states its model).
-
-``python -m hpclab.roofline --out FILE`` measures the roofs and the kernels of notebooks 02,
-04 and 06 on a GPU and writes them in the format of ``data/roofline.csv``, which the
-notebooks show on the simulator, where times say nothing about a GPU.
+A kernel doing F floating-point operations and moving B bytes of device memory in T seconds has
+arithmetic intensity I = F / B and attains F / T, below both roofs: the peak rate P, and I times
+the memory bandwidth W. On log-log axes min(P, I W) is the roofline, its knee at I = P / W.
+Both roofs are measured, beside the datasheet's: ``fma_kernel`` (CHAINS independent chains of
+fused multiply-adds per thread, STEPS written out per pass so that loop instructions take few
+issue slots; float32 and float64) and ``copy_kernel`` (512 MiB copied: read once, written once).
+FLOPs and bytes of a kernel are counted from its loops, assuming no cache (``*_count``).
+``python -m hpclab.roofline FILE`` records roofs and the kernels of notebooks 02, 04 and 06
+on a GPU in the format of ``data/roofline.csv``, which the notebooks show on the simulator.
 """
 from __future__ import annotations
 
@@ -33,20 +27,16 @@ from hpclab import backend
 from hpclab import plot  # the figure helpers (one import to change if they move)
 
 cuda = backend.cuda()       # module level: the simulator swaps this name inside kernels
-
 CHAINS, STEPS = 8, 16
-# (device name pattern, FP32 FLOP/s, FP64 FLOP/s (no tensor cores), memory bytes/s, source).
-DATASHEET = [
-    (r"H100 80GB HBM3$", 67e12, 34e12, 3.35e12,
-     "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM (nvidia.com/en-us/data-center/h100)"),
-    (r"H200$", 67e12, 34e12, 4.8e12, "NVIDIA H200 Tensor Core GPU datasheet, H200 SXM (nvidia.com/en-us/data-center/h200)"),
-]
+# (device name pattern, FP32 and FP64 (no tensor cores) FLOP/s, memory bytes/s, source)
+DATASHEET = [(r"H100 80GB HBM3$", 67e12, 34e12, 3.35e12, "NVIDIA H100 datasheet, SXM (nvidia.com/en-us/data-center/h100)"),
+             (r"H200$", 67e12, 34e12, 4.8e12, "NVIDIA H200 datasheet, SXM (nvidia.com/en-us/data-center/h200)")]
 ROOFS = ("roof: FP32 FMA", "roof: FP64 FMA", "roof: memory copy")
 
 
 @dataclass
 class Point:
-    """One timed kernel: its counted FLOPs and bytes, its median seconds, and the count's model."""
+    """One timed kernel: counted FLOPs and bytes, median seconds, the count's model, where and when."""
 
     kernel: str
     flops: float
@@ -72,6 +62,13 @@ def datasheet(device: str):
     return next((row[1:] for row in DATASHEET if re.search(row[0], device)), None)
 
 
+def _point(kernel: str, counted: tuple, seconds: float, notebook: str) -> Point:
+    from hpclab.matmul.bench import device_info
+
+    return Point(kernel, *counted[:2], seconds, counted[2], notebook, device_info(cuda)["name"],
+                 datetime.date.today().isoformat())
+
+
 @lru_cache(maxsize=None)
 def fma_kernel(dtype):
     from numba import from_dtype
@@ -90,7 +87,7 @@ def fma_kernel(dtype):
         s = nbt(0)
         for c in range(CHAINS):
             s += x[c]
-        out[cuda.grid(1)] = s                 # kept: the chains cannot be optimised away
+        out[cuda.grid(1)] = s                 # stored, so the chains cannot be optimised away
 
     return fma
 
@@ -110,33 +107,31 @@ def measure_roofs(repeats: int = 5) -> list[Point]:
     from hpclab.launch import full_gpu
     from hpclab.timing import median_time
 
-    sim = backend.is_simulator()
     blocks, threads = full_gpu(1 << 40)         # every thread the GPU holds at once
-    passes, words = (1, 1 << 10) if sim else (4096, 1 << 26)
+    passes, words = (1, 1 << 10) if backend.is_simulator() else (4096, 1 << 26)
     out = []
     for dtype, name in ((np.float32, ROOFS[0]), (np.float64, ROOFS[1])):
         res, k = cuda.device_array(blocks * threads, dtype), fma_kernel(np.dtype(dtype))
         t = median_time(lambda: k[blocks, threads](res, passes, dtype(0.999), dtype(0.001)), repeats)  # noqa: B023
-        out.append(Point(name, 2.0 * CHAINS * STEPS * passes * blocks * threads, 0.0, t,
-                         f"{CHAINS} chains x {STEPS} steps x {passes} passes per thread"))
+        flops = 2.0 * CHAINS * STEPS * passes * blocks * threads
+        out.append(_point(name, (flops, 0.0, f"{CHAINS} chains x {STEPS * passes} steps a thread"), t, ""))
     src = cuda.to_device(np.ones(words))
     dst = cuda.device_array_like(src)
     t = median_time(lambda: _copy()[blocks, threads](src, dst), repeats)
-    out.append(Point(ROOFS[2], 0.0, 2.0 * src.nbytes, t, f"{src.nbytes >> 20} MiB read + written"))
-    return out
+    return out + [_point(ROOFS[2], (0.0, 2.0 * src.nbytes, f"{src.nbytes >> 20} MiB read + written"), t, "")]
 
 
-# ---------------------------------------------------------------- counts
+# ---------------------------------------------------------------- counts: (FLOPs, bytes, model)
 
-def pi_count(kernel: str, bins: int, blocks: int) -> tuple[float, float, str]:
-    """Midpoint pi (float64): FLOPs per bin as the loop is written, a division counted as one; the
-    only memory traffic is one 8-byte atomic per block."""
-    per_bin = {"midpoint": 6.0, "fast": 29 / 4}[kernel]   # (i+1/2)*h, x*x+1, 4/d, acc+= ; fast: 29 per 4 bins
-    return per_bin * bins, 8.0 * blocks, f"{per_bin:g} FLOP per bin, 8 B per block"
+def pi_count(kernel: str, bins: int, blocks: int) -> tuple:
+    """Midpoint pi (float64): FLOPs as the loop is written ((i+1/2)*h, x*x+1, 4/d, acc+=: 6 a bin; the
+    fast kernel 29 per 4 bins), a division counted as one; memory: one 8-byte atomic per block."""
+    per_bin = {"midpoint": 6.0, "fast": 29 / 4}[kernel]
+    return per_bin * bins, 8.0 * blocks, f"{per_bin:g} FLOP a bin, 8 B a block"
 
 
-def matmul_count(kernel: str, m: int, n: int, k: int) -> tuple[float, float, str]:
-    """C = A B (float32): 2mnk FLOPs. Floats read, no cache: naive, a row of A and a column of B per
+def matmul_count(kernel: str, m: int, n: int, k: int) -> tuple:
+    """C = A B (float32), 2mnk FLOPs. Floats read, no cache: naive, a row of A and a column of B per
     output (2mnk); tiled (T x T tiles), 2mnk / T; fast and warp (BM x BN block tiles), mnk (1/BM + 1/BN);
     cuBLAS, each input once (mk + kn). C written once (mn)."""
     from hpclab.matmul import fast, tiled, warp
@@ -148,12 +143,11 @@ def matmul_count(kernel: str, m: int, n: int, k: int) -> tuple[float, float, str
     return 2.0 * m * n * k, 4.0 * (reads + m * n), model.get(kernel) or f"{cfg.bm}x{cfg.bn} block tiles"
 
 
-def conv_count(method: str, n: int, c: int, h: int, k: int, r: int, pad: int) -> tuple[float, float, str]:
-    """Convolution of (n, c, h, h) by (k, c, r, r), stride 1: 2 n k c r r ho ho FLOPs (direct count). Floats
-    moved, no cache: naive, an input and a weight per multiply-add; direct, per block tile its input
-    rows with halo and its channels' weights; gemm, im2col's matrix written and read, then the GEMM's
-    block tiles and the scatter; winograd and cuDNN, each array once (Winograd multiplies less:
-    its FLOP/s are effective)."""
+def conv_count(method: str, n: int, c: int, h: int, k: int, r: int, pad: int) -> tuple:
+    """(n, c, h, h) by (k, c, r, r), stride 1: 2 n k c r r ho ho FLOPs. Floats moved, no cache: naive, an
+    input and a weight per multiply-add; direct, per block tile its input rows with halo and its channels'
+    weights; gemm, im2col's matrix written and read, the GEMM's block tiles, the scatter; winograd and
+    cuDNN, each array once (both multiply less than they are credited with: effective FLOP/s)."""
     from hpclab.halo import conv_tiled
     from hpclab.matmul import fast
 
@@ -174,43 +168,27 @@ def conv_count(method: str, n: int, c: int, h: int, k: int, r: int, pad: int) ->
 
 # ---------------------------------------------------------------- the notebooks' kernels, timed
 
-def _stamp(points, notebook: str) -> list[Point]:
-    from hpclab.matmul.bench import device_info
-
-    name = device_info(cuda)["name"]
-    today = datetime.date.today().isoformat()
-    for p in points:
-        p.notebook, p.device, p.date = p.notebook or notebook, name, today
-    return points
-
-
 def pi_points(bins: int | None = None, repeats: int = 5) -> list[Point]:
-    """Notebook 02: the midpoint kernel and the four-bins-per-division one, on one GPU."""
+    """Notebook 02: the midpoint kernel and the four-bins-per-division one."""
     from hpclab.launch import full_gpu
     from hpclab.pi import fast, midpoint
     from hpclab.timing import median_time
 
     bins = bins or backend.auto_size(gpu=10**11, sim=4000)
-    blocks, _ = full_gpu(bins)
-    out = []
-    for name, mod in (("midpoint", midpoint), ("fast", fast)):
-        t = median_time(lambda: mod.partial_sum(0, bins, bins), repeats)  # noqa: B023
-        out.append(Point(name, *pi_count(name, bins, blocks)[:2], t, pi_count(name, bins, blocks)[2]))
-    return _stamp(out, "02")
+    return [_point(name, pi_count(name, bins, full_gpu(bins)[0]),
+                   median_time(lambda: mod.partial_sum(0, bins, bins), repeats), "02")  # noqa: B023
+            for name, mod in (("midpoint", midpoint), ("fast", fast))]
 
 
 def matmul_points(n: int, rates: dict[str, float]) -> list[Point]:
-    """Notebook 04: points from the TFLOP/s that ``matmul.bench.measure(n)`` timed."""
-    out = []
-    for kernel, tflops in rates.items():
-        flops, nbytes, model = matmul_count(kernel, n, n, n)
-        out.append(Point(kernel, flops, nbytes, flops / (tflops * 1e12), model))
-    return _stamp(out, "04")
+    """Notebook 04: the TFLOP/s that ``matmul.bench.measure(n)`` timed, as points."""
+    return [_point(kernel, matmul_count(kernel, n, n, n), 2.0 * n ** 3 / (tflops * 1e12), "04")
+            for kernel, tflops in rates.items()]
 
 
 def conv_points(batch: int | None = None, repeats: int = 3) -> list[Point]:
-    """Notebook 06: AlexNet's C2 (96 -> 256 channels, 27 x 27, 5 x 5, pad 2) by each method; cuDNN
-    (FP32, TF32 off) when PyTorch is there."""
+    """Notebook 06: AlexNet's C2 (96 -> 256 channels, 27 x 27, 5 x 5, pad 2) by each method, and cuDNN
+    (FP32: TF32 off) when PyTorch is there."""
     from hpclab.halo import conv as kc
     from hpclab.timing import median_time
 
@@ -231,8 +209,7 @@ def conv_points(batch: int | None = None, repeats: int = 3) -> list[Point]:
         timed["cuDNN"] = median_time(lambda: F.conv2d(tx, tw, padding=2), repeats, warmup=3)
     except Exception:  # noqa: BLE001 - no PyTorch or no cuDNN: no cuDNN point
         pass
-    return _stamp([Point(m, *conv_count(m, n, c, h, k, 5, 2)[:2], t, conv_count(m, n, c, h, k, 5, 2)[2])
-                   for m, t in timed.items()], "06")
+    return [_point(m, conv_count(m, n, c, h, k, 5, 2), t, "06") for m, t in timed.items()]
 
 
 # ---------------------------------------------------------------- recorded points, the figure
@@ -292,22 +269,19 @@ def show(live: list[Point] | None, notebook: str, title: str):
 
 
 def main(argv=None) -> int:
-    """Measure the roofs and the notebooks' kernels on this GPU; write them as CSV (--out, else stdout)."""
-    import argparse
-
-    p = argparse.ArgumentParser(prog="python -m hpclab.roofline", description=main.__doc__)
-    p.add_argument("--out", help="CSV file to write")
-    args = p.parse_args(argv)
+    """``python -m hpclab.roofline FILE``: roofs and the notebooks' kernels measured here, as CSV in FILE."""
     from hpclab.matmul.bench import measure
 
+    out = (sys.argv[1:] if argv is None else argv) or [None]
     n = backend.auto_size(gpu=4096, sim=32)
-    points = _stamp(measure_roofs(), "") + pi_points() + matmul_points(n, measure(n, repeats=5)) + conv_points()
+    points = measure_roofs() + pi_points() + matmul_points(n, measure(n, repeats=5)) + conv_points()
     for pt in points:
-        pt.command = "python -m hpclab.roofline"
-        print(f"{pt.notebook or '--':>3} {pt.kernel:<18} {pt.rate / 1e12:9.3f} T{'FLOP' if pt.flops else 'B'}/s"
-              + (f"  intensity {pt.intensity:.3g}" if pt.flops and pt.bytes else ""), file=sys.stderr)
-    with open(args.out, "w", newline="") if args.out else sys.stdout as fh:
-        write(points, fh)
+        pt.command = "python -m hpclab.roofline FILE"
+        print(f"{pt.notebook or '--':>3} {pt.kernel:<18} {pt.rate / 1e12:9.3f} T{'FLOP' if pt.flops else 'B'}/s "
+              f"intensity {pt.flops / (pt.bytes or np.inf):.3g}", file=sys.stderr)
+    if out[0]:
+        with open(out[0], "w", newline="") as fh:
+            write(points, fh)
     return 0
 
 
