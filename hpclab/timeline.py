@@ -1,0 +1,215 @@
+"""Per-rank timelines from CUDA events: what each stream of each rank did, and when.
+
+A :class:`Timeline` records a CUDA event on a stream where a piece of work begins and one where
+it ends (``with tl.span(name, kind, stream, lane)``, or ``tl.cut``, which ends a lane's running
+piece and begins the next), each read against an origin event recorded just after a barrier,
+so the ranks share a time zero (up to the barrier's skew, microseconds). ``spans()`` reads them
+once the step is done; ``gather`` brings every rank's to rank 0; ``figure`` draws one row per
+rank and stream, bars coloured by kind. The DDP trainer and the halo exchange take one.
+
+The simulator's events keep no time and its streams run synchronously: there a mark is the
+host's clock when it is made, after the work before it has run -- right order and names (the
+tests check them), no GPU timing. ``mpiexec -n 2 python -m hpclab.timeline FILE`` records a DDP
+step and a halo-exchange layer, with and without overlap, in the format of ``data/timeline.csv``.
+"""
+from __future__ import annotations
+
+import csv
+import datetime
+import io
+import sys
+import time
+from contextlib import contextmanager, nullcontext
+from importlib import resources
+
+import numpy as np
+
+from hpclab import backend
+from hpclab import plot  # the figure helpers (one import to change if they move)
+
+KINDS = {"compute": "tab:blue", "comm": "tab:orange", "copy": "tab:green"}
+FIELDS = ["run", "device", "date", "rank", "lane", "kind", "name", "start_ms", "end_ms"]
+
+
+class Timeline:
+    """Named spans of GPU work on this rank's streams; events are made once and reused."""
+
+    def __init__(self):
+        self.sim = backend.is_simulator()
+        self._pool, self._used, self._spans, self._open = [], 0, [], {}
+
+    def start(self, comm) -> None:
+        """Time zero, on every rank at once: the device idle, a barrier, the origin event."""
+        backend.cuda().synchronize()
+        comm.Barrier()
+        self.rank, self._used, self._spans, self._open = comm.rank, 0, [], {}
+        self._origin = self._mark(0)
+
+    def _mark(self, stream):
+        if self.sim:
+            return time.perf_counter()
+        if self._used == len(self._pool):
+            self._pool.append(backend.cuda().event())
+        event = self._pool[self._used]
+        self._used += 1
+        event.record(stream)
+        return event
+
+    @contextmanager
+    def span(self, name: str, kind: str, stream=0, lane: str = "default stream"):
+        begin = self._mark(stream)
+        yield
+        self._spans.append((name, kind, lane, begin, self._mark(stream)))
+
+    def cut(self, name: str | None, kind: str = "compute", stream=0, lane: str = "default stream") -> None:
+        """End the lane's running span here and begin ``name`` (None: begin nothing)."""
+        mark = self._mark(stream)
+        if lane in self._open:
+            self._spans.append((*self._open.pop(lane), mark))
+        if name:
+            self._open[lane] = (name, kind, lane, mark)
+
+    def spans(self) -> list[dict]:
+        """This rank's spans in milliseconds from time zero, in the order they were recorded."""
+        backend.cuda().synchronize()
+        ms = (lambda m: 1e3 * (m - self._origin)) if self.sim else self._origin.elapsed_time
+        return [{"rank": self.rank, "lane": lane, "kind": kind, "name": name, "start_ms": ms(b), "end_ms": ms(e)}
+                for name, kind, lane, b, e in self._spans]
+
+
+class _Off:
+    """What the hooks use when no timeline is asked for: nothing recorded."""
+
+    def span(self, *args, **kwargs):
+        return nullcontext()
+
+    def cut(self, *args, **kwargs) -> None:
+        pass
+
+
+OFF = _Off()
+
+
+def gather(comm, spans: list[dict]) -> list[dict] | None:
+    """Every rank's spans on rank 0 (None elsewhere)."""
+    parts = comm.gather(spans, root=0)
+    return [s for part in parts for s in part] if parts is not None else None
+
+
+# ---------------------------------------------------------------- what the notebooks time
+
+def ddp_step(comm, overlap: bool, sizes=None, per_rank: int | None = None, bucket_mb: float | None = None,
+             comm_backend="auto") -> list[dict] | None:
+    """One data-parallel training step of an MLP (after two untimed ones): spans of every rank on rank 0.
+    The default buckets (25 MiB; on the simulator's tiny model, any size below a layer's) hold a layer each."""
+    from hpclab.ddp import mlp as K
+    from hpclab.ddp.model import MLP, init_parameters
+    from hpclab.ddp.trainer import DDPTrainer
+
+    sizes = sizes or backend.auto_size(gpu=[4096] * 4, sim=[6, 4, 4, 2])
+    per_rank = per_rank or backend.auto_size(gpu=1024, sim=8)
+    model = MLP(sizes)
+    model.load(init_parameters(sizes, seed=0))
+    trainer = DDPTrainer(model, comm, comm_backend, lr=1e-3, overlap=overlap,
+                         bucket_mb=bucket_mb or backend.auto_size(gpu=25.0, sim=1e-6))
+    rng = np.random.default_rng(comm.rank)
+    x = K.cuda.to_device(rng.standard_normal((per_rank, sizes[0])).astype(np.float32))
+    y = K.cuda.to_device(rng.integers(0, sizes[-1], (per_rank, 1)).astype(np.int32))
+    idx = K.cuda.to_device(np.arange(per_rank, dtype=np.int32))
+    for _ in range(2):
+        trainer.step(x, y, idx, per_rank * comm.size)
+    trainer.timeline = tl = Timeline()
+    tl.start(comm)
+    trainer.step(x, y, idx, per_rank * comm.size)
+    return gather(comm, tl.spans())
+
+
+def halo_layer(comm, overlap: bool, rows_per_rank: int | None = None) -> list[dict] | None:
+    """One halo-exchange layer (AlexNet's C2 on bands of rows, GPU-to-GPU halos where possible; after
+    an untimed pass): spans of every rank on rank 0."""
+    from hpclab.halo import alexnet
+    from hpclab.halo.bands import hash_values
+    from hpclab.halo.executors import Buffers, run_device
+    from hpclab.halo.versions import gpu_aware_backend
+    from hpclab.decomp import block_range
+
+    scale = backend.auto_size(gpu=1, sim=32)
+    c = alexnet.input_channels("c2", scale)
+    h, w = comm.size * (rows_per_rank or backend.auto_size(gpu=2048, sim=6)), backend.auto_size(gpu=256, sim=7)
+    r0, r1 = block_range(h, comm.size, comm.rank)
+    x = backend.cuda().to_device(hash_values((1, c, r1 - r0, w), 1, r0, h))
+    be = gpu_aware_backend(comm)[0] if comm.size > 1 else None
+    ops, buffers, tl = alexnet.conv_ops("c2", c, scale)[:1], Buffers(), Timeline()
+    run_device(ops, x, comm, be, overlap, buffers=buffers, height=h)
+    tl.start(comm)
+    run_device(ops, x, comm, be, overlap, buffers=buffers, height=h, timeline=tl)
+    return gather(comm, tl.spans())
+
+
+# ---------------------------------------------------------------- recorded runs, the figure
+
+def write(runs: dict[str, list[dict]], device: str, fh) -> None:
+    w = csv.DictWriter(fh, FIELDS)
+    w.writeheader()
+    today = datetime.date.today().isoformat()
+    w.writerows({**s, "run": run, "device": device, "date": today, "start_ms": f"{s['start_ms']:.4f}",
+                 "end_ms": f"{s['end_ms']:.4f}"} for run, spans in runs.items() for s in spans)
+
+
+def read(text: str | None = None) -> dict[str, list[dict]]:
+    """Runs of a CSV written by :func:`write` (default: the recorded ``data/timeline.csv``), by run name."""
+    if text is None:
+        path = resources.files("hpclab").joinpath("data/timeline.csv")
+        text = path.read_text() if path.is_file() else ""
+    runs: dict[str, list[dict]] = {}
+    for r in csv.DictReader(io.StringIO(text)):
+        r.update(rank=int(r["rank"]), start_ms=float(r["start_ms"]), end_ms=float(r["end_ms"]))
+        runs.setdefault(r["run"], []).append(r)
+    return runs
+
+
+def figure(runs: dict[str, list[dict]], title: str, note: str | None = None):
+    """One panel per run, on one time axis: a row per rank and stream, a bar per span, by kind."""
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    lanes = {name: sorted({(s["rank"], s["lane"]) for s in spans}) for name, spans in runs.items()}
+    fig = Figure(figsize=(11, 1.2 + 0.42 * sum(len(v) + 1 for v in lanes.values())), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(len(runs), 1, sharex=True))
+    end = max(s["end_ms"] for spans in runs.values() for s in spans)
+    for ax, (name, spans) in zip(axes, runs.items()):
+        rows = lanes[name]
+        for s in spans:
+            y, width = rows.index((s["rank"], s["lane"])), s["end_ms"] - s["start_ms"]
+            ax.barh(y, width, left=s["start_ms"], height=0.7, color=KINDS[s["kind"]], edgecolor="white", lw=0.5)
+            if width > 0.08 * end:
+                ax.text(s["start_ms"] + width / 2, y, s["name"], ha="center", va="center", fontsize=7, clip_on=True)
+        ax.set_yticks(range(len(rows)), [f"rank {r}, {lane}" for r, lane in rows], fontsize=8)
+        ax.invert_yaxis()
+        ax.set_title(name, fontsize=10, loc="left")
+    axes[-1].set_xlabel("milliseconds from the common start")
+    fig.legend(handles=[Patch(color=c, label=k) for k, c in KINDS.items()], loc="outside upper right", ncols=3)
+    fig.suptitle(title)
+    plot._note(fig, note)
+    return fig
+
+
+def main(argv=None) -> int:
+    """``mpiexec -n 2 python -m hpclab.timeline FILE``: a DDP step and a halo layer, with and without overlap."""
+    from hpclab.matmul.bench import device_info
+    from hpclab.mpi import world
+
+    comm, out = world(), (sys.argv[1:] if argv is None else argv) or [None]
+    runs = {f"{what}, {'overlapped' if overlap else 'not overlapped'}": fn(comm, overlap)
+            for what, fn in (("DDP step", ddp_step), ("halo layer", halo_layer)) for overlap in (True, False)}
+    if comm.rank == 0:
+        for name, spans in runs.items():
+            print(f"{name}: {len(spans)} spans, {max(s['end_ms'] for s in spans):.3f} ms", file=sys.stderr)
+        if out[0]:
+            with open(out[0], "w", newline="") as fh:
+                write(runs, device_info(backend.cuda())["name"], fh)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
