@@ -92,14 +92,10 @@ def fma_kernel(dtype):
     return fma
 
 
-@lru_cache(maxsize=None)
-def _copy():
-    @cuda.jit
-    def copy_kernel(src, dst):
-        for i in range(cuda.grid(1), src.size, cuda.gridsize(1)):
-            dst[i] = src[i]
-
-    return copy_kernel
+@cuda.jit
+def copy_kernel(src, dst):
+    for i in range(cuda.grid(1), src.size, cuda.gridsize(1)):
+        dst[i] = src[i]
 
 
 def measure_roofs(repeats: int = 5) -> list[Point]:
@@ -117,15 +113,15 @@ def measure_roofs(repeats: int = 5) -> list[Point]:
         out.append(_point(name, (flops, 0.0, f"{CHAINS} chains x {STEPS * passes} steps a thread"), t, ""))
     src = cuda.to_device(np.ones(words))
     dst = cuda.device_array_like(src)
-    t = median_time(lambda: _copy()[blocks, threads](src, dst), repeats)
+    t = median_time(lambda: copy_kernel[blocks, threads](src, dst), repeats)
     return out + [_point(ROOFS[2], (0.0, 2.0 * src.nbytes, f"{src.nbytes >> 20} MiB read + written"), t, "")]
 
 
 # ---------------------------------------------------------------- counts: (FLOPs, bytes, model)
 
 def pi_count(kernel: str, bins: int, blocks: int) -> tuple:
-    """Midpoint pi (float64): FLOPs as the loop is written ((i+1/2)*h, x*x+1, 4/d, acc+=: 6 a bin; the
-    fast kernel 29 per 4 bins), a division counted as one; memory: one 8-byte atomic per block."""
+    """Midpoint pi (float64): operations as the loop is written ((i+1/2)*h, x*x+1, 4/d, acc+=: 6 a bin;
+    ``fast``: 29 per 4 bins), a division counted as one; memory: one 8-byte atomic per block."""
     per_bin = {"midpoint": 6.0, "fast": 29 / 4}[kernel]
     return per_bin * bins, 8.0 * blocks, f"{per_bin:g} FLOP a bin, 8 B a block"
 
@@ -145,9 +141,8 @@ def matmul_count(kernel: str, m: int, n: int, k: int) -> tuple:
 
 def conv_count(method: str, n: int, c: int, h: int, k: int, r: int, pad: int) -> tuple:
     """(n, c, h, h) by (k, c, r, r), stride 1: 2 n k c r r ho ho FLOPs. Floats moved, no cache: naive, an
-    input and a weight per multiply-add; direct, per block tile its input rows with halo and its channels'
-    weights; gemm, im2col's matrix written and read, the GEMM's block tiles, the scatter; winograd and
-    cuDNN, each array once (both multiply less than they are credited with: effective FLOP/s)."""
+    input and a weight per multiply-add; direct, per block tile its input rows with halo and weights;
+    gemm, im2col's matrix written and read, the GEMM's block tiles, the scatter; the others each array once."""
     from hpclab.halo import conv_tiled
     from hpclab.matmul import fast
 
@@ -199,14 +194,12 @@ def conv_points(batch: int | None = None, repeats: int = 3) -> list[Point]:
     weights, out = kc.ConvWeights(wt), cuda.device_array((n, k, h, h), np.float32)
     timed = {m: median_time(lambda: kc.conv2d_device(x, weights, 1, 2, out=out, method=m), repeats)  # noqa: B023
              for m in kc.METHODS}
-    try:
+    try:    # PyTorch shares Numba's context: median_time's synchronize waits for both
         import torch
-        import torch.nn.functional as F
 
         torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = False, True
         tx, tw = torch.as_tensor(x.copy_to_host()).cuda(), torch.as_tensor(wt).cuda()
-        # PyTorch and Numba share the device's primary context: median_time's synchronize waits for both.
-        timed["cuDNN"] = median_time(lambda: F.conv2d(tx, tw, padding=2), repeats, warmup=3)
+        timed["cuDNN"] = median_time(lambda: torch.nn.functional.conv2d(tx, tw, padding=2), repeats, warmup=3)
     except Exception:  # noqa: BLE001 - no PyTorch or no cuDNN: no cuDNN point
         pass
     return [_point(m, conv_count(m, n, c, h, k, 5, 2), t, "06") for m, t in timed.items()]
@@ -268,22 +261,17 @@ def show(live: list[Point] | None, notebook: str, title: str):
     return figure(panels, title, note, fp64=notebook == "02")
 
 
-def main(argv=None) -> int:
-    """``python -m hpclab.roofline FILE``: roofs and the notebooks' kernels measured here, as CSV in FILE."""
+def record(path: str) -> None:
+    """The roofs and the notebooks' kernels measured here, as CSV (``python -m hpclab.roofline FILE``)."""
     from hpclab.matmul.bench import measure
 
-    out = (sys.argv[1:] if argv is None else argv) or [None]
     n = backend.auto_size(gpu=4096, sim=32)
     points = measure_roofs() + pi_points() + matmul_points(n, measure(n, repeats=5)) + conv_points()
     for pt in points:
         pt.command = "python -m hpclab.roofline FILE"
-        print(f"{pt.notebook or '--':>3} {pt.kernel:<18} {pt.rate / 1e12:9.3f} T{'FLOP' if pt.flops else 'B'}/s "
-              f"intensity {pt.flops / (pt.bytes or np.inf):.3g}", file=sys.stderr)
-    if out[0]:
-        with open(out[0], "w", newline="") as fh:
-            write(points, fh)
-    return 0
+    with open(path, "w", newline="") as fh:
+        write(points, fh)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    record(sys.argv[1])

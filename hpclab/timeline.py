@@ -1,16 +1,12 @@
 """Per-rank timelines from CUDA events: what each stream of each rank did, and when.
 
-A :class:`Timeline` records a CUDA event on a stream where a piece of work begins and one where
-it ends (``with tl.span(name, kind, stream, lane)``, or ``tl.cut``, which ends a lane's running
-piece and begins the next), each read against an origin event recorded just after a barrier,
-so the ranks share a time zero (up to the barrier's skew, microseconds). ``spans()`` reads them
-once the step is done; ``gather`` brings every rank's to rank 0; ``figure`` draws one row per
-rank and stream, bars coloured by kind. The DDP trainer and the halo exchange take one.
-
-The simulator's events keep no time and its streams run synchronously: there a mark is the
-host's clock when it is made, after the work before it has run -- right order and names (the
-tests check them), no GPU timing. ``mpiexec -n 2 python -m hpclab.timeline FILE`` records a DDP
-step and a halo-exchange layer, with and without overlap, in the format of ``data/timeline.csv``.
+A :class:`Timeline` records an event on a stream where a piece of work begins and one where it
+ends, read against an origin recorded just after a barrier: the ranks share a time zero (up to
+the barrier's skew, microseconds). The DDP trainer and the halo exchange take one; ``gather``
+brings every rank's spans to rank 0, ``figure`` draws a row per rank and stream. The simulator's
+events keep no time and its streams run in turn: there a mark is the host's clock, which keeps
+the order (the tests check it), not GPU time. ``mpiexec -n 2 python -m hpclab.timeline FILE``
+records a DDP step and a halo layer, with and without overlap, as ``data/timeline.csv`` holds them.
 """
 from __future__ import annotations
 
@@ -21,6 +17,7 @@ import sys
 import time
 from contextlib import contextmanager, nullcontext
 from importlib import resources
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -77,17 +74,8 @@ class Timeline:
                 for name, kind, lane, b, e in self._spans]
 
 
-class _Off:
-    """What the hooks use when no timeline is asked for: nothing recorded."""
-
-    def span(self, *args, **kwargs):
-        return nullcontext()
-
-    def cut(self, *args, **kwargs) -> None:
-        pass
-
-
-OFF = _Off()
+# What the hooks use when no timeline is asked for: nothing recorded.
+OFF = SimpleNamespace(span=lambda *args, **kwargs: nullcontext(), cut=lambda *args, **kwargs: None)
 
 
 def gather(comm, spans: list[dict]) -> list[dict] | None:
@@ -98,10 +86,8 @@ def gather(comm, spans: list[dict]) -> list[dict] | None:
 
 # ---------------------------------------------------------------- what the notebooks time
 
-def ddp_step(comm, overlap: bool, sizes=None, per_rank: int | None = None, bucket_mb: float | None = None,
-             comm_backend="auto") -> list[dict] | None:
-    """One data-parallel training step of an MLP (after two untimed ones): spans of every rank on rank 0.
-    The default buckets (25 MiB; on the simulator's tiny model, any size below a layer's) hold a layer each."""
+def ddp_step(comm, overlap: bool, sizes=None, per_rank: int | None = None) -> list[dict] | None:
+    """One data-parallel step of an MLP after two untimed ones, a bucket per layer: spans of all ranks on rank 0."""
     from hpclab.ddp import mlp as K
     from hpclab.ddp.model import MLP, init_parameters
     from hpclab.ddp.trainer import DDPTrainer
@@ -110,23 +96,22 @@ def ddp_step(comm, overlap: bool, sizes=None, per_rank: int | None = None, bucke
     per_rank = per_rank or backend.auto_size(gpu=1024, sim=8)
     model = MLP(sizes)
     model.load(init_parameters(sizes, seed=0))
-    trainer = DDPTrainer(model, comm, comm_backend, lr=1e-3, overlap=overlap,
-                         bucket_mb=bucket_mb or backend.auto_size(gpu=25.0, sim=1e-6))
+    trainer = DDPTrainer(model, comm, lr=1e-3, overlap=overlap, bucket_mb=backend.auto_size(gpu=25.0, sim=1e-6))
     rng = np.random.default_rng(comm.rank)
-    x = K.cuda.to_device(rng.standard_normal((per_rank, sizes[0])).astype(np.float32))
-    y = K.cuda.to_device(rng.integers(0, sizes[-1], (per_rank, 1)).astype(np.int32))
-    idx = K.cuda.to_device(np.arange(per_rank, dtype=np.int32))
-    for _ in range(2):
-        trainer.step(x, y, idx, per_rank * comm.size)
-    trainer.timeline = tl = Timeline()
-    tl.start(comm)
-    trainer.step(x, y, idx, per_rank * comm.size)
-    return gather(comm, tl.spans())
+    batch = [K.cuda.to_device(v) for v in (rng.standard_normal((per_rank, sizes[0])).astype(np.float32),
+                                           rng.integers(0, sizes[-1], (per_rank, 1)).astype(np.int32),
+                                           np.arange(per_rank, dtype=np.int32))]
+    for timed in (False, False, True):
+        if timed:
+            trainer.timeline = Timeline()
+            trainer.timeline.start(comm)
+        trainer.step(*batch, per_rank * comm.size)
+    return gather(comm, trainer.timeline.spans())
 
 
 def halo_layer(comm, overlap: bool, rows_per_rank: int | None = None) -> list[dict] | None:
-    """One halo-exchange layer (AlexNet's C2 on bands of rows, GPU-to-GPU halos where possible; after
-    an untimed pass): spans of every rank on rank 0."""
+    """One halo-exchange layer (AlexNet's C2, GPU-to-GPU halos where possible) after an untimed one:
+    spans of all ranks on rank 0."""
     from hpclab.halo import alexnet
     from hpclab.halo.bands import hash_values
     from hpclab.halo.executors import Buffers, run_device
@@ -139,10 +124,11 @@ def halo_layer(comm, overlap: bool, rows_per_rank: int | None = None) -> list[di
     r0, r1 = block_range(h, comm.size, comm.rank)
     x = backend.cuda().to_device(hash_values((1, c, r1 - r0, w), 1, r0, h))
     be = gpu_aware_backend(comm)[0] if comm.size > 1 else None
-    ops, buffers, tl = alexnet.conv_ops("c2", c, scale)[:1], Buffers(), Timeline()
-    run_device(ops, x, comm, be, overlap, buffers=buffers, height=h)
-    tl.start(comm)
-    run_device(ops, x, comm, be, overlap, buffers=buffers, height=h, timeline=tl)
+    ops, buffers = alexnet.conv_ops("c2", c, scale)[:1], Buffers()
+    for tl in (None, Timeline()):
+        if tl:
+            tl.start(comm)
+        run_device(ops, x, comm, be, overlap, buffers=buffers, height=h, timeline=tl)
     return gather(comm, tl.spans())
 
 
@@ -168,6 +154,16 @@ def read(text: str | None = None) -> dict[str, list[dict]]:
     return runs
 
 
+def recorded_figure(prefix: str):
+    """The figure of the recorded runs whose names begin with ``prefix`` (``data/timeline.csv``), or None."""
+    runs = {name: spans for name, spans in read().items() if name.startswith(prefix)}
+    if not runs:
+        return None
+    first = next(iter(runs.values()))
+    return figure(runs, f"recorded on {len({s['rank'] for s in first})} x {first[0]['device']}, {first[0]['date']}",
+                  "Recorded on GPUs (hpclab/data/timeline.csv): CUDA events on each rank's streams.")
+
+
 def figure(runs: dict[str, list[dict]], title: str, note: str | None = None):
     """One panel per run, on one time axis: a row per rank and stream, a bar per span, by kind."""
     from matplotlib.figure import Figure
@@ -188,28 +184,27 @@ def figure(runs: dict[str, list[dict]], title: str, note: str | None = None):
         ax.invert_yaxis()
         ax.set_title(name, fontsize=10, loc="left")
     axes[-1].set_xlabel("milliseconds from the common start")
-    fig.legend(handles=[Patch(color=c, label=k) for k, c in KINDS.items()], loc="outside upper right", ncols=3)
+    axes[0].legend(handles=[Patch(color=c, label=k) for k, c in KINDS.items()], loc="lower right",
+                   bbox_to_anchor=(1, 1), ncols=3, fontsize=8, frameon=False)
     fig.suptitle(title)
     plot._note(fig, note)
     return fig
 
 
-def main(argv=None) -> int:
-    """``mpiexec -n 2 python -m hpclab.timeline FILE``: a DDP step and a halo layer, with and without overlap."""
+def record(path: str) -> None:
+    """A DDP step and a halo layer, with and without overlap, as CSV (``mpiexec -n 2 python -m hpclab.timeline FILE``)."""
+    from hpclab.device import select_gpu
     from hpclab.matmul.bench import device_info
     from hpclab.mpi import world
 
-    comm, out = world(), (sys.argv[1:] if argv is None else argv) or [None]
+    comm = world()
+    select_gpu(comm)                 # one GPU per rank where there are enough
     runs = {f"{what}, {'overlapped' if overlap else 'not overlapped'}": fn(comm, overlap)
             for what, fn in (("DDP step", ddp_step), ("halo layer", halo_layer)) for overlap in (True, False)}
     if comm.rank == 0:
-        for name, spans in runs.items():
-            print(f"{name}: {len(spans)} spans, {max(s['end_ms'] for s in spans):.3f} ms", file=sys.stderr)
-        if out[0]:
-            with open(out[0], "w", newline="") as fh:
-                write(runs, device_info(backend.cuda())["name"], fh)
-    return 0
+        with open(path, "w", newline="") as fh:
+            write(runs, device_info(backend.cuda())["name"], fh)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    record(sys.argv[1])
