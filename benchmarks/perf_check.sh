@@ -9,7 +9,8 @@
 # step, matmul.json (`hpclab bench matmul --json`, which benchmarks/record.py reads: N = 4096, 8192,
 # 4095 under "sizes", 3000x5000x700 under "shapes"), roofline.csv (the format of
 # hpclab/data/roofline.csv) and, on two GPUs, timeline.csv (the format of hpclab/data/timeline.csv).
-# Exits 1 when any step fails (a wrong product, a failed test, a step over its time limit).
+# Exits 1 when any step fails (a wrong product, a failed test, a step over its time limit). BUDGET
+# (seconds, default 340) bounds the whole run: each step's limit is cut to what is left of it.
 set -u
 OUT=${OUT:?set OUT to a folder for the results}
 mkdir -p "$OUT"
@@ -18,13 +19,16 @@ LAUNCH=${MPIRUN:-mpiexec}
 export HPCLAB_BACKEND=gpu NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} PYTHONUNBUFFERED=1
 GPUS=${HPCLAB_GPUS:-$(nvidia-smi -L 2>/dev/null | wc -l)}
 SUMMARY=$OUT/summary.txt
+BUDGET=${BUDGET:-340}
 FAILED=()
 { echo "# hpclab perf check, $(date -u +%FT%TZ), $(hostname), $GPUS GPU(s)"; nvidia-smi -L 2>/dev/null; } > "$SUMMARY"
 
 step() {  # step NAME SECONDS COMMAND...: run it under a time limit into NAME.log; note a failure
     local name=$1 limit=$2 t0=$SECONDS rc
     shift 2
-    echo "== $name: $*" | tee -a "$SUMMARY"
+    [ "$limit" -le $((BUDGET - SECONDS)) ] || limit=$((BUDGET - SECONDS))
+    echo "== $name (limit $limit s): $*" | tee -a "$SUMMARY"
+    if [ "$limit" -le 0 ]; then FAILED+=("$name (not run: out of time)"); return; fi
     timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
     rc=$?
     tail -n 3 "$OUT/$name.log" | sed 's/^/   /' >> "$SUMMARY"
@@ -34,11 +38,11 @@ step() {  # step NAME SECONDS COMMAND...: run it under a time limit into NAME.lo
 
 # The tests of the three parts on the GPU: the warp kernel against NumPy at small odd shapes with the
 # GPU's 128 x 128 x 16 tiles (all edge tiles), the roof kernels, the timeline bookkeeping.
-step tests 200 "$PY" -m pytest -q -p no:cacheprovider tests/test_matmul.py -k warp tests/test_roofline.py \
+step tests 150 "$PY" -m pytest -q -p no:cacheprovider tests/test_matmul.py -k warp tests/test_roofline.py \
     tests/test_timeline.py
 
 # The warp kernel against NumPy (float64) at large odd shapes: full tiles and edge tiles in one product.
-step odd_shapes 120 "$PY" - <<'EOF'
+step odd_shapes 90 "$PY" - <<'EOF'
 import numpy as np
 from hpclab.matmul import fast as mm
 for m, k, n in ((4095, 4095, 4095), (3000, 700, 5000), (515, 300, 1029), (129, 17, 131), (256, 64, 384)):
@@ -51,7 +55,7 @@ for m, k, n in ((4095, 4095, 4095), (3000, 700, 5000), (515, 300, 1029), (129, 1
 EOF
 
 # SGEMM against cuBLAS in turns, N = 4096, 8192, 4095 and M x N x K = 3000 x 5000 x 700 (exit 1: a wrong result).
-step bench_matmul 200 "$PY" -m hpclab bench matmul --no-sweep --json --out "$OUT/matmul.json"
+step bench_matmul 150 "$PY" -m hpclab bench matmul --no-sweep --out "$OUT/matmul.json"
 [ -f "$OUT/matmul.json" ] && "$PY" - "$OUT/matmul.json" >> "$SUMMARY" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -62,11 +66,24 @@ for key, block in {**d["sizes"], **d.get("shapes", {})}.items():
 EOF
 
 # The roofs and the kernels of notebooks 02, 04 and 06 (hpclab/data/roofline.csv).
-step roofline 150 "$PY" -m hpclab.roofline "$OUT/roofline.csv"
+step roofline 120 "$PY" -m hpclab.roofline "$OUT/roofline.csv"
+[ -f "$OUT/roofline.csv" ] && "$PY" - "$OUT/roofline.csv" >> "$SUMMARY" <<'EOF'
+import sys
+from hpclab import roofline
+for p in roofline.read(open(sys.argv[1]).read()):
+    print(f"   {p.notebook or '--':>3} {p.kernel:<18} {p.rate / 1e12:8.3f} T{'FLOP' if p.flops else 'B'}/s "
+          f"({p.count}){f', {p.intensity:.3g} FLOP/B' if p.flops and p.bytes else ''}")
+EOF
 
 # A DDP step and a halo-exchange layer on two ranks, with and without overlap (hpclab/data/timeline.csv).
 if [ "$GPUS" -ge 2 ]; then
-    step timeline 150 $LAUNCH -n 2 "$PY" -m hpclab.timeline "$OUT/timeline.csv"
+    step timeline 120 $LAUNCH -n 2 "$PY" -m hpclab.timeline "$OUT/timeline.csv"
+    [ -f "$OUT/timeline.csv" ] && "$PY" - "$OUT/timeline.csv" >> "$SUMMARY" <<'EOF'
+import sys
+from hpclab import timeline
+for name, spans in timeline.read(open(sys.argv[1]).read()).items():
+    print(f"   {name}: {len(spans)} spans, last ends at {max(s['end_ms'] for s in spans):.3f} ms")
+EOF
 else
     echo "== timeline: skipped, it needs two GPUs and this machine has $GPUS" | tee -a "$SUMMARY"
 fi

@@ -96,7 +96,7 @@ def ddp_step(comm, overlap: bool, sizes=None, per_rank: int | None = None) -> li
     per_rank = per_rank or backend.auto_size(gpu=1024, sim=8)
     model = MLP(sizes)
     model.load(init_parameters(sizes, seed=0))
-    trainer = DDPTrainer(model, comm, lr=1e-3, overlap=overlap, bucket_mb=backend.auto_size(gpu=25.0, sim=1e-6))
+    trainer = DDPTrainer(model, comm, lr=1e-3, overlap=overlap, bucket_mb=1e-6)   # below any layer's size
     rng = np.random.default_rng(comm.rank)
     batch = [K.cuda.to_device(v) for v in (rng.standard_normal((per_rank, sizes[0])).astype(np.float32),
                                            rng.integers(0, sizes[-1], (per_rank, 1)).astype(np.int32),
