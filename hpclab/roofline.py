@@ -37,7 +37,6 @@ ROOFS = ("roof: FP32 FMA", "roof: FP64 FMA", "roof: memory copy")
 @dataclass
 class Point:
     """One timed kernel: counted FLOPs and bytes, median seconds, the count's model, where and when."""
-
     kernel: str
     flops: float
     bytes: float
@@ -48,13 +47,8 @@ class Point:
     date: str = ""
     command: str = ""
 
-    @property
-    def rate(self) -> float:
-        return (self.flops or self.bytes) / self.seconds
-
-    @property
-    def intensity(self) -> float:
-        return self.flops / self.bytes
+    rate = property(lambda self: (self.flops or self.bytes) / self.seconds)      # FLOP/s, or B/s for the copy
+    intensity = property(lambda self: self.flops / self.bytes)                 # FLOP per byte
 
 
 def datasheet(device: str):
@@ -64,15 +58,13 @@ def datasheet(device: str):
 
 def _point(kernel: str, counted: tuple, seconds: float, notebook: str) -> Point:
     from hpclab.matmul.bench import device_info
-
     return Point(kernel, *counted[:2], seconds, counted[2], notebook, device_info(cuda)["name"],
                  datetime.date.today().isoformat())
 
 
 @lru_cache(maxsize=None)
 def fma_kernel(dtype):
-    from numba import from_dtype
-
+    from numba import from_dtype   # after the backend is chosen
     nbt = from_dtype(np.dtype(dtype))
 
     @cuda.jit
@@ -105,11 +97,10 @@ def measure_roofs(repeats: int = 5) -> list[Point]:
 
     blocks, threads = full_gpu(1 << 40)         # every thread the GPU holds at once
     passes, words = (1, 1 << 10) if backend.is_simulator() else (4096, 1 << 26)
-    out = []
+    out, flops = [], 2.0 * CHAINS * STEPS * passes * blocks * threads
     for dtype, name in ((np.float32, ROOFS[0]), (np.float64, ROOFS[1])):
         res, k = cuda.device_array(blocks * threads, dtype), fma_kernel(np.dtype(dtype))
         t = median_time(lambda: k[blocks, threads](res, passes, dtype(0.999), dtype(0.001)), repeats)  # noqa: B023
-        flops = 2.0 * CHAINS * STEPS * passes * blocks * threads
         out.append(_point(name, (flops, 0.0, f"{CHAINS} chains x {STEPS * passes} steps a thread"), t, ""))
     src = cuda.to_device(np.ones(words))
     dst = cuda.device_array_like(src)
@@ -208,7 +199,7 @@ def conv_points(batch: int | None = None, repeats: int = 3) -> list[Point]:
 # ---------------------------------------------------------------- recorded points, the figure
 
 def write(points: list[Point], fh) -> None:
-    w = csv.DictWriter(fh, [f.name for f in fields(Point)])
+    w = csv.DictWriter(fh, [f.name for f in fields(Point)])   # the columns of data/roofline.csv
     w.writeheader()
     w.writerows({k: (f"{v:.7g}" if isinstance(v, float) else v) for k, v in asdict(p).items()} for p in points)
 
@@ -254,11 +245,9 @@ def show(live: list[Point] | None, notebook: str, title: str):
     devices = dict.fromkeys(p.device for p in pts if p.notebook == notebook)
     panels = {d: [p for p in pts if p.device == d and p.notebook in (notebook, "")] for d in devices}
     note = ("Recorded on the GPUs named above (hpclab/data/roofline.csv); on the simulator kernels run as "
-            "Python threads, and their times say nothing about a GPU.")
-    if not panels:       # none recorded yet: the datasheet roofs alone
-        panels = {"NVIDIA H100 80GB HBM3": [], "NVIDIA H200": []}
-        note = f"No GPU run of notebook {notebook}'s kernels recorded yet (python -m hpclab.roofline on a GPU)."
-    return figure(panels, title, note, fp64=notebook == "02")
+            "Python threads, and their times say nothing about a GPU." if panels else
+            f"No GPU run of notebook {notebook}'s kernels recorded yet (python -m hpclab.roofline on a GPU).")
+    return figure(panels or {"NVIDIA H100 80GB HBM3": [], "NVIDIA H200": []}, title, note, fp64=notebook == "02")
 
 
 def record(path: str) -> None:

@@ -2,8 +2,8 @@
 
 A :class:`Timeline` records an event on a stream where a piece of work begins and one where it
 ends, read against an origin recorded just after a barrier: the ranks share a time zero (up to
-the barrier's skew, microseconds). The DDP trainer and the halo exchange take one; ``gather``
-brings every rank's spans to rank 0, ``figure`` draws a row per rank and stream. The simulator's
+the barrier's skew, microseconds). The DDP trainer and the halo exchange take one; ``spans``
+brings every rank's to rank 0, ``figure`` draws a row per rank and stream. The simulator's
 events keep no time and its streams run in turn: there a mark is the host's clock, which keeps
 the order (the tests check it), not GPU time. ``mpiexec -n 2 python -m hpclab.timeline FILE``
 records a DDP step and a halo layer, with and without overlap, as ``data/timeline.csv`` holds them.
@@ -25,30 +25,22 @@ from hpclab import backend
 from hpclab import plot  # the figure helpers (one import to change if they move)
 
 KINDS = {"compute": "tab:blue", "comm": "tab:orange", "copy": "tab:green"}
-FIELDS = ["run", "device", "date", "rank", "lane", "kind", "name", "start_ms", "end_ms"]
 
 
 class Timeline:
-    """Named spans of GPU work on this rank's streams; events are made once and reused."""
-
-    def __init__(self):
-        self.sim = backend.is_simulator()
-        self._pool, self._used, self._spans, self._open = [], 0, [], {}
+    """Named spans of GPU work on this rank's streams, for one step (its events are freed with it)."""
 
     def start(self, comm) -> None:
         """Time zero, on every rank at once: the device idle, a barrier, the origin event."""
         backend.cuda().synchronize()
         comm.Barrier()
-        self.rank, self._used, self._spans, self._open = comm.rank, 0, [], {}
+        self.comm, self.sim, self._spans, self._open = comm, backend.is_simulator(), [], {}
         self._origin = self._mark(0)
 
     def _mark(self, stream):
         if self.sim:
             return time.perf_counter()
-        if self._used == len(self._pool):
-            self._pool.append(backend.cuda().event())
-        event = self._pool[self._used]
-        self._used += 1
+        event = backend.cuda().event()
         event.record(stream)
         return event
 
@@ -66,22 +58,17 @@ class Timeline:
         if name:
             self._open[lane] = (name, kind, lane, mark)
 
-    def spans(self) -> list[dict]:
-        """This rank's spans in milliseconds from time zero, in the order they were recorded."""
+    def spans(self) -> list[dict] | None:
+        """Every rank's spans, in milliseconds from time zero in the order recorded, on rank 0 (None elsewhere)."""
         backend.cuda().synchronize()
         ms = (lambda m: 1e3 * (m - self._origin)) if self.sim else self._origin.elapsed_time
-        return [{"rank": self.rank, "lane": lane, "kind": kind, "name": name, "start_ms": ms(b), "end_ms": ms(e)}
-                for name, kind, lane, b, e in self._spans]
+        parts = self.comm.gather([{"rank": self.comm.rank, "lane": lane, "kind": kind, "name": name,
+                                   "start_ms": ms(b), "end_ms": ms(e)} for name, kind, lane, b, e in self._spans])
+        return [s for part in parts for s in part] if parts is not None else None
 
 
 # What the hooks use when no timeline is asked for: nothing recorded.
 OFF = SimpleNamespace(span=lambda *args, **kwargs: nullcontext(), cut=lambda *args, **kwargs: None)
-
-
-def gather(comm, spans: list[dict]) -> list[dict] | None:
-    """Every rank's spans on rank 0 (None elsewhere)."""
-    parts = comm.gather(spans, root=0)
-    return [s for part in parts for s in part] if parts is not None else None
 
 
 # ---------------------------------------------------------------- what the notebooks time
@@ -106,7 +93,7 @@ def ddp_step(comm, overlap: bool, sizes=None, per_rank: int | None = None) -> li
             trainer.timeline = Timeline()
             trainer.timeline.start(comm)
         trainer.step(*batch, per_rank * comm.size)
-    return gather(comm, trainer.timeline.spans())
+    return trainer.timeline.spans()
 
 
 def halo_layer(comm, overlap: bool, rows_per_rank: int | None = None) -> list[dict] | None:
@@ -129,13 +116,13 @@ def halo_layer(comm, overlap: bool, rows_per_rank: int | None = None) -> list[di
         if tl:
             tl.start(comm)
         run_device(ops, x, comm, be, overlap, buffers=buffers, height=h, timeline=tl)
-    return gather(comm, tl.spans())
+    return tl.spans()
 
 
 # ---------------------------------------------------------------- recorded runs, the figure
 
 def write(runs: dict[str, list[dict]], device: str, fh) -> None:
-    w = csv.DictWriter(fh, FIELDS)
+    w = csv.DictWriter(fh, ["run", "device", "date", "rank", "lane", "kind", "name", "start_ms", "end_ms"])
     w.writeheader()
     today = datetime.date.today().isoformat()
     w.writerows({**s, "run": run, "device": device, "date": today, "start_ms": f"{s['start_ms']:.4f}",

@@ -33,7 +33,6 @@ def test_spans_and_cuts_are_recorded_in_order():
     s = by_name(spans)
     assert 0 <= s["a"]["start_ms"] <= s["inner"]["start_ms"] <= s["inner"]["end_ms"] <= s["a"]["end_ms"]
     assert s["a"]["end_ms"] == s["b"]["start_ms"] <= s["b"]["end_ms"]
-    assert T.gather(world(), spans) == spans      # one rank: its own
 
 
 @pytest.mark.parametrize("overlap", [True, False])
