@@ -66,7 +66,7 @@ for key, block in {**d["sizes"], **d.get("shapes", {})}.items():
 EOF
 
 # The roofs and the kernels of notebooks 02, 04 and 06 (hpclab/data/roofline.csv).
-step roofline 120 "$PY" -m hpclab.roofline "$OUT/roofline.csv"
+step roofline 120 "$PY" benchmarks/perf_record.py roofline "$OUT/roofline.csv"
 [ -f "$OUT/roofline.csv" ] && "$PY" - "$OUT/roofline.csv" >> "$SUMMARY" <<'EOF'
 import sys
 from hpclab import roofline
@@ -77,7 +77,7 @@ EOF
 
 # A DDP step and a halo-exchange layer on two ranks, with and without overlap (hpclab/data/timeline.csv).
 if [ "$GPUS" -ge 2 ]; then
-    step timeline 120 $LAUNCH -n 2 "$PY" -m hpclab.timeline "$OUT/timeline.csv"
+    step timeline 120 $LAUNCH -n 2 "$PY" benchmarks/perf_record.py timeline "$OUT/timeline.csv"
     [ -f "$OUT/timeline.csv" ] && "$PY" - "$OUT/timeline.csv" >> "$SUMMARY" <<'EOF'
 import sys
 from hpclab import timeline

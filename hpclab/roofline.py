@@ -6,9 +6,9 @@ the memory bandwidth W. On log-log axes min(P, I W) is the roofline, its knee at
 Both roofs are measured, beside the datasheet's: ``fma_kernel`` (CHAINS independent chains of
 fused multiply-adds per thread, STEPS written out per pass so that loop instructions take few
 issue slots; float32 and float64) and ``copy_kernel`` (512 MiB copied: read once, written once).
-FLOPs and bytes of a kernel are counted from its loops, assuming no cache (``*_count``).
-``python -m hpclab.roofline FILE`` records roofs and the kernels of notebooks 02, 04 and 06
-on a GPU in the format of ``data/roofline.csv``, which the notebooks show on the simulator.
+A kernel's FLOPs and bytes are counted from its loops, assuming no cache, beside the kernel
+(``roofline_points`` of the pi, matmul and halo benches). ``benchmarks/perf_record.py`` records
+them on a GPU as ``data/roofline.csv`` holds them, which the notebooks show on the simulator.
 """
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ import csv
 import datetime
 import io
 import re
-import sys
 from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 from importlib import resources
@@ -56,10 +55,14 @@ def datasheet(device: str):
     return next((row[1:] for row in DATASHEET if re.search(row[0], device)), None)
 
 
-def _point(kernel: str, counted: tuple, seconds: float, notebook: str) -> Point:
-    from hpclab.matmul.bench import device_info
-    return Point(kernel, *counted[:2], seconds, counted[2], notebook, device_info(cuda)["name"],
-                 datetime.date.today().isoformat())
+def device_name() -> str:
+    name = getattr(cuda.get_current_device(), "name", "Numba CUDA simulator")
+    return name.decode() if isinstance(name, bytes) else name
+
+
+def point(kernel: str, flops: float, nbytes: float, seconds: float, count: str, notebook: str = "") -> Point:
+    """A point measured now on this GPU."""
+    return Point(kernel, flops, nbytes, seconds, count, notebook, device_name(), datetime.date.today().isoformat())
 
 
 @lru_cache(maxsize=None)
@@ -101,99 +104,18 @@ def measure_roofs(repeats: int = 5) -> list[Point]:
     for dtype, name in ((np.float32, ROOFS[0]), (np.float64, ROOFS[1])):
         res, k = cuda.device_array(blocks * threads, dtype), fma_kernel(np.dtype(dtype))
         t = median_time(lambda: k[blocks, threads](res, passes, dtype(0.999), dtype(0.001)), repeats)  # noqa: B023
-        out.append(_point(name, (flops, 0.0, f"{CHAINS} chains x {STEPS * passes} steps a thread"), t, ""))
+        out.append(point(name, flops, 0.0, t, f"{CHAINS} chains x {STEPS * passes} steps a thread"))
     src = cuda.to_device(np.ones(words))
     dst = cuda.device_array_like(src)
     t = median_time(lambda: copy_kernel[blocks, threads](src, dst), repeats)
-    return out + [_point(ROOFS[2], (0.0, 2.0 * src.nbytes, f"{src.nbytes >> 20} MiB read + written"), t, "")]
+    return out + [point(ROOFS[2], 0.0, 2.0 * src.nbytes, t, f"{src.nbytes >> 20} MiB read + written")]
 
 
-# ---------------------------------------------------------------- counts: (FLOPs, bytes, model)
-
-def pi_count(kernel: str, bins: int, blocks: int) -> tuple:
-    """Midpoint pi (float64): operations as the loop is written ((i+1/2)*h, x*x+1, 4/d, acc+=: 6 a bin;
-    ``fast``: 29 per 4 bins), a division counted as one; memory: one 8-byte atomic per block."""
-    per_bin = {"midpoint": 6.0, "fast": 29 / 4}[kernel]
-    return per_bin * bins, 8.0 * blocks, f"{per_bin:g} FLOP a bin, 8 B a block"
-
-
-def matmul_count(kernel: str, m: int, n: int, k: int) -> tuple:
-    """C = A B (float32), 2mnk FLOPs. Floats read, no cache: naive, a row of A and a column of B per
-    output (2mnk); tiled (T x T tiles), 2mnk / T; fast and warp (BM x BN block tiles), mnk (1/BM + 1/BN);
-    cuBLAS, each input once (mk + kn). C written once (mn)."""
-    from hpclab.matmul import fast, tiled, warp
-
-    cfg = {"fast": fast.fast_config(np.float32), "warp": warp.CONFIG}.get(kernel)
-    reads = {"naive": 2.0 * m * n * k, "tiled": 2.0 * m * n * k / tiled.TILE,
-             "cuBLAS": float(m * k + k * n)}.get(kernel) or m * n * k * (1 / cfg.bm + 1 / cfg.bn)
-    model = {"naive": "no reuse", "tiled": f"{tiled.TILE}x{tiled.TILE} tiles", "cuBLAS": "each input once"}
-    return 2.0 * m * n * k, 4.0 * (reads + m * n), model.get(kernel) or f"{cfg.bm}x{cfg.bn} block tiles"
-
-
-def conv_count(method: str, n: int, c: int, h: int, k: int, r: int, pad: int) -> tuple:
-    """(n, c, h, h) by (k, c, r, r), stride 1: 2 n k c r r ho ho FLOPs. Floats moved, no cache: naive, an
-    input and a weight per multiply-add; direct, per block tile its input rows with halo and weights;
-    gemm, im2col's matrix written and read, the GEMM's block tiles, the scatter; the others each array once."""
-    from hpclab.halo import conv_tiled
-    from hpclab.matmul import fast
-
-    ho = h + 2 * pad - r + 1
-    flops, pq, crs = 2.0 * n * k * c * r * r * ho * ho, n * ho * ho, c * r * r
-    if method == "naive":
-        return flops, 4.0 * flops, "no reuse"
-    if method == "direct":
-        plan = conv_tiled.plan_tiles(c, ho, r, 1, conv_tiled.default_config(k))
-        tiles = n * -(-ho // plan.th) * -(-ho // plan.tw) * -(-k // plan.config.bm)
-        per_tile = c * r * (plan.th * plan.wwin + r * plan.config.bm)
-        return flops, 4.0 * (tiles * per_tile + k * pq), f"{plan.th}x{plan.tw} px x {plan.config.bm} ch tiles"
-    if method == "gemm":
-        cfg = fast.fast_config(np.float32)
-        return flops, 4.0 * (2 * crs * pq + k * pq * crs * (1 / cfg.bm + 1 / cfg.bn) + 3 * k * pq), "im2col + tiles"
-    return flops, 4.0 * (n * c * h * h + k * crs + k * pq), "each array once"
-
-
-# ---------------------------------------------------------------- the notebooks' kernels, timed
-
-def pi_points(bins: int | None = None, repeats: int = 5) -> list[Point]:
-    """Notebook 02: the midpoint kernel and the four-bins-per-division one."""
-    from hpclab.launch import full_gpu
-    from hpclab.pi import fast, midpoint
-    from hpclab.timing import median_time
-
-    bins = bins or backend.auto_size(gpu=10**11, sim=4000)
-    return [_point(name, pi_count(name, bins, full_gpu(bins)[0]),
-                   median_time(lambda: mod.partial_sum(0, bins, bins), repeats), "02")  # noqa: B023
-            for name, mod in (("midpoint", midpoint), ("fast", fast))]
-
-
-def matmul_points(n: int, rates: dict[str, float]) -> list[Point]:
-    """Notebook 04: the TFLOP/s that ``matmul.bench.measure(n)`` timed, as points."""
-    return [_point(kernel, matmul_count(kernel, n, n, n), 2.0 * n ** 3 / (tflops * 1e12), "04")
-            for kernel, tflops in rates.items()]
-
-
-def conv_points(batch: int | None = None, repeats: int = 3) -> list[Point]:
-    """Notebook 06: AlexNet's C2 (96 -> 256 channels, 27 x 27, 5 x 5, pad 2) by each method, and cuDNN
-    (FP32: TF32 off) when PyTorch is there."""
-    from hpclab.halo import conv as kc
-    from hpclab.timing import median_time
-
-    n, c, h, k = (1, 4, 7, 8) if backend.is_simulator() else (batch or 32, 96, 27, 256)
-    rng = np.random.default_rng(0)
-    x = cuda.to_device(rng.uniform(-1, 1, (n, c, h, h)).astype(np.float32))
-    wt = rng.uniform(-0.1, 0.1, (k, c, 5, 5)).astype(np.float32)
-    weights, out = kc.ConvWeights(wt), cuda.device_array((n, k, h, h), np.float32)
-    timed = {m: median_time(lambda: kc.conv2d_device(x, weights, 1, 2, out=out, method=m), repeats)  # noqa: B023
-             for m in kc.METHODS}
-    try:    # PyTorch shares Numba's context: median_time's synchronize waits for both
-        import torch
-
-        torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = False, True
-        tx, tw = torch.as_tensor(x.copy_to_host()).cuda(), torch.as_tensor(wt).cuda()
-        timed["cuDNN"] = median_time(lambda: torch.nn.functional.conv2d(tx, tw, padding=2), repeats, warmup=3)
-    except Exception:  # noqa: BLE001 - no PyTorch or no cuDNN: no cuDNN point
-        pass
-    return [_point(m, conv_count(m, n, c, h, k, 5, 2), t, "06") for m, t in timed.items()]
+def gemm_count(m: int, n: int, k: int, tile_m: int, tile_n: int) -> tuple[float, float]:
+    """FLOPs and bytes of a float32 C = A B computed in tile_m x tile_n tiles of C, no cache: a tile
+    reads tile_m x k of A and k x tile_n of B, mnk (1/tile_m + 1/tile_n) floats in all, and C is
+    written once. One output per thread is a 1 x 1 tile (2mnk floats); a tile of all C reads each input once."""
+    return 2.0 * m * n * k, 4.0 * (m * n * k * (1 / tile_m + 1 / tile_n) + m * n)
 
 
 # ---------------------------------------------------------------- recorded points, the figure
@@ -246,21 +168,5 @@ def show(live: list[Point] | None, notebook: str, title: str):
     panels = {d: [p for p in pts if p.device == d and p.notebook in (notebook, "")] for d in devices}
     note = ("Recorded on the GPUs named above (hpclab/data/roofline.csv); on the simulator kernels run as "
             "Python threads, and their times say nothing about a GPU." if panels else
-            f"No GPU run of notebook {notebook}'s kernels recorded yet (python -m hpclab.roofline on a GPU).")
+            f"No GPU run of notebook {notebook}'s kernels recorded yet (benchmarks/perf_record.py on a GPU).")
     return figure(panels or {"NVIDIA H100 80GB HBM3": [], "NVIDIA H200": []}, title, note, fp64=notebook == "02")
-
-
-def record(path: str) -> None:
-    """The roofs and the notebooks' kernels measured here, as CSV (``python -m hpclab.roofline FILE``)."""
-    from hpclab.matmul.bench import measure
-
-    n = backend.auto_size(gpu=4096, sim=32)
-    points = measure_roofs() + pi_points() + matmul_points(n, measure(n, repeats=5)) + conv_points()
-    for pt in points:
-        pt.command = "python -m hpclab.roofline FILE"
-    with open(path, "w", newline="") as fh:
-        write(points, fh)
-
-
-if __name__ == "__main__":
-    record(sys.argv[1])

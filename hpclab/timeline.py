@@ -5,15 +5,14 @@ ends, read against an origin recorded just after a barrier: the ranks share a ti
 the barrier's skew, microseconds). The DDP trainer and the halo exchange take one; ``spans``
 brings every rank's to rank 0, ``figure`` draws a row per rank and stream. The simulator's
 events keep no time and its streams run in turn: there a mark is the host's clock, which keeps
-the order (the tests check it), not GPU time. ``mpiexec -n 2 python -m hpclab.timeline FILE``
-records a DDP step and a halo layer, with and without overlap, as ``data/timeline.csv`` holds them.
+the order (the tests check it), not GPU time. ``benchmarks/perf_record.py timeline`` records a DDP
+step and a halo layer (``ddp.trainer.timeline_step``, ``halo.executors.timeline_layer``) on GPUs.
 """
 from __future__ import annotations
 
 import csv
 import datetime
 import io
-import sys
 import time
 from contextlib import contextmanager, nullcontext
 from importlib import resources
@@ -69,54 +68,6 @@ class Timeline:
 
 # What the hooks use when no timeline is asked for: nothing recorded.
 OFF = SimpleNamespace(span=lambda *args, **kwargs: nullcontext(), cut=lambda *args, **kwargs: None)
-
-
-# ---------------------------------------------------------------- what the notebooks time
-
-def ddp_step(comm, overlap: bool, sizes=None, per_rank: int | None = None) -> list[dict] | None:
-    """One data-parallel step of an MLP after two untimed ones, a bucket per layer: spans of all ranks on rank 0."""
-    from hpclab.ddp import mlp as K
-    from hpclab.ddp.model import MLP, init_parameters
-    from hpclab.ddp.trainer import DDPTrainer
-
-    sizes = sizes or backend.auto_size(gpu=[4096] * 4, sim=[6, 4, 4, 2])
-    per_rank = per_rank or backend.auto_size(gpu=1024, sim=8)
-    model = MLP(sizes)
-    model.load(init_parameters(sizes, seed=0))
-    trainer = DDPTrainer(model, comm, lr=1e-3, overlap=overlap, bucket_mb=1e-6)   # below any layer's size
-    rng = np.random.default_rng(comm.rank)
-    batch = [K.cuda.to_device(v) for v in (rng.standard_normal((per_rank, sizes[0])).astype(np.float32),
-                                           rng.integers(0, sizes[-1], (per_rank, 1)).astype(np.int32),
-                                           np.arange(per_rank, dtype=np.int32))]
-    for timed in (False, False, True):
-        if timed:
-            trainer.timeline = Timeline()
-            trainer.timeline.start(comm)
-        trainer.step(*batch, per_rank * comm.size)
-    return trainer.timeline.spans()
-
-
-def halo_layer(comm, overlap: bool, rows_per_rank: int | None = None) -> list[dict] | None:
-    """One halo-exchange layer (AlexNet's C2, GPU-to-GPU halos where possible) after an untimed one:
-    spans of all ranks on rank 0."""
-    from hpclab.halo import alexnet
-    from hpclab.halo.bands import hash_values
-    from hpclab.halo.executors import Buffers, run_device
-    from hpclab.halo.versions import gpu_aware_backend
-    from hpclab.decomp import block_range
-
-    scale = backend.auto_size(gpu=1, sim=32)
-    c = alexnet.input_channels("c2", scale)
-    h, w = comm.size * (rows_per_rank or backend.auto_size(gpu=2048, sim=6)), backend.auto_size(gpu=256, sim=7)
-    r0, r1 = block_range(h, comm.size, comm.rank)
-    x = backend.cuda().to_device(hash_values((1, c, r1 - r0, w), 1, r0, h))
-    be = gpu_aware_backend(comm)[0] if comm.size > 1 else None
-    ops, buffers = alexnet.conv_ops("c2", c, scale)[:1], Buffers()
-    for tl in (None, Timeline()):
-        if tl:
-            tl.start(comm)
-        run_device(ops, x, comm, be, overlap, buffers=buffers, height=h, timeline=tl)
-    return tl.spans()
 
 
 # ---------------------------------------------------------------- recorded runs, the figure
@@ -176,22 +127,3 @@ def figure(runs: dict[str, list[dict]], title: str, note: str | None = None):
     fig.suptitle(title)
     plot._note(fig, note)
     return fig
-
-
-def record(path: str) -> None:
-    """A DDP step and a halo layer, with and without overlap, as CSV (``mpiexec -n 2 python -m hpclab.timeline FILE``)."""
-    from hpclab.device import select_gpu
-    from hpclab.matmul.bench import device_info
-    from hpclab.mpi import world
-
-    comm = world()
-    select_gpu(comm)                 # one GPU per rank where there are enough
-    runs = {f"{what}, {'overlapped' if overlap else 'not overlapped'}": fn(comm, overlap)
-            for what, fn in (("DDP step", ddp_step), ("halo layer", halo_layer)) for overlap in (True, False)}
-    if comm.rank == 0:
-        with open(path, "w", newline="") as fh:
-            write(runs, device_info(backend.cuda())["name"], fh)
-
-
-if __name__ == "__main__":
-    record(sys.argv[1])

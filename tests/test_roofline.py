@@ -38,45 +38,56 @@ def test_measured_roofs_count_what_their_kernels_do():
     assert all(p.seconds > 0 and p.rate > 0 for p in (fp32, fp64, copy))
 
 
-def test_matmul_counts_follow_the_loops():
-    from hpclab.matmul import tiled
-
+def test_gemm_counts_follow_the_tiles():
+    """A tile of C reads its rows of A and its columns of B: one output per thread reads 2mnk floats,
+    T x T tiles 2mnk / T, one tile of all C each input once; C is written once."""
     m, n, k = 64, 48, 40
-    flops, naive, _ = R.matmul_count("naive", m, n, k)
+    flops, naive = R.gemm_count(m, n, k, 1, 1)
     assert flops == 2 * m * n * k and naive == 4 * (2 * m * n * k + m * n)
-    assert R.matmul_count("tiled", m, n, k)[1] == 4 * (2 * m * n * k / tiled.TILE + m * n)
-    assert R.matmul_count("cuBLAS", m, n, k)[1] == 4 * (m * k + k * n + m * n)
-    # a block tile reads BM x k of A and k x BN of B: less than the tiled kernel's per output
-    fast = R.matmul_count("fast", m, n, k)[1]
-    assert R.matmul_count("cuBLAS", m, n, k)[1] < fast < naive
+    assert R.gemm_count(m, n, k, 32, 32)[1] == 4 * (2 * m * n * k / 32 + m * n)
+    assert R.gemm_count(m, n, k, m, n)[1] == pytest.approx(4 * (m * k + k * n + m * n))
+
+
+def test_matmul_points_place_each_rung_by_its_tiles():
+    from hpclab.matmul import tiled
+    from hpclab.matmul.bench import roofline_points
+
+    pts = {p.kernel: p for p in roofline_points(64, {"naive": 1e-6, "tiled": 2e-6, "fast": 3e-6, "warp": 4e-6,
+                                                     "cuBLAS": 5e-6})}
+    assert pts["naive"].intensity == pytest.approx(2 * 64 ** 3 / (4 * (2 * 64 ** 3 + 64 ** 2)))
+    assert pts["tiled"].bytes == R.gemm_count(64, 64, 64, tiled.TILE, tiled.TILE)[1]
+    assert pts["cuBLAS"].bytes < pts["warp"].bytes <= pts["fast"].bytes <= pts["tiled"].bytes < pts["naive"].bytes
+    assert pts["warp"].rate == pytest.approx(4e-6 * 1e12) and all(p.notebook == "04" for p in pts.values())
 
 
 def test_conv_counts():
-    flops, naive, _ = R.conv_count("naive", 2, 3, 9, 4, 5, 2)
+    from hpclab.halo.bench import conv_traffic
+
+    flops, naive, _ = conv_traffic("naive", 2, 3, 9, 4, 5, 2)
     assert flops == 2 * 2 * 4 * 3 * 25 * 81 and naive == 4 * flops     # an input and a weight per MAC
-    once = R.conv_count("cuDNN", 2, 3, 9, 4, 5, 2)[1]
+    once = conv_traffic("cuDNN", 2, 3, 9, 4, 5, 2)[1]
     assert once == 4 * (2 * 3 * 81 + 4 * 3 * 25 + 2 * 4 * 81)
-    assert once < R.conv_count("direct", 2, 3, 9, 4, 5, 2)[1] < naive
-    assert once < R.conv_count("gemm", 2, 3, 9, 4, 5, 2)[1] < naive
+    assert once < conv_traffic("direct", 2, 3, 9, 4, 5, 2)[1] < naive
+    assert once < conv_traffic("gemm", 2, 3, 9, 4, 5, 2)[1] < naive
 
 
-def test_pi_counts_one_atomic_per_block():
-    flops, nbytes, _ = R.pi_count("midpoint", 4000, 2)
-    assert flops == 6 * 4000 and nbytes == 16
-    assert R.pi_count("fast", 4000, 2)[0] == 29 * 1000
+def test_pi_points_count_one_atomic_per_block():
+    from hpclab.launch import full_gpu
+    from hpclab.pi.bench import roofline_points
+
+    midpoint, fast = roofline_points(bins=512, repeats=1)
+    assert (midpoint.kernel, fast.kernel) == ("midpoint", "fast") and midpoint.notebook == "02"
+    assert midpoint.flops == 6 * 512 and fast.flops == 29 * 128 and midpoint.bytes == 8 * full_gpu(512)[0]
 
 
-def test_points_on_this_backend_and_csv_round_trip():
-    points = R.pi_points(bins=512, repeats=1)
-    assert [p.kernel for p in points] == ["midpoint", "fast"] and all(p.notebook == "02" for p in points)
-    rates = {"naive": 1e-6, "cuBLAS": 2e-6}
-    mm = R.matmul_points(16, rates)
-    assert [round(p.flops / p.seconds / 1e12, 12) for p in mm] == [1e-6, 2e-6]
+def test_csv_round_trip():
+    points = R.measure_roofs(repeats=1) + [R.point("k", 1.0, 2.0, 3.0, "model", "04")]
     buf = io.StringIO()
-    R.write(points + mm, buf)
+    R.write(points, buf)
     again = R.read(buf.getvalue())
-    assert [(p.kernel, p.notebook, p.count) for p in again] == [(p.kernel, p.notebook, p.count) for p in points + mm]
-    assert [p.flops for p in again] == pytest.approx([p.flops for p in points + mm], rel=1e-6)
+    assert [(p.kernel, p.notebook, p.count, p.device) for p in again] == \
+        [(p.kernel, p.notebook, p.count, p.device) for p in points]
+    assert [p.seconds for p in again] == pytest.approx([p.seconds for p in points], rel=1e-6)
 
 
 def test_datasheet_names_the_sxm_parts_only():

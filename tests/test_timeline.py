@@ -37,7 +37,9 @@ def test_spans_and_cuts_are_recorded_in_order():
 
 @pytest.mark.parametrize("overlap", [True, False])
 def test_ddp_step_spans_each_layer_and_each_bucket(overlap):
-    spans = T.ddp_step(world(), overlap, sizes=[6, 4, 4, 2], per_rank=8)
+    from hpclab.ddp.trainer import timeline_step
+
+    spans = timeline_step(world(), overlap, sizes=[6, 4, 4, 2], per_rank=8)
     compute = [s for s in spans if s["lane"] == "default stream" and s["kind"] == "compute"]
     assert [s["name"] for s in compute] == ["forward, layer 2 gradients", "layer 1 gradients",
                                             "layer 0 gradients", "update"]
@@ -79,7 +81,9 @@ def test_a_timeline_changes_no_number_of_the_training():
 
 @pytest.mark.parametrize("overlap", [True, False])
 def test_halo_layer_spans_follow_the_exchange(overlap):
-    s = by_name(T.halo_layer(world(), overlap, rows_per_rank=6))
+    from hpclab.halo.executors import timeline_layer
+
+    s = by_name(timeline_layer(world(), overlap, rows_per_rank=6))
     assert s["own rows"]["lane"] == "compute stream" and s["pack"]["lane"] == "edge stream"
     order = ["pack", "halo exchange", "unpack"] + (["boundary rows"] if overlap else ["all rows"])
     assert all(s[a]["end_ms"] <= s[b]["start_ms"] for a, b in zip(order, order[1:]))
@@ -90,13 +94,13 @@ def test_halo_layer_spans_follow_the_exchange(overlap):
 
 
 def test_two_ranks_gathered_on_rank_0(tmp_path):
-    """The command that records the GPU timelines, on two simulated ranks: every run has both ranks'
+    """The command that records the GPU timelines, on two ranks: every run has both ranks'
     spans under the same names, and no rank leaves an all-reduce before the other has entered it."""
     import subprocess
     import sys
 
     out = tmp_path / "timeline.csv"
-    proc = subprocess.run([*launcher(), "-n", "2", sys.executable, "-m", "hpclab.timeline", str(out)],
+    proc = subprocess.run([*launcher(), "-n", "2", sys.executable, "benchmarks/perf_record.py", "timeline", str(out)],
                           capture_output=True, text=True, timeout=180, env=env(), cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     runs = T.read(out.read_text())

@@ -290,3 +290,26 @@ class DDPTrainer:
 
     def replicas(self) -> dict:
         return replica_checksums(self.comm, self.model)
+
+
+def timeline_step(comm, overlap: bool, sizes=None, per_rank: int | None = None) -> list[dict] | None:
+    """A step of an MLP (3 x 4096, 1024 samples a rank on a GPU) after two untimed ones, a bucket a
+    layer: every rank's spans (:mod:`hpclab.timeline`) on rank 0."""
+    from hpclab import backend
+    from hpclab.ddp.model import init_parameters
+
+    sizes = sizes or backend.auto_size(gpu=[4096] * 4, sim=[6, 4, 4, 2])
+    per_rank = per_rank or backend.auto_size(gpu=1024, sim=8)
+    model = MLP(sizes)
+    model.load(init_parameters(sizes, seed=0))
+    trainer = DDPTrainer(model, comm, lr=1e-3, overlap=overlap, bucket_mb=1e-6)   # below any layer's size
+    rng = np.random.default_rng(comm.rank)
+    batch = [cuda.to_device(v) for v in (rng.standard_normal((per_rank, sizes[0])).astype(np.float32),
+                                         rng.integers(0, sizes[-1], (per_rank, 1)).astype(np.int32),
+                                         np.arange(per_rank, dtype=np.int32))]
+    for timed in (False, False, True):
+        if timed:
+            trainer.timeline = T.Timeline()
+            trainer.timeline.start(comm)
+        trainer.step(*batch, per_rank * comm.size)
+    return trainer.timeline.spans()

@@ -26,7 +26,7 @@ import sys
 import numpy as np
 
 from hpclab import backend
-from hpclab.options import Parser, _list_of, count
+from hpclab.options import Parser, count
 
 # Candidate tile shapes for the sweep: (bm, bn, bk, tm, tn, vec, pad).
 CANDIDATES = [
@@ -62,7 +62,13 @@ def _shape(text: str) -> tuple[int, int, int]:
     return m, n, k
 
 
-_sizes = _list_of(_shape, example="4096,8192,4095,3000x5000x700")
+def _sizes(text: str) -> tuple:
+    items = str(text).split(",")
+    if any(not item.strip() for item in items):
+        raise argparse.ArgumentTypeError(f"{text!r} has an empty item; give a comma list such as 4096,3000x5000x700")
+    return tuple(_shape(item.strip()) for item in items)
+
+
 GPU_SIZES = ((4096,) * 3, (8192,) * 3, (4095,) * 3, (3000, 5000, 700))
 
 
@@ -331,3 +337,17 @@ def measure(n: int, repeats: int = 3, kernels=("naive", "tiled", "fast", "warp")
         except Exception:  # noqa: BLE001 - no CuPy: no cuBLAS bar
             pass
     return out
+
+
+def roofline_points(n: int, rates: dict[str, float]) -> list:
+    """Notebook 04's roofline: ``measure(n)``'s TFLOP/s, each kernel placed by its tiles of C
+    (:func:`hpclab.roofline.gemm_count`); cuBLAS as if it read each input once (one tile of all C)."""
+    from hpclab import roofline
+    from hpclab.matmul import fast, tiled, warp
+
+    cfg = fast.fast_config(np.float32)
+    tiles = {"naive": (1, 1, "no reuse"), "tiled": (tiled.TILE, tiled.TILE, f"{tiled.TILE}x{tiled.TILE} tiles"),
+             "fast": (cfg.bm, cfg.bn, f"{cfg.bm}x{cfg.bn} block tiles"), "cuBLAS": (n, n, "each input once"),
+             "warp": (warp.CONFIG.bm, warp.CONFIG.bn, f"{warp.CONFIG.bm}x{warp.CONFIG.bn} block tiles")}
+    return [roofline.point(kernel, *roofline.gemm_count(n, n, n, *tiles[kernel][:2]), 2.0 * n ** 3 / (tflops * 1e12),
+                           tiles[kernel][2], "04") for kernel, tflops in rates.items()]

@@ -8,12 +8,10 @@ read few distinct A and B values from shared memory -- most reads are broadcasts
 of one word to several lanes -- and each run of four is one 16-byte load.
 
 What else changes from ``fast``, and why:
-- Any M, N, K, but no bounds check where none is needed: a shape that divides the
-  tiles gets a kernel built without any; otherwise each block tests once whether
-  its tile lies inside C, and each tile of k whether it is whole, and only edge
-  tiles take the guarded loads (zeros outside the matrices) -- a branch the whole
-  block takes alike, so full tiles run the unguarded path. ``fast`` also takes a
-  transposed operand and float16; this one float32 only.
+- Any M, N, K, with bounds checks only at the edges: sizes that divide the tiles get a
+  kernel built without any; otherwise a block tests once whether its tile lies inside C
+  and each tile of k whether it is whole, so only edge tiles (the branch is the whole
+  block's) take guarded loads. ``fast`` also takes transposes and float16; this, float32.
 - The next tiles of A and B are fetched into registers while the current ones
   are multiplied (double buffering through two shared buffers), as in ``fast``.
 - A tile's steps of k are written out, not looped over, so the compiler can load
@@ -100,10 +98,7 @@ CONFIG = WarpConfig() if backend.name() == "gpu" else WarpConfig(32, 32, 8, 16, 
 
 @lru_cache(maxsize=None)
 def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True):
-    """The warp-tiled float32 kernel for one tile shape (compiled on first launch).
-
-    ``edges``: built for sizes that need not divide the tiles; ``runs``: B read in 16-byte runs.
-    """
+    """The float32 kernel for one tile shape, for any sizes (``edges``), B read in 16-byte ``runs``."""
     bad = cfg.problems()
     if bad:
         raise ValueError(f"warp kernel configuration {cfg.label()} cannot be built: {'; '.join(bad)}")
@@ -155,7 +150,10 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
             for j in range(4):
                 b_next[4 * s + j] = b[kk, cc + U(j)] if kk < K and cc + U(j) < N else float32(0)
 
-    @cuda.jit(fastmath=True)
+    # The edge tests take registers: ask for two blocks of 256 threads per SM still (128 registers each).
+    bounds = {"launch_bounds": (cfg.threads, max(1, 512 // cfg.threads))} if edges and backend.name() == "gpu" else {}
+
+    @cuda.jit(fastmath=True, **bounds)
     def warp_tiled(a, b, c):
         M, K, N = uint64(a.shape[0]), uint64(a.shape[1]), uint64(b.shape[1])
         tid = uint64(cuda.threadIdx.x)
@@ -227,8 +225,7 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
 
 
 def kernel_for(a, b, c, cfg: WarpConfig = CONFIG):
-    """The kernel ``launch`` runs: without edge tests when the sizes divide the tiles, B in 16-byte
-    runs when its rows start on 16-byte boundaries."""
+    """The kernel ``launch`` runs: edge tests if the sizes do not divide the tiles, B in 16-byte runs if it can."""
     edges = bool(c.shape[0] % cfg.bm or c.shape[1] % cfg.bn or a.shape[1] % cfg.bk)
     return warp_kernel(cfg, edges, aligned(b))
 
