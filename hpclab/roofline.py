@@ -99,7 +99,7 @@ def measure_roofs(repeats: int = 5) -> list[Point]:
     from hpclab.timing import median_time
 
     blocks, threads = full_gpu(1 << 40)         # every thread the GPU holds at once
-    passes, words = (1, 1 << 10) if backend.is_simulator() else (4096, 1 << 26)
+    passes, words = (1, 1 << 10) if backend.is_simulator() else (1024, 1 << 26)
     out, flops = [], 2.0 * CHAINS * STEPS * passes * blocks * threads
     for dtype, name in ((np.float32, ROOFS[0]), (np.float64, ROOFS[1])):
         res, k = cuda.device_array(blocks * threads, dtype), fma_kernel(np.dtype(dtype))
