@@ -38,7 +38,7 @@ step() {  # step NAME SECONDS COMMAND...: run it under a time limit into NAME.lo
 
 # The tests of the three parts on the GPU: the warp kernel against NumPy at small odd shapes with the
 # GPU's 128 x 128 x 16 tiles (all edge tiles), the roof kernels, the timeline bookkeeping.
-step tests 150 "$PY" -m pytest -q -p no:cacheprovider tests/test_matmul.py tests/test_roofline.py \
+step tests 180 "$PY" -m pytest -q -p no:cacheprovider tests/test_matmul.py tests/test_roofline.py \
     tests/test_timeline.py -k "warp or test_roofline or test_timeline"
 
 # The warp kernel against NumPy (float64) at large odd shapes: full tiles and edge tiles in one product.
