@@ -23,7 +23,7 @@ import zlib
 
 import numpy as np
 
-from hpclab import comm as hcomm
+from hpclab import comm as hcomm, timeline as T
 from hpclab.errors import RankError
 from hpclab.ddp import buckets as B, mlp as K
 from hpclab.timing import Phases
@@ -125,6 +125,7 @@ class DDPTrainer:
         self.scaler = LossScaler() if loss_scaling else None
         self.phases = Phases(sync=True)
         self.steps = 0
+        self.timeline = None       # a hpclab.timeline.Timeline: each step's spans recorded in it
         check_same_model(comm, model)
         broadcast_parameters(self.be, model)
         zeros = np.zeros(model.n_params, model.dtype)
@@ -144,6 +145,9 @@ class DDPTrainer:
             # and end on the comm stream (made once: events made per step are freed per step).
             self._events = [[cuda.event() for _ in range(3)] for _ in self.buckets]
             self._backward_done = cuda.event()
+            tops = [len(model.sizes) - 2] + [b.ready_after - 1 for b in self.buckets[:-1]]
+            self._names = [f"all-reduce layers {b.ready_after}-{top}" if top > b.ready_after else
+                           f"all-reduce layer {top}" for b, top in zip(self.buckets, tops)]
             self.allreduce_busy_s = 0.0     # GPU time of the bucket all-reduces, summed over steps
 
     def _target_buffer(self, y_dev, n: int):
@@ -166,7 +170,7 @@ class DDPTrainer:
             return self._step_overlapped(x_dev, y_dev, idx_dev, global_batch)
         with self.phases("compute"):
             loss_scale = self._forward_backward(x_dev, y_dev, idx_dev, global_batch)
-        with self.phases("comm"):
+        with self.phases("comm"), (self.timeline or T.OFF).span("all-reduce, whole model", "comm"):
             summed = self.be.allreduce(self.model.bucket, op="sum", out=self.summed, check=False)
         return self._update(summed, loss_scale)
 
@@ -177,6 +181,15 @@ class DDPTrainer:
         work, targets = model.workspace(n), self._target_buffer(y_dev, n)
         scale = self._scales(global_batch, model.sizes[-1])
         loss_scale = self.scaler.scale if self.scaler else 1.0
+        tl = self.timeline
+        if tl:              # a span per layer's gradients, cut where the backward pass reports them written
+            tl.cut(f"forward, layer {len(model.sizes) - 2} gradients")
+            then = on_ready
+
+            def on_ready(i):
+                tl.cut(f"layer {i - 1} gradients" if i else None)
+                if then:
+                    then(i)
         K.take_rows(x_dev, idx_dev, work["acts"][0])
         K.take_rows(y_dev, idx_dev, targets)
         model.loss_and_gradients(n, targets, self.loss, scale * loss_scale, scale, on_ready=on_ready)
@@ -190,20 +203,22 @@ class DDPTrainer:
         ``allreduce_busy_s`` adds up how long the all-reduces themselves took.
         """
         bucket = self.model.bucket
-        queue = list(zip(self.buckets, self._events))
+        queue = list(zip(self.buckets, self._events, self._names))
         blocking = 0.0             # seconds in all-reduces that ran to completion (MPI backends)
+        tl = self.timeline or T.OFF
 
         def start_ready(layer: int) -> None:
             nonlocal blocking
             while queue and queue[0][0].ready_after == layer:
-                b, (written, begun, done) = queue.pop(0)
+                b, (written, begun, done), name = queue.pop(0)
                 written.record(0)                   # after the kernels that wrote this bucket...
                 written.wait(self.comm_stream)      # ...which the comm stream now waits for
                 begun.record(self.comm_stream)
                 t0 = time.perf_counter()
-                if not self.be.allreduce_enqueue(bucket[b.start:b.stop], self.summed[b.start:b.stop],
-                                                 self.comm_stream):
-                    blocking += time.perf_counter() - t0
+                with tl.span(name, "comm", self.comm_stream, "comm stream"):
+                    if not self.be.allreduce_enqueue(bucket[b.start:b.stop], self.summed[b.start:b.stop],
+                                                     self.comm_stream):
+                        blocking += time.perf_counter() - t0
                 done.record(self.comm_stream)
 
         # Timed by hand: a Phases block synchronises the whole device, the comm stream too.
@@ -223,7 +238,7 @@ class DDPTrainer:
     def _update(self, summed, loss_scale: float) -> tuple[float, float]:
         """Loss, correct predictions and the optimiser step from the summed bucket."""
         model = self.model
-        with self.phases("update"):
+        with self.phases("update"), (self.timeline or T.OFF).span("update", "compute"):
             loss, correct = (float(v) for v in summed[model.n_params:].copy_to_host())
             if not math.isfinite(loss):
                 raise everyone_fails(self.comm, "training", (
@@ -275,3 +290,26 @@ class DDPTrainer:
 
     def replicas(self) -> dict:
         return replica_checksums(self.comm, self.model)
+
+
+def timeline_step(comm, overlap: bool, sizes=None, per_rank: int | None = None) -> list[dict] | None:
+    """A step of an MLP (3 x 4096, 1024 samples a rank on a GPU) after two untimed ones, a bucket a
+    layer: every rank's spans (:mod:`hpclab.timeline`) on rank 0."""
+    from hpclab import backend
+    from hpclab.ddp.model import init_parameters
+
+    sizes = sizes or backend.auto_size(gpu=[4096] * 4, sim=[6, 4, 4, 2])
+    per_rank = per_rank or backend.auto_size(gpu=1024, sim=8)
+    model = MLP(sizes)
+    model.load(init_parameters(sizes, seed=0))
+    trainer = DDPTrainer(model, comm, lr=1e-3, overlap=overlap, bucket_mb=1e-6)   # below any layer's size
+    rng = np.random.default_rng(comm.rank)
+    batch = [cuda.to_device(v) for v in (rng.standard_normal((per_rank, sizes[0])).astype(np.float32),
+                                         rng.integers(0, sizes[-1], (per_rank, 1)).astype(np.int32),
+                                         np.arange(per_rank, dtype=np.int32))]
+    for timed in (False, False, True):
+        if timed:
+            trainer.timeline = T.Timeline()
+            trainer.timeline.start(comm)
+        trainer.step(*batch, per_rank * comm.size)
+    return trainer.timeline.spans()

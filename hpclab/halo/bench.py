@@ -350,3 +350,51 @@ def main(argv: list[str]) -> int:
     m.add_argument("--csv", default="conv_scaling.csv")
     args = parser.parse_args(argv)
     return {"throughput": throughput, "scaling": scaling, "summarize": summarize}[args.what](args)
+
+
+def conv_traffic(method: str, n: int, c: int, h: int, k: int, r: int, pad: int) -> tuple[float, float, str]:
+    """FLOPs (2 n k c r r ho ho) and bytes, no cache, of a stride-1 convolution (n, c, h, h) by (k, c, r, r):
+    naive, an input and a weight per multiply-add; direct, per block tile its input rows with halo and
+    its weights; gemm, im2col's matrix written and read, the GEMM's tiles, the scatter; others, each array once."""
+    from hpclab import roofline
+    from hpclab.halo import conv_tiled
+    from hpclab.matmul import fast
+
+    ho = h + 2 * pad - r + 1
+    flops, pq, crs = 2.0 * n * k * c * r * r * ho * ho, n * ho * ho, c * r * r
+    if method == "naive":
+        return flops, 4.0 * flops, "no reuse"
+    if method == "direct":
+        plan = conv_tiled.plan_tiles(c, ho, r, 1, conv_tiled.default_config(k))
+        tiles = n * -(-ho // plan.th) * -(-ho // plan.tw) * -(-k // plan.config.bm)
+        per_tile = c * r * (plan.th * plan.wwin + r * plan.config.bm)
+        return flops, 4.0 * (tiles * per_tile + k * pq), f"{plan.th}x{plan.tw} px x {plan.config.bm} ch tiles"
+    if method == "gemm":
+        cfg = fast.fast_config(np.float32)
+        return flops, 8.0 * crs * pq + roofline.gemm_count(k, pq, crs, cfg.bm, cfg.bn)[1] + 8.0 * k * pq, "im2col + tiles"
+    return flops, 4.0 * (n * c * h * h + k * crs + k * pq), "each array once"
+
+
+def roofline_points(batch: int | None = None, repeats: int = 3) -> list:
+    """Notebook 06's roofline: AlexNet's C2 (96 -> 256, 27 x 27, 5 x 5, pad 2) by each method; cuDNN (TF32 off)."""
+    from hpclab import backend, roofline
+    from hpclab.halo import conv as kc
+    from hpclab.timing import median_time
+
+    cuda = kc.cuda
+    n, c, h, k = (1, 4, 7, 8) if backend.is_simulator() else (batch or 32, 96, 27, 256)
+    rng = np.random.default_rng(0)
+    x = cuda.to_device(rng.uniform(-1, 1, (n, c, h, h)).astype(np.float32))
+    wt = rng.uniform(-0.1, 0.1, (k, c, 5, 5)).astype(np.float32)
+    weights, out = kc.ConvWeights(wt), cuda.device_array((n, k, h, h), np.float32)
+    timed = {m: median_time(lambda: kc.conv2d_device(x, weights, 1, 2, out=out, method=m), repeats)  # noqa: B023
+             for m in kc.METHODS}
+    try:    # PyTorch shares Numba's context: median_time's synchronize waits for both
+        import torch
+
+        torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = False, True
+        tx, tw = torch.as_tensor(x.copy_to_host()).cuda(), torch.as_tensor(wt).cuda()
+        timed["cuDNN"] = median_time(lambda: torch.nn.functional.conv2d(tx, tw, padding=2), repeats, warmup=3)
+    except Exception:  # noqa: BLE001 - no PyTorch or no cuDNN: no cuDNN point
+        pass
+    return [roofline.point(m, *conv_traffic(m, n, c, h, k, 5, 2), t, "06") for m, t in timed.items()]

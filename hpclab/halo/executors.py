@@ -24,6 +24,7 @@ import numpy as np
 
 from hpclab.halo import reference as ref
 from hpclab.halo.geometry import plan_bands, schedule, transfers
+from hpclab.timeline import OFF
 from hpclab.timing import Phases
 
 
@@ -118,7 +119,7 @@ def pack_halos(plans, x, rank, stream, get):
     return rounds
 
 
-def exchange_halos(be, rounds, work, p, stream) -> None:
+def exchange_halos(be, rounds, work, p, stream, tl=OFF) -> None:
     """Send/receive the packed rows through ``be.sendrecv`` and unpack them into ``work``.
 
     ``stream`` is the stream the rows were packed on: each exchange runs
@@ -130,16 +131,18 @@ def exchange_halos(be, rounds, work, p, stream) -> None:
 
     from hpclab.halo.bands import copy_rows
 
-    for offset, send, recv, sbuf, rbuf in rounds:
-        be.sendrecv(sbuf, dest=be.rank + offset if send else MPI.PROC_NULL,
-                    source=be.rank - offset if recv else MPI.PROC_NULL, recvbuf=rbuf, stream=stream)
-    for _, _, recv, _, rbuf in rounds:
-        if recv:
-            copy_rows(rbuf, 0, work, recv.start - p.have[0], recv.stop - recv.start, stream)
+    with tl.span("halo exchange", "comm", stream, "edge stream"):
+        for offset, send, recv, sbuf, rbuf in rounds:
+            be.sendrecv(sbuf, dest=be.rank + offset if send else MPI.PROC_NULL,
+                        source=be.rank - offset if recv else MPI.PROC_NULL, recvbuf=rbuf, stream=stream)
+    with tl.span("unpack", "copy", stream, "edge stream"):
+        for _, _, recv, _, rbuf in rounds:
+            if recv:
+                copy_rows(rbuf, 0, work, recv.start - p.have[0], recv.stop - recv.start, stream)
 
 
 def run_device(ops, x, comm, be=None, overlap: bool = True, phases: Phases | None = None,
-               buffers: Buffers | None = None, height: int | None = None):
+               buffers: Buffers | None = None, height: int | None = None, timeline=None):
     """Forward the device band ``x`` (complete: its kernels finished) through ``ops``; returns a device array.
 
     Per windowed layer, on two streams (:mod:`hpclab.streams`):
@@ -154,7 +157,7 @@ def run_device(ops, x, comm, be=None, overlap: bool = True, phases: Phases | Non
     stream has its own GEMM scratch. Convolutions use their op's ``method``
     (im2col + GEMM on a GPU by default), which runs in chunks, so freed SMs
     come often. Without overlap (or with ``Phases(sync=True)``) every row is
-    computed after the exchange.
+    computed after the exchange. ``timeline`` (:mod:`hpclab.timeline`) records each piece on its stream.
     """
     from hpclab.backend import cuda
     from hpclab.halo.bands import copy_rows
@@ -168,6 +171,7 @@ def run_device(ops, x, comm, be=None, overlap: bool = True, phases: Phases | Non
     height = height or _height(x, comm)
     stream, _ = compute_stream()
     edge, _ = edge_stream()
+    tl = timeline or OFF
     # Frees deferred: Numba's batched cuMemFree synchronises the whole GPU, which would
     # stall the host mid-layer and undo the overlap.
     with cuda().defer_cleanup():
@@ -187,28 +191,56 @@ def run_device(ops, x, comm, be=None, overlap: bool = True, phases: Phases | Non
                 work = get("work", (n, c, p.have[1] - p.have[0], w))
                 out = get("out", (n, cout, o1 - o0, wo))
                 l0, l1 = p.local
-                copy_rows(x, l0 - p.own[0], work, l0 - p.have[0], l1 - l0, stream)
+                with tl.span("own rows", "copy", stream, "compute stream"):
+                    copy_rows(x, l0 - p.own[0], work, l0 - p.have[0], l1 - l0, stream)
                 own_rows_in = event("own rows in")
                 own_rows_in.record(stream)
             with phases("halo"):                   # packing
-                rounds = pack_halos(plans, x, rank, edge, get) if size > 1 else []
+                with tl.span("pack", "copy", edge, "edge stream"):
+                    rounds = pack_halos(plans, x, rank, edge, get) if size > 1 else []
             if overlap and p.interior[1] > p.interior[0]:
-                with phases("compute"):            # launch time only: the kernels run on
+                with phases("compute"), tl.span("interior rows", "compute", stream, "compute stream"):
                     op.device_rows(work, out, p.pad_top, p.interior[0] - o0, p.interior[1] - o0, stream,
-                                   buffers.compute)
+                                   buffers.compute)        # (phase: launch time only: the kernels run on)
             with phases("halo"):
-                exchange_halos(be, rounds, work, p, edge)
+                exchange_halos(be, rounds, work, p, edge, tl)
             with phases("compute"):
                 if overlap:
                     own_rows_in.wait(edge)         # the boundary reads own rows too
-                    for j0, j1 in p.boundary:
-                        op.device_rows(work, out, p.pad_top, j0 - o0, j1 - o0, edge, buffers.edge)
+                    with tl.span("boundary rows", "compute", edge, "edge stream"):
+                        for j0, j1 in p.boundary:
+                            op.device_rows(work, out, p.pad_top, j0 - o0, j1 - o0, edge, buffers.edge)
                 else:
                     halo_in = event("halo in")
                     halo_in.record(edge)
                     halo_in.wait(stream)
-                    op.device_rows(work, out, p.pad_top, 0, o1 - o0, stream, buffers.compute)
+                    with tl.span("all rows", "compute", stream, "compute stream"):
+                        op.device_rows(work, out, p.pad_top, 0, o1 - o0, stream, buffers.compute)
                 edge.synchronize()
                 stream.synchronize()
             x, height = out, p.out_height
     return x
+
+
+def timeline_layer(comm, overlap: bool, rows_per_rank: int | None = None) -> list[dict] | None:
+    """A halo layer (C2, 2,048 rows a rank, 256 wide on a GPU; GPU-to-GPU halos where there are) after an
+    untimed one: every rank's spans (:mod:`hpclab.timeline`) on rank 0."""
+    from hpclab import backend
+    from hpclab.decomp import block_range
+    from hpclab.halo import alexnet
+    from hpclab.halo.bands import hash_values
+    from hpclab.halo.versions import gpu_aware_backend
+    from hpclab.timeline import Timeline
+
+    scale = backend.auto_size(gpu=1, sim=32)
+    c = alexnet.input_channels("c2", scale)
+    h, w = comm.size * (rows_per_rank or backend.auto_size(gpu=2048, sim=6)), backend.auto_size(gpu=256, sim=7)
+    r0, r1 = block_range(h, comm.size, comm.rank)
+    x = backend.cuda().to_device(hash_values((1, c, r1 - r0, w), 1, r0, h))
+    be = gpu_aware_backend(comm)[0] if comm.size > 1 else None
+    ops, buffers = alexnet.conv_ops("c2", c, scale)[:1], Buffers()
+    for tl in (None, Timeline()):
+        if tl:
+            tl.start(comm)
+        run_device(ops, x, comm, be, overlap, buffers=buffers, height=h, timeline=tl)
+    return tl.spans()

@@ -1,7 +1,7 @@
 """``hpclab bench matmul``: the Numba kernels against cuBLAS, in one run, on one GPU.
 
-For each size N (square float32 matrices): the naive kernel (first size only,
-and at most 4096: it is slow), the tiled kernel, a sweep of candidate tile
+For each size (float32; N is an N x N x N product, MxNxK an M x K by K x N one):
+the naive kernel (the smallest product only, and at most 4096: it is slow), the tiled kernel, a sweep of candidate tile
 shapes of the register-blocked kernel (the default one is ``FAST_CONFIG``),
 and cuBLAS SGEMM through CuPy when it is importable. Reports TFLOP/s, the
 ratio to cuBLAS (each kernel's median against cuBLAS's median timed in turns
@@ -11,7 +11,7 @@ correctness spot-check against cuBLAS (or NumPy), and per configuration the
 registers per thread, shared memory per block, local memory (spills) and the
 occupancy that follows.
 
-    hpclab bench matmul --sizes 4096,8192 [--json] [--out FILE]
+    hpclab bench matmul --sizes 4096,8192,4095,3000x5000x700 [--json] [--out FILE]
 
 On the simulator it runs tiny sizes to show that everything works; its
 figures say nothing about speed.
@@ -26,7 +26,7 @@ import sys
 import numpy as np
 
 from hpclab import backend
-from hpclab.options import Parser, count, count_list
+from hpclab.options import Parser, count
 
 # Candidate tile shapes for the sweep: (bm, bn, bk, tm, tn, vec, pad).
 CANDIDATES = [
@@ -53,14 +53,35 @@ KNOWN_BOOST_GHZ = {"H100": 1.98, "H200": 1.98, "A100": 1.41}   # if the driver d
 FP32_LANES_PER_SM = {(7, 0): 64, (8, 0): 64}   # others (Turing excepted) have 128
 
 
-_sizes = count_list(1, 1 << 17, example="4096,8192")
+def _shape(text: str) -> tuple[int, int, int]:
+    """'4096' -> (4096, 4096, 4096); '3000x5000x700' -> (M, N, K) = (3000, 5000, 700)."""
+    parts = str(text).lower().split("x")
+    if len(parts) not in (1, 3):
+        raise argparse.ArgumentTypeError(f"{text!r} is neither N nor MxNxK (e.g. 4096 or 3000x5000x700)")
+    m, n, k = [count(1, 1 << 17)(p) for p in parts] * (3 // len(parts))
+    return m, n, k
+
+
+def _sizes(text: str) -> tuple:
+    items = str(text).split(",")
+    if any(not item.strip() for item in items):
+        raise argparse.ArgumentTypeError(f"{text!r} has an empty item; give a comma list such as 4096,3000x5000x700")
+    return tuple(_shape(item.strip()) for item in items)
+
+
+GPU_SIZES = ((4096,) * 3, (8192,) * 3, (4095,) * 3, (3000, 5000, 700))
+
+
+def shape_key(m: int, n: int, k: int) -> str:
+    return str(n) if m == n == k else f"{m}x{n}x{k}"
 
 
 def parse(argv):
     p = Parser(prog="hpclab bench matmul", description=__doc__,
                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", type=_sizes, default=None,
-                   help="comma-separated N (default 4096,8192 on a GPU, 32 on the simulator)")
+                   help="comma-separated N or MxNxK (default 4096,8192,4095,3000x5000x700 on a GPU, "
+                        "32,33x20x17 on the simulator)")
     p.add_argument("--repeats", type=count(1, 10**6), default=None,
                    help="timed runs per kernel (median; default 20 at N <= 4096, else 10; naive 2, tiled 3)")
     p.add_argument("--no-sweep", action="store_true", help="only the default fast configuration")
@@ -151,7 +172,7 @@ def main(argv=None) -> int:
 
     cuda = mm.cuda
     sim = backend.is_simulator()
-    sizes = list(args.sizes or ([32] if sim else [4096, 8192]))
+    sizes = list(args.sizes or ([(32,) * 3, (33, 20, 17)] if sim else GPU_SIZES))
     dev = device_info(cuda)
     cp = None
     if not sim:
@@ -174,26 +195,27 @@ def main(argv=None) -> int:
               "command": "hpclab bench matmul " + " ".join(sys.argv[1:] if argv is None else argv),
               "backend": backend.name(), "device": dev, "default_fast_config": default.label(),
               "default_warp_config": warp.CONFIG.label(),
-              "sizes": {}}
-    for n in sizes:
+              "sizes": {}, "shapes": {}}   # square sizes (N), other shapes (MxNxK)
+    smallest = min(sizes, key=lambda s: s[0] * s[1] * s[2])
+    for m, n, k in sizes:
         rng = np.random.default_rng(n)
-        a_h = rng.uniform(-1, 1, (n, n)).astype(np.float32)
-        b_h = rng.uniform(-1, 1, (n, n)).astype(np.float32)
+        a_h = rng.uniform(-1, 1, (m, k)).astype(np.float32)
+        b_h = rng.uniform(-1, 1, (k, n)).astype(np.float32)
         a, b = cuda.to_device(a_h), cuda.to_device(b_h)
-        c = cuda.device_array((n, n), dtype=np.float32)
-        flop = mm.flops(n, n, n)
-        reps = args.repeats or (2 if sim else (20 if n <= 4096 else 10))
+        c = cuda.device_array((m, n), dtype=np.float32)
+        flop = mm.flops(m, k, n)
+        reps = args.repeats or (2 if sim else (20 if flop <= mm.flops(4096, 4096, 4096) else 10))
         rows, reference, cublas_fn = [], None, None
         if cp is not None:
             a_cp, b_cp = cp.asarray(a), cp.asarray(b)
-            out_cp = cp.empty((n, n), dtype=cp.float32)
+            out_cp = cp.empty((m, n), dtype=cp.float32)
             cublas_fn = lambda: cp.matmul(a_cp, b_cp, out=out_cp)  # noqa: E731
             t = median_time(cublas_fn, repeats=reps, warmup=2)
             reference = out_cp
             rows.append({"kernel": "cublas", "config": "CuPy matmul (cuBLAS SGEMM)", "seconds": t,
                          "tflops": flop / t / 1e12})
         else:
-            sample = rng.choice(n, size=min(n, 64), replace=False)
+            sample = rng.choice(m, size=min(m, 64), replace=False)
             ref_rows = a_h[sample].astype(np.float64) @ b_h.astype(np.float64)
 
         def check(c_dev) -> float:
@@ -205,11 +227,11 @@ def main(argv=None) -> int:
             return float(np.abs(got - ref_rows).max() / np.abs(ref_rows).max())
 
         plan = []
-        if n <= args.naive_max and n == min(sizes):
+        if max(m, n, k) <= args.naive_max and (m, n, k) == smallest:
             plan.append(("naive", None, max(1, min(reps, 2))))
         plan.append(("tiled", None, max(1, min(reps, 3))))
         plan += [("fast", cfg, reps) for cfg in configs]
-        plan += [("warp", cfg, reps) for cfg in warp_configs if not warp.shape_problem(n, n, n, cfg)]
+        plan += [("warp", cfg, reps) for cfg in warp_configs]
         for kernel, cfg, r in plan:
             row = {"kernel": kernel, "config": cfg.label() if cfg else
                    (f"{tiled.TILE}x{tiled.TILE} tiles" if kernel == "tiled" else "one output per thread")}
@@ -224,10 +246,10 @@ def main(argv=None) -> int:
                 row.update(seconds=t, tflops=flop / t / 1e12, max_rel_error=err, correct=err <= TOLERANCE)
                 compiled = (naive.naive_kernel if kernel == "naive" else
                             tiled.tiled_kernel if kernel == "tiled" else
-                            warp.warp_kernel(cfg) if kernel == "warp" else mm.fast_kernel(f32, cfg, False, False))
+                            warp.kernel_for(a, b, c, cfg) if kernel == "warp" else mm.fast_kernel(f32, cfg, False, False))
                 threads = cfg.threads if cfg else (naive.BLOCK ** 2 if kernel == "naive" else tiled.TILE ** 2)
                 row.update(resources(compiled, threads, dev))
-                if cfg in (default, warp.CONFIG) and n == sizes[0]:
+                if cfg in (default, warp.CONFIG) and (m, n, k) == sizes[0]:
                     row["sass"] = sass_counts(compiled)
             except Exception as exc:  # noqa: BLE001 - one bad configuration must not end the sweep
                 row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
@@ -248,14 +270,15 @@ def main(argv=None) -> int:
                             f"best_{kernel}_vs_cublas": best[kernel] and best[kernel].get("vs_cublas"),
                             f"default_{kernel}_vs_cublas": next((r.get("vs_cublas") for r in mine
                                                                  if r["config"] == cfg.label()), None)})
-        record["sizes"][str(n)] = summary
-        print_table(n, rows, best)
+        key = shape_key(m, n, k)
+        record["sizes" if m == n == k else "shapes"][key] = summary
+        print_table(key, rows, best)
         del a, b, c
-    wrong = [(n, r["kernel"], r["config"]) for n, s in record["sizes"].items() for r in s["rows"]
-             if r.get("correct") is False]
+    wrong = [(n, r["kernel"], r["config"]) for n, s in {**record["sizes"], **record["shapes"]}.items()
+             for r in s["rows"] if r.get("correct") is False]
     record["all_correct"] = not wrong
     for n, kernel, config in wrong:
-        print(f"WRONG RESULT: N = {n}, {kernel} {config} differs from the reference by more than {TOLERANCE}")
+        print(f"WRONG RESULT: {n}, {kernel} {config} differs from the reference by more than {TOLERANCE}")
     if args.json or args.out:
         text = json.dumps(record, default=float)
         if args.out:
@@ -266,8 +289,8 @@ def main(argv=None) -> int:
     return 1 if wrong else 0
 
 
-def print_table(n: int, rows: list[dict], best: dict) -> None:
-    print(f"\nN = {n} (float32)")
+def print_table(key: str, rows: list[dict], best: dict) -> None:
+    print(f"\n{'M x N x K' if 'x' in key else 'N'} = {key} (float32)")
     print(f"{'kernel':<7} {'configuration':<44} {'ms':>9} {'TFLOP/s':>8} {'cuBLAS':>7} {'peak':>6} "
           f"{'err':>8} {'regs':>4} {'smem':>6} {'lmem':>4} {'blk/SM':>6} limit")
     for r in rows:
@@ -290,13 +313,10 @@ def measure(n: int, repeats: int = 3, kernels=("naive", "tiled", "fast", "warp")
     """TFLOP/s of each kernel, and of cuBLAS when CuPy works, for one n x n float32 product.
 
     The default configurations only (the notebook's chart); ``main`` runs the full sweep.
-    The warp kernel is left out when n does not divide its tiles.
     """
     backend.select()
-    from hpclab.matmul import fast as mm, warp
+    from hpclab.matmul import fast as mm
     from hpclab.timing import median_time
-
-    kernels = [k for k in kernels if k != "warp" or not warp.shape_problem(n, n, n)]
 
     rng = np.random.default_rng(n)
     a_h = rng.uniform(-1, 1, (n, n)).astype(np.float32)
@@ -317,3 +337,17 @@ def measure(n: int, repeats: int = 3, kernels=("naive", "tiled", "fast", "warp")
         except Exception:  # noqa: BLE001 - no CuPy: no cuBLAS bar
             pass
     return out
+
+
+def roofline_points(n: int, rates: dict[str, float]) -> list:
+    """Notebook 04's roofline: ``measure(n)``'s TFLOP/s, each kernel placed by its tiles of C
+    (:func:`hpclab.roofline.gemm_count`); cuBLAS as if it read each input once (one tile of all C)."""
+    from hpclab import roofline
+    from hpclab.matmul import fast, tiled, warp
+
+    cfg = fast.fast_config(np.float32)
+    tiles = {"naive": (1, 1, "no reuse"), "tiled": (tiled.TILE, tiled.TILE, f"{tiled.TILE}x{tiled.TILE} tiles"),
+             "fast": (cfg.bm, cfg.bn, f"{cfg.bm}x{cfg.bn} block tiles"), "cuBLAS": (n, n, "each input once"),
+             "warp": (warp.CONFIG.bm, warp.CONFIG.bn, f"{warp.CONFIG.bm}x{warp.CONFIG.bn} block tiles")}
+    return [roofline.point(kernel, *roofline.gemm_count(n, n, n, *tiles[kernel][:2]), 2.0 * n ** 3 / (tflops * 1e12),
+                           tiles[kernel][2], "04") for kernel, tflops in rates.items()]

@@ -39,7 +39,7 @@ import numba  # noqa: E402 - after the backend choice (numba reads NUMBA_ENABLE_
 from hpclab.matmul import naive, tiled, warp  # noqa: E402
 
 KERNELS = ("naive", "tiled", "fast")  # any shape and dtype: what programs and training choose from
-LADDER = KERNELS + ("warp",)           # and the warp-tiled rung: float32, sizes that divide its tiles
+LADDER = KERNELS + ("warp",)           # and the warp-tiled rung: float32, untransposed
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 HALF = np.dtype(np.float16)       # accepted as input by the fast kernel: accumulated in float32
 
@@ -377,10 +377,6 @@ def check_operands(a, b, kernel: str = "naive", trans_a: bool = False, trans_b: 
         if np.dtype(a.dtype) != np.float32 or trans_a or trans_b:
             raise ValueError(f"the warp kernel multiplies float32 a @ b only (got {np.dtype(a.dtype)}"
                              f"{', a transposed operand' if trans_a or trans_b else ''}); use kernel='fast'")
-        problem = (warp.shape_problem(M, K, N, config if isinstance(config, warp.WarpConfig) else warp.CONFIG)
-                   or (_is_device(b) and warp.layout_problem(b)))
-        if problem:
-            raise ValueError(problem)
     return M, K, N, np.dtype(a.dtype)
 
 

@@ -8,15 +8,17 @@ read few distinct A and B values from shared memory -- most reads are broadcasts
 of one word to several lanes -- and each run of four is one 16-byte load.
 
 What else changes from ``fast``, and why:
-- The sizes must divide the tiles (M by BM, N by BN, K by BK), so no load or store
-  needs a bounds check: fewer integer instructions per multiply-add. ``fast``
-  takes any shape, a transposed operand and float16; this one float32 only.
+- Any M, N, K, with bounds checks only at the edges: sizes that divide the tiles get a
+  kernel built without any; otherwise a block tests once whether its tile lies inside C
+  and each tile of k whether it is whole, so only edge tiles (the branch is the whole
+  block's) take guarded loads. ``fast`` also takes transposes and float16; this, float32.
 - The next tiles of A and B are fetched into registers while the current ones
   are multiplied (double buffering through two shared buffers), as in ``fast``.
 - A tile's steps of k are written out, not looped over, so the compiler can load
   the next steps' values from shared memory while the current products run.
 - Each thread copies B's tile four columns at a time: one 16-byte global load
-  and one 16-byte shared store (:mod:`.wide`) instead of four of each. A's tile
+  and one 16-byte shared store (:mod:`.wide`) instead of four of each (four
+  4-byte loads when B's rows do not start on 16-byte boundaries, e.g. N = 4095). A's tile
   is stored transposed, so its four values go to four shared rows; loading them
   as one 16-byte run too cost registers (143 instead of 123, one block per SM
   instead of two) and was slower on an H200, so A is copied one value at a time.
@@ -95,8 +97,8 @@ CONFIG = WarpConfig() if backend.name() == "gpu" else WarpConfig(32, 32, 8, 16, 
 
 
 @lru_cache(maxsize=None)
-def warp_kernel(cfg: WarpConfig = CONFIG):
-    """The warp-tiled float32 kernel for one tile shape (compiled on first launch)."""
+def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True):
+    """The float32 kernel for one tile shape, for any sizes (``edges``), B read in 16-byte ``runs``."""
     bad = cfg.problems()
     if bad:
         raise ValueError(f"warp kernel configuration {cfg.label()} cannot be built: {'; '.join(bad)}")
@@ -113,6 +115,7 @@ def warp_kernel(cfg: WarpConfig = CONFIG):
     A_BUF, B_BUF = cfg.bk * (cfg.bm + cfg.pad), cfg.bk * (cfg.bn + cfg.pad)
     A_SHARED, B_SHARED = 2 * A_BUF, 2 * B_BUF          # array sizes: plain ints, known before compiling
     ZERO, ONE, TWO, THREE, FOUR = U(0), U(1), U(2), U(3), U(4)
+    EDGES, RUNS = bool(edges), bool(runs)
 
     @cuda.jit(device=True, fastmath=True)
     def multiply_step(As, Bs, a_at, b_at, a_frag, b_frag, acc):
@@ -135,9 +138,24 @@ def warp_kernel(cfg: WarpConfig = CONFIG):
         multiply_step(As, Bs, a_at + TWO * SA, b_at + TWO * SB, a_frag, b_frag, acc)
         multiply_step(As, Bs, a_at + THREE * SA, b_at + THREE * SB, a_frag, b_frag, acc)
 
-    @cuda.jit(fastmath=True)
+    @cuda.jit(device=True)
+    def fetch_edge(a, b, k0, row0, col0, a_r, a_k, b_k, b_c, a_next, b_next):
+        """A tile at an edge: global -> registers, zeros outside a and b."""
+        M, K, N = uint64(a.shape[0]), uint64(a.shape[1]), uint64(b.shape[1])
+        for s in range(A_N):
+            r, kk = row0 + a_r + U(s) * A_STEP, k0 + a_k
+            a_next[s] = a[r, kk] if r < M and kk < K else float32(0)
+        for s in range(B_N):
+            kk, cc = k0 + b_k + U(s) * B_STEP, col0 + b_c
+            for j in range(4):
+                b_next[4 * s + j] = b[kk, cc + U(j)] if kk < K and cc + U(j) < N else float32(0)
+
+    # The edge tests take registers: ask for two blocks of 256 threads per SM still (128 registers each).
+    bounds = {"launch_bounds": (cfg.threads, max(1, 512 // cfg.threads))} if edges and backend.name() == "gpu" else {}
+
+    @cuda.jit(fastmath=True, **bounds)
     def warp_tiled(a, b, c):
-        K = uint64(a.shape[1])
+        M, K, N = uint64(a.shape[0]), uint64(a.shape[1]), uint64(b.shape[1])
         tid = uint64(cuda.threadIdx.x)
         row0, col0 = uint64(cuda.blockIdx.y) * BM, uint64(cuda.blockIdx.x) * BN
         warp, lane = tid // U(32), tid % U(32)
@@ -156,14 +174,24 @@ def warp_kernel(cfg: WarpConfig = CONFIG):
         for i in range(TM):
             for j in range(TN):
                 acc[i, j] = 0
-        for t in range(ZERO, K // BK + ONE):
-            cur, nxt, more = t % U(2), ONE - t % U(2), t < K // BK
-            if more:          # tile t: global -> registers; the loads are in flight during the products
+        # Without ``edges`` the sizes divide the tiles: every tile is whole and these tests vanish.
+        inside = not EDGES or (row0 + BM <= M and col0 + BN <= N)
+        tiles = (K + BK - ONE) // BK
+        for t in range(ZERO, tiles + ONE):
+            cur, nxt, more = t % U(2), ONE - t % U(2), t < tiles
+            if more and EDGES and not (inside and t * BK + BK <= K):
+                fetch_edge(a, b, t * BK, row0, col0, a_r, a_k, b_k, b_c, a_next, b_next)
+            elif more:        # tile t: global -> registers; the loads are in flight during the products
                 for s in range(A_N):
                     a_next[s] = a[row0 + a_r + U(s) * A_STEP, t * BK + a_k]
                 for s in range(B_N):
-                    b_next[4 * s], b_next[4 * s + 1], b_next[4 * s + 2], b_next[4 * s + 3] = \
-                        load4(b, t * BK + b_k + U(s) * B_STEP, col0 + b_c)
+                    k_b = t * BK + b_k + U(s) * B_STEP
+                    if RUNS:
+                        b_next[4 * s], b_next[4 * s + 1], b_next[4 * s + 2], b_next[4 * s + 3] = \
+                            load4(b, k_b, col0 + b_c)
+                    else:
+                        for j in range(4):
+                            b_next[4 * s + j] = b[k_b, col0 + b_c + U(j)]
             if t > ZERO:      # tile t - 1 is in shared buffer `cur`: multiply it
                 a_base, b_base = cur * A_BUF + m0, cur * B_BUF + n0
                 # The tile's steps of k written out, four at a time (BK is a constant: the
@@ -189,30 +217,21 @@ def warp_kernel(cfg: WarpConfig = CONFIG):
             for i in range(4):
                 for q in range(NI):
                     for j in range(4):
-                        c[row0 + m0 + U(s) * A_SUB + U(i), col0 + n0 + U(q) * B_SUB + U(j)] = \
-                            acc[4 * s + i, 4 * q + j]
+                        r, cc = row0 + m0 + U(s) * A_SUB + U(i), col0 + n0 + U(q) * B_SUB + U(j)
+                        if not EDGES or (r < M and cc < N):
+                            c[r, cc] = acc[4 * s + i, 4 * q + j]
 
     return warp_tiled
 
 
-def shape_problem(m: int, k: int, n: int, cfg: WarpConfig = CONFIG) -> str | None:
-    """Why an m x k by k x n product does not fit this kernel's tiles (None when it does)."""
-    if m % cfg.bm or n % cfg.bn or k % cfg.bk:
-        return (f"the warp kernel needs M a multiple of {cfg.bm}, N of {cfg.bn} and K of {cfg.bk} "
-                f"(got M={m}, K={k}, N={n}); use kernel='fast' for any shape")
-    return None
-
-
-def layout_problem(b) -> str | None:
-    """Why b cannot be read 16 bytes at a time (None when it can)."""
-    if not aligned(b):
-        return ("the warp kernel reads b in 16-byte runs and needs it C-contiguous with rows on 16-byte "
-                "boundaries (a slice such as b[:, 1:] is not); pass a copy (b.copy()) or use kernel='fast'")
-    return None
+def kernel_for(a, b, c, cfg: WarpConfig = CONFIG):
+    """The kernel ``launch`` runs: edge tests if the sizes do not divide the tiles, B in 16-byte runs if it can."""
+    edges = bool(c.shape[0] % cfg.bm or c.shape[1] % cfg.bn or a.shape[1] % cfg.bk)
+    return warp_kernel(cfg, edges, aligned(b))
 
 
 def launch(a, b, c, cfg: WarpConfig | None = None) -> None:
-    """c = a @ b on float32 device arrays whose sizes divide the tiles, b aligned (no checks)."""
+    """c = a @ b on float32 device arrays of any sizes (no checks)."""
     cfg = cfg or CONFIG
-    m, n = c.shape
-    warp_kernel(cfg)[(n // cfg.bn, m // cfg.bm), cfg.threads](a, b, c)
+    grid = (-(-c.shape[1] // cfg.bn), -(-c.shape[0] // cfg.bm))
+    kernel_for(a, b, c, cfg)[grid, cfg.threads](a, b, c)

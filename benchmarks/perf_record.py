@@ -1,0 +1,44 @@
+"""Record the roofline and the timelines that notebooks 02, 04, 06 and 07 show on the simulator.
+
+    python benchmarks/perf_record.py roofline FILE            # one GPU: the roofs and the notebooks' kernels
+    mpiexec -n 2 python benchmarks/perf_record.py timeline FILE   # a DDP step and a halo layer, with and
+                                                                  # without overlap, one GPU per rank
+
+FILE takes the format of hpclab/data/roofline.csv or hpclab/data/timeline.csv (copy it there to show it).
+"""
+import sys
+
+from hpclab import backend, roofline, timeline
+
+
+def record_roofline(path: str) -> None:
+    from hpclab.halo.bench import roofline_points as conv
+    from hpclab.matmul.bench import measure, roofline_points as matmul
+    from hpclab.pi.bench import roofline_points as pi
+
+    n = backend.auto_size(gpu=4096, sim=32)
+    points = roofline.measure_roofs() + pi() + matmul(n, measure(n, repeats=5)) + conv()
+    for p in points:
+        p.command = "python benchmarks/perf_record.py roofline FILE"
+    with open(path, "w", newline="") as fh:
+        roofline.write(points, fh)
+
+
+def record_timeline(path: str) -> None:
+    from hpclab.ddp.trainer import timeline_step
+    from hpclab.device import select_gpu
+    from hpclab.halo.executors import timeline_layer
+    from hpclab.mpi import world
+
+    comm = world()
+    select_gpu(comm)            # one GPU per rank where there are enough
+    runs = {f"{what}, {'overlapped' if overlap else 'not overlapped'}": fn(comm, overlap)
+            for what, fn in (("DDP step", timeline_step), ("halo layer", timeline_layer)) for overlap in (True, False)}
+    if comm.rank == 0:
+        with open(path, "w", newline="") as fh:
+            timeline.write(runs, roofline.device_name(), fh)
+
+
+if __name__ == "__main__":
+    what, path = sys.argv[1:3]
+    {"roofline": record_roofline, "timeline": record_timeline}[what](path)
