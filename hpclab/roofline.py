@@ -114,7 +114,9 @@ def measure_roofs(repeats: int = 5) -> list[Point]:
 def gemm_count(m: int, n: int, k: int, tile_m: int, tile_n: int) -> tuple[float, float]:
     """FLOPs and bytes of a float32 C = A B computed in tile_m x tile_n tiles of C, no cache: a tile
     reads tile_m x k of A and k x tile_n of B, mnk (1/tile_m + 1/tile_n) floats in all, and C is
-    written once. One output per thread is a 1 x 1 tile (2mnk floats); a tile of all C reads each input once."""
+    written once. One output per thread is a 1 x 1 tile (2mnk floats); a tile of all C reads each input once.
+    A tile larger than C reads no more than all of it (e.g. 128 x 128 tiles at N = 64)."""
+    tile_m, tile_n = min(tile_m, m), min(tile_n, n)
     return 2.0 * m * n * k, 4.0 * (m * n * k * (1 / tile_m + 1 / tile_n) + m * n)
 
 

@@ -397,4 +397,8 @@ def roofline_points(batch: int | None = None, repeats: int = 3) -> list:
         timed["cuDNN"] = median_time(lambda: torch.nn.functional.conv2d(tx, tw, padding=2), repeats, warmup=3)
     except Exception:  # noqa: BLE001 - no PyTorch or no cuDNN: no cuDNN point
         pass
-    return [roofline.point(m, *conv_traffic(m, n, c, h, k, 5, 2), t, "06") for m, t in timed.items()]
+    points = []
+    for m, t in timed.items():
+        flops, nbytes, how = conv_traffic(m, n, c, h, k, 5, 2)
+        points.append(roofline.point(m, flops, nbytes, t, how, "06"))
+    return points
