@@ -4,7 +4,7 @@
     python benchmarks/curate.py check    # exit 1 if either is out of date, or a quoted figure disagrees
 
 The tables are the source (benchmarks/record.py adds a run to them). From them:
-- ``hpclab/data/recorded.csv``, package data that ``hpclab.recorded`` reads: one row per figure under a key
+- ``hpclab/data/recorded.csv``, package data that ``hpclab.results.recorded`` reads: one row per figure under a key
   ``program/variant/run/<gpus>gpu/<size>/metric`` (run = the machine, h200x4, or machine-name for a named
   run), and one more per compared figure whose value is the ratio to its baseline: metric ``vs_BASELINE``
   for a throughput (tflops, busbw, rate), ``METRIC_vs_BASELINE`` otherwise;
@@ -192,9 +192,9 @@ def matmul(f: Figures) -> str:
 
 
 def pi(f: Figures) -> str:
-    from hpclab import reference
+    from hpclab.results import recorded
 
-    a100 = next(r for r in reference.a100_scaling("ex2_pi_mc") if r["ranks"] == 1)
+    a100 = recorded.a100("pi-mc").points[0]
     mc = {v: f(f"pi-mc/{v}/h200/1gpu/rate") for v in ("bench", "bench-philox10", "bench-splitmix64",
                                                        "bench-xoroshiro128p")}
     vs = {v: fixed(f(f"pi-mc/{v}/h200/1gpu/vs_bench-xoroshiro128p"), 2) for v in ("bench", "bench-philox10",
@@ -205,7 +205,7 @@ def pi(f: Figures) -> str:
     rows = [("Monte Carlo, counter-based Philox4x32-7, samples/s per GPU", f"**{sci(mc['bench'])}**",
              f"{vs['bench']}× xoroshiro128+ (`numba.cuda.random`, {sci(mc['bench-xoroshiro128p'])})",
              f"≥ 8e11: {met(mc['bench'] >= 8e11)} ({fixed(mc['bench'] / 8e11, 2)}×)",
-             sci(a100["work"] / a100["median_wall_s"])),
+             sci(a100["rate"])),
             ("Monte Carlo, Philox4x32-10 / SplitMix64", f"{sci(mc['bench-philox10'])} / {sci(mc['bench-splitmix64'])}",
              f"{vs['bench-philox10']}× / {vs['bench-splitmix64']}× xoroshiro128+", "", ""),
             (f"xoroshiro128+ state initialisation, {count(float(init['size']))} states",
@@ -219,7 +219,7 @@ def pi(f: Figures) -> str:
 
 
 def pi_scaling(f: Figures) -> str:
-    from hpclab import reference
+    from hpclab.results import recorded
 
     out = "| run | samples | 1 GPU | 2 GPUs | 4 GPUs | efficiency at the most GPUs |\n|---|---|---|---|---|---|\n"
     for run, what in (("h200x4", "4× H200"), ("h200x2", "2× H200")):
@@ -235,10 +235,10 @@ def pi_scaling(f: Figures) -> str:
             if int(top["gpus"]) == 4 else ""
         out += (f"| {what}, {top['date']}, {note} | {sci(float(top['size']))} | "
                 + " | ".join(cells.get(n, "—") for n in (1, 2, 4)) + f" | **{fixed(eff, 4)}**{extra} |\n")
-    a100 = {r["ranks"]: r for r in reference.a100_scaling("ex2_pi_mc")}
-    out += (f"| workshop A100 (FASRC) | {sci(a100[1]['work'])} | "
-            + " | ".join(f"{fixed(a100[n]['median_wall_s'], 1)} s" for n in (1, 2, 4))
-            + f" | {fixed(a100[4]['efficiency'], 4)} |\n")
+    a100 = recorded.a100("pi-mc")
+    out += (f"| workshop A100 (FASRC) | {sci(a100.points[0]['work'])} | "
+            + " | ".join(f"{fixed(p['seconds'], 1)} s" for p in a100.points)
+            + f" | {fixed(a100.efficiencies()[-1][1], 4)} |\n")
     return out
 
 
@@ -455,7 +455,7 @@ def unmarked_figures(section: str) -> list[str]:
 
 def lookup() -> dict:
     """Keyed rows of the curated tables and the workshop's A100 runs, as quotes see them."""
-    from hpclab import recorded
+    from hpclab.results import recorded
 
     return {r["key"]: r for r in keyed_rows()} | {r["key"]: r for r in recorded.a100_rows()}
 

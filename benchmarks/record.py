@@ -27,12 +27,12 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hpclab.programs import PROGRAMS  # what each program's table and work unit are
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 FIELDS = ["date", "run", "device", "gpus", "program", "variant", "size", "size_unit", "metric", "value", "unit",
           "baseline", "baseline_value", "ratio", "command", "note"]
-WORK_UNIT = {"pi-mc": "samples", "pi-midpoint": "bins", "matmul": "N"}      # what `hpclab scaling` work counts
-TOPIC = {"pi-mc": "pi", "pi-midpoint": "pi", "matmul": "matmul"}
 
 
 class RecordError(ValueError):
@@ -230,13 +230,13 @@ def scaling(table: list[dict]) -> Found:
     rows = []
     for n, r in sorted(per_ranks.items()):
         for metric, unit in (("median_wall_s", "s"), ("speedup", "1"), ("efficiency", "1")):
-            rows.append(fig(program, r["mode"], n, int(r["work"]), WORK_UNIT.get(program, "work"),
+            rows.append(fig(program, r["mode"], n, int(r["work"]), PROGRAMS[program].unit,
                             "wall_s" if metric == "median_wall_s" else metric, r[metric], unit))
     top = per_ranks[max(per_ranks)]
     if len(per_ranks) > 1:
-        rows.append(fig(program, top["mode"], max(per_ranks), int(top["work"]), WORK_UNIT.get(program, "work"),
+        rows.append(fig(program, top["mode"], max(per_ranks), int(top["work"]), PROGRAMS[program].unit,
                         "serial_fraction", top["serial_fraction"], "1"))
-    return Found(TOPIC.get(program, program), max(per_ranks), rows)
+    return Found(PROGRAMS[program].topic, max(per_ranks), rows)
 
 
 def read(path: Path) -> Found:

@@ -5,7 +5,7 @@ import ast
 from .helpers import ROOT
 
 TOPICS = ("collectives", "pi", "matmul", "comm", "halo", "ddp")
-DISPATCH = {"cli.py", "__main__.py", "topics.py"}   # the command line: above every topic
+DISPATCH = {"cli", "__main__.py", "programs.py"}   # the command line and the registry: above every topic
 
 
 def _imports(path) -> list[tuple[str, list[str]]]:

@@ -219,16 +219,16 @@ def test_weak_sweep_scales_the_work_option():
 
 
 def test_a100_table_ships_with_its_source():
-    from hpclab import reference
+    from hpclab.results import recorded
 
-    rows = reference.a100_scaling("ex2_pi_mc")
-    assert [r["ranks"] for r in rows] == [1, 2, 4]
-    assert rows[2]["efficiency"] == pytest.approx(45.212765 / 11.409895 / 4)
-    assert "fasrc/User_Codes" in reference.cite(rows)
+    curve = recorded.a100("pi-mc")
+    assert [p["ranks"] for p in curve.points] == [1, 2, 4]
+    assert dict(curve.efficiencies())[4] == pytest.approx(45.212765 / 11.409895 / 4)
+    assert "fasrc/User_Codes" in recorded.cite(recorded.fasrc_a100("ex2_pi_mc"))
 
 
 def test_plot_save_writes_into_hpclab_figures(tmp_path, monkeypatch):
-    from hpclab import plot, recorded
+    from hpclab.results import plot, recorded
 
     monkeypatch.setenv("HPCLAB_FIGURES", str(tmp_path / "new" / "figs"))
     path = plot.save(plot.beside_recorded(None, recorded.curves("pi-mc")), "compare")

@@ -23,7 +23,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from hpclab import recorded
+from hpclab.results import recorded
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -8,8 +8,8 @@ against a baseline in the same run also has its ratio (``.../vs_cublas``). Noteb
 curves beside the sweep that runs live (on a laptop that is the simulator, which cannot show GPU
 speed) and quote these numbers; ``tests/test_recorded.py`` checks the quotes against the table.
 
-The workshop's A100 timings (:mod:`hpclab.reference`) are offered in the same
-form, under keys ``a100/<exercise>/<gpus>gpu/wall_s``.
+The workshop's A100 timings (``data/fasrc_a100.csv``: :func:`fasrc_a100`) are offered in the
+same form, under keys ``a100/<exercise>/<gpus>gpu/wall_s``.
 """
 from __future__ import annotations
 
@@ -20,8 +20,11 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 
-# Which workshop exercise times the same program as ours.
-A100_EXERCISE = {"pi-mc": "ex2_pi_mc", "pi-midpoint": "ex1_pi_midpoint"}
+from hpclab.programs import PROGRAMS
+from hpclab.scaling import speedups
+
+SOURCE = ("FASRC workshop 'Distributed GPU Computing' (github.com/fasrc/User_Codes, "
+          "Training/Distributed_GPU_Computing), A100 runs")
 RUN_NAMES = {"h200": "1× H200", "h200x2": "2× H200 (NVLink)", "h200x4": "4× H200 (NVLink)", "h100": "1× H100"}
 
 
@@ -36,11 +39,30 @@ def _table() -> tuple[dict, ...]:
     return tuple(rows) + tuple(a100_rows())
 
 
+def fasrc_a100(exercise: str | None = None) -> list[dict]:
+    """The workshop's published A100 runs (numbers converted), optionally of one exercise, e.g. ``ex2_pi_mc``.
+
+    Source: the Harvard FASRC "Distributed GPU Computing" workshop, fasrc/User_Codes,
+    Training/Distributed_GPU_Computing (each row's ``source`` names the file; ``date`` is the day
+    the output holding the timing was committed there, as the runs carry no date).
+    """
+    rows = []
+    for row in csv.DictReader(io.StringIO(resources.files("hpclab").joinpath("data/fasrc_a100.csv").read_text())):
+        if exercise in (None, row["exercise"]):
+            row["gpus"], row["nodes"], row["work"] = int(row["gpus"]), int(row["nodes"]), int(row["work"])
+            row["wall_s"] = float(row["wall_s"]) if row["wall_s"] else None
+            rows.append(row)
+    return rows
+
+
+def cite(rows: list[dict]) -> str:
+    """One line naming where the workshop's rows come from."""
+    return f"{SOURCE}: {'; '.join(sorted({r['source'].split(' (')[0] for r in rows}))}"
+
+
 def a100_rows():
     """The workshop's A100 timings as rows of the table (keys ``a100/<exercise>/<gpus>gpu/wall_s``)."""
-    from hpclab import reference
-
-    for r in reference.fasrc_a100():
+    for r in fasrc_a100():
         if r["wall_s"] is None:
             continue
         yield {"key": f"a100/{r['exercise']}/{r['gpus']}gpu/wall_s", "topic": "pi", "program": r["exercise"],
@@ -86,18 +108,19 @@ class Curve:
     live: bool = False
     records: list[dict] = field(default_factory=list)   # a live sweep's raw records (for the machine note)
 
-    def speedups(self) -> list[tuple[int, float]]:
-        """(ranks, speedup) from the timed points: T(1)/T(n) strong, n T(1)/T(n) weak (scaled)."""
+    def _timed(self) -> tuple[list[int], list[tuple[float, float]]]:
         timed = sorted((p for p in self.points if p.get("seconds")), key=lambda p: p["ranks"])
-        if len(timed) < 2:
-            return []
-        base = timed[0]
-        t1 = base["seconds"] * (base["ranks"] if self.mode == "strong" else 1)
-        return [(p["ranks"], t1 / p["seconds"] * (1 if self.mode == "strong" else p["ranks"] / base["ranks"]))
-                for p in timed]
+        ranks = [p["ranks"] for p in timed]
+        return (ranks, speedups(ranks, [p["seconds"] for p in timed], self.mode)) if len(timed) > 1 else ([], [])
+
+    def speedups(self) -> list[tuple[int, float]]:
+        """(ranks, speedup) from the timed points (:func:`hpclab.scaling.speedups`)."""
+        ranks, se = self._timed()
+        return [(n, s) for n, (s, _) in zip(ranks, se)]
 
     def efficiencies(self) -> list[tuple[int, float]]:
-        return [(n, s / n) for n, s in self.speedups()]
+        ranks, se = self._timed()
+        return [(n, e) for n, (_, e) in zip(ranks, se)]
 
 
 def _count(x: float) -> str:
@@ -133,8 +156,7 @@ def scaling(program: str, run: str, variant: str = "strong", metric: str = "wall
 
 def a100(program: str) -> Curve:
     """The workshop's A100 runs of the exercise that matches ``program`` (pi-mc, pi-midpoint)."""
-    exercise = A100_EXERCISE[program]
-    curve = scaling(exercise, "a100")
+    curve = scaling(PROGRAMS[program].a100, "a100")
     curve.label = curve.label.replace("A100", "A100 (FASRC workshop)")
     return curve
 
@@ -182,7 +204,7 @@ def here(backend_name: str, ranks: int) -> str:
 
 
 def from_sweep(sweep, unit: str, label: str | None = None) -> Curve:
-    """A :class:`hpclab.scaling.Sweep` as a live Curve, its records kept for :func:`hpclab.plot.machine_note`."""
+    """A :class:`hpclab.scaling.Sweep` as a live Curve, its records kept for :func:`hpclab.results.plot.machine_note`."""
     if label is None:
         backends = {r.get("backend") for r in sweep.records} - {None}
         label = here("/".join(sorted(backends)) or "?", max(r["ranks"] for r in sweep.records))
