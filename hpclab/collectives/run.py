@@ -57,10 +57,7 @@ def run(args, ctx) -> Report:
     reference = np.empty_like(data)
     from mpi4py import MPI
 
-    comm.Barrier()
-    t0 = MPI.Wtime()
-    comm.Allreduce(data, reference, op=MPI.SUM)
-    t_mpi = comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
+    _, _, t_mpi = wall(lambda: comm.Allreduce(data, reference, op=MPI.SUM), comm, sync=False)
     ring_ok = check.allreduce(ring, reference, sent, data.nbytes, size, quiet=True)
     ideal = ring_bytes_per_rank(data.nbytes, size)
     all_ok = comm.allreduce(bool(ring_ok) and all(verdicts), op=MPI.LAND)

@@ -21,12 +21,12 @@ import json
 import re
 import statistics
 import sys
-import time
 
 import numpy as np
 
 from hpclab import backend
 from hpclab.options import Parser, UsageError, count
+from hpclab.timing import wall
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 BACKEND_CHOICES = ("auto", "mpi-host", "mpi-cuda", "nccl", "all")
@@ -84,29 +84,11 @@ def parser() -> argparse.ArgumentParser:
 
 # -- timing -----------------------------------------------------------------------
 def timed(call, comm, repeats: int, warmup: int) -> float:
-    """Median over repeats of the slowest rank's time for one complete call."""
-    from mpi4py import MPI
-
+    """Median over repeats of the slowest rank's time for one complete call (every backend
+    returns only when the result is complete)."""
     for _ in range(warmup):
         call()
-    times = np.empty(repeats)
-    for i in range(repeats):
-        comm.Barrier()
-        t0 = time.perf_counter()
-        call()  # every backend returns only when the result is complete
-        times[i] = time.perf_counter() - t0
-    comm.Allreduce(MPI.IN_PLACE, times, op=MPI.MAX)
-    return float(statistics.median(times))
-
-
-def first_call(call, comm) -> float:
-    """The first call (it also warms up): the slowest rank's seconds, to plan the repeats."""
-    from mpi4py import MPI
-
-    comm.Barrier()
-    t0 = time.perf_counter()
-    call()
-    return comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+    return float(statistics.median(wall(call, comm, sync=False)[2] for _ in range(repeats)))
 
 
 def plan(once: float, repeats: int | None, warmup: int | None, sim: bool) -> tuple[int, int]:
@@ -216,7 +198,7 @@ def backends_to_run(requested: str, comm, notes: list[str]) -> list[str]:
         names.append("mpi-cuda")
     else:
         notes.append(f"mpi-cuda skipped: MPI is not CUDA-aware ({how})")
-    from hpclab.comm.select import NEEDS_OWN_GPU
+    from hpclab.comm.nccl import NEEDS_OWN_GPU
     from hpclab.device import describe_sharing, sharing
 
     shared = sharing(comm)
@@ -285,7 +267,7 @@ def measure(cases, sizes, comm, dtype="float32", repeats=None, warmup=None) -> l
         for case in cases:
             with step(comm, f"{case.name}: {size} B buffers"):
                 call = case.prepare(count)
-            reps, warm = plan(first_call(call, comm), repeats, warmup, sim)
+            reps, warm = plan(wall(call, comm, sync=False)[2], repeats, warmup, sim)   # also warms up
             t = timed(call, comm, reps, warm)
             ok = comm.allreduce(case.verify(expected), op=MPI.LAND)
             algbw = size / t / 1e9

@@ -23,7 +23,7 @@ from hpclab import backend
 from hpclab.comm import BACKENDS, get
 from hpclab.decomp import block_range, require_at_least
 from hpclab.errors import step
-from hpclab.comm.select import NEEDS_OWN_GPU
+from hpclab.comm.nccl import NEEDS_OWN_GPU
 from hpclab.device import describe_sharing, sharing
 from hpclab.runner import Report
 from hpclab.timing import wall

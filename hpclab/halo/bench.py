@@ -236,7 +236,7 @@ def scaling(args) -> int:
     from hpclab.halo.layers import Conv
     from hpclab.halo.reference import conv_flops, output_size
     from hpclab.halo.versions import gpu_aware_backend
-    from hpclab.timing import Phases
+    from hpclab.timing import Phases, wall
 
     size, rank = comm.size, comm.rank
     c, k, r, pad, w, n = args.channels, args.out_channels, args.kernel, args.kernel // 2, args.width, args.batch
@@ -257,11 +257,8 @@ def scaling(args) -> int:
         cu.synchronize()
         flops = conv_flops(n, k, c, r, r, output_size(height, r, 1, pad), output_size(w, r, 1, pad))
         for version, be in backends.items():
-            def once(phases=None):
-                comm.Barrier()
-                t0 = MPI.Wtime()
-                run_device([layer], x, comm, be, True, phases, buffers, height)   # ends with a stream sync
-                return comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
+            def once(phases=None):     # run_device ends with a stream sync
+                return wall(lambda: run_device([layer], x, comm, be, True, phases, buffers, height), comm, False)[2]
 
             for _ in range(args.warmup):
                 once()                                        # compile, fill the buffers

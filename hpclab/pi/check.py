@@ -1,19 +1,16 @@
 """What a pi answer may be off by, and the checks of the pi exercises.
 
 Needs no GPU (the programs use it to check their input before anything of Numba loads):
-the midpoint rule's error bound, the Monte Carlo standard error, the limits on bins and
-seeds, and the verdicts that tell a learner what a wrong answer most likely did.
+the midpoint rule's error bound, the Monte Carlo standard error, the limit on bins, and the verdicts that tell a learner what a wrong answer most likely did.
 """
 from __future__ import annotations
 
 import math
 
-import numpy as np
-
+from hpclab.pi.philox import count_hits_reference
 from hpclab.verdict import Verdict, say as _say
 
 MAX_BINS = (1 << 52) - 1     # bin midpoints (i + 1/2) are exact in float64 below 2^52
-SEED_LIMIT = 1 << 64         # seeds are 0 <= seed < 2^64: Philox's key is two 32-bit words
 P_INSIDE = math.pi / 4       # the chance that a sample falls inside the quarter circle
 
 
@@ -35,11 +32,6 @@ def midpoint_bound(bins: int, blocks: int, threads: int, ranks: int) -> float:
     chain = terms + 16 + math.log2(threads) + blocks + ranks
     u = 2.0 ** -53
     return truncation_bound(bins) + 2.0 * u * math.pi * chain + u * math.pi
-
-
-def check_seed(seed) -> None:
-    if not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) < SEED_LIMIT:
-        raise ValueError(f"seed {seed!r} is out of range: use a whole number from 0 to 2^64 - 1")
 
 
 def standard_error(samples: int) -> float:
@@ -119,8 +111,6 @@ def _midpoint_hint(computed: float, bins: int) -> str:
 
 def monte_carlo(hits: int, samples: int, seed: int | None = None, quiet: bool = False) -> Verdict:
     """Hits against the exact count of the counter-based generator (small runs) or 5 standard errors."""
-    from hpclab.pi.mc import count_hits_reference
-
     pi_hat = 4.0 * hits / samples
     sigma = standard_error(samples)
     if seed is not None and samples <= 2_000_000:
@@ -155,7 +145,6 @@ def hit_count(hits: int, expected: int, samples: int, ranks: int = 1, seed: int 
                                    "to hits when mc.sample_inside(seed, i) is true"), quiet)
     if seed is not None and samples <= 2_000_000:
         from hpclab.decomp import block_range
-        from hpclab.pi.mc import count_hits_reference
 
         shares = [block_range(samples, ranks, r) for r in range(ranks)]
         if hits == sum(count_hits_reference(0, b - a, seed) for a, b in shares):
