@@ -137,7 +137,8 @@ def test_measured_figures_in_prose_must_be_marked():
     text = ("took 1.2 ms and 0.87 at 4 GPUs (target ≥ 0.95), 1.16× raw NCCL, 25 % occupancy, 5×5 filters on "
             "4× H200 with Open MPI 4.1.6 on sm_90, 3 × 4096, `--samples 1e10`, 1 GiB, 20 epochs, "
             "**97.0 %**<!-- recorded: x/y --> and 0.7 ms<!-- recorded: x/z -->\n"
-            "<!-- table: matmul -->\n| 50.3 TFLOP/s |\n<!-- /table -->\n")
+            "<!-- table: matmul\n| {{ tf(f('matmul/cublas/h200/1gpu/4096/tflops')) }} TFLOP/s |\n-->\n"
+            "| 50.3 TFLOP/s |\n<!-- /table -->\n")       # a generated table: its template, then the table
     assert curate.unmarked_figures(text) == ["1.2 ms", "0.87", "1.16×", "25 %"]
 
 
@@ -261,3 +262,12 @@ def test_a_result_of_another_shape_or_a_bad_run_name_is_refused_clearly(tmp_path
     path.write_text(json.dumps(ALLREDUCE))
     with pytest.raises(record.RecordError, match="--run 'my run'"):
         record.record(path, {"command": "x", "date": "2027-01-05", "run": "my run"}, tmp_path)
+
+
+def test_the_package_carries_only_what_is_quoted_or_plotted():
+    rows = curate.table_rows()
+    kept = curate.shipped(rows, curate.README.read_text())
+    assert 0 < len(kept) < len(rows) / 2
+    assert {r["key"] for r in recorded.rows()} >= {"matmul/cublas/h200/1gpu/4096/tflops",    # plotted in notebook 04
+                                                   "ddp-digits/fp32/h200/1gpu/train_s"}      # quoted in the README
+    assert sum(p.stat().st_size for p in (ROOT / "hpclab" / "data").iterdir()) <= 200_000
