@@ -150,13 +150,6 @@ def count(x: float) -> str:
     return f"{int(Decimal(repr(float(x))).quantize(Decimal(1), ROUND_HALF_UP)):,}".replace(",", " ")
 
 
-def nbytes(n: int) -> str:
-    for suffix, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale and n % scale == 0:
-            return f"{n // scale} {suffix}"
-    return f"{n} B"
-
-
 def met(ok: bool) -> str:
     return "met" if ok else "NOT met"
 
@@ -174,7 +167,7 @@ def fill(template: str, by_key: dict) -> str:
         return f"{where}, {row(key)['date']}: `{command}`" + (f" ({more}" if more else "")
 
     names = {"f": lambda key: row(key)["value"], "row": row, "caption": caption, "recorded": recorded,
-             **{fn.__name__: fn for fn in (fixed, sig, sci, tf, seconds, count, nbytes, met)}}
+             **{fn.__name__: fn for fn in (fixed, sig, sci, tf, seconds, count, met)}}
     return FIELD.sub(lambda m: str(eval(m.group(1), names)), template)  # noqa: S307 - our own README
 
 
@@ -256,28 +249,27 @@ def unmarked_figures(section: str) -> list[str]:
 
 # ---------------------------------------------------------------- build / check
 
-def build() -> list[str]:
+def made() -> dict[Path, str]:
+    """What recorded.csv and README.md must hold, made from the curated tables."""
     rows, text = table_rows(), README.read_text()
-    written = []
-    if not RECORDED.exists() or RECORDED.read_text() != recorded_text(shipped(rows, text)):
-        RECORDED.write_text(recorded_text(shipped(rows, text)))
-        written.append(str(RECORDED.relative_to(ROOT)))
-    new = readme_text(text, lookup(rows))
-    if new != text:
-        README.write_text(new)
-        written.append("README.md")
-    return written
+    return {RECORDED: recorded_text(shipped(rows, text)), README: readme_text(text, lookup(rows))}
+
+
+def build() -> list[str]:
+    stale = {path: text for path, text in made().items() if not path.exists() or path.read_text() != text}
+    for path, text in stale.items():
+        path.write_text(text)
+    return [str(path.relative_to(ROOT)) for path in stale]
 
 
 def check() -> list[str]:
-    rows, text = table_rows(), README.read_text()
-    by_key = lookup(rows)
     problems = table_problems()
-    if not RECORDED.exists() or RECORDED.read_text() != recorded_text(shipped(rows, text)):
-        problems.append("hpclab/data/recorded.csv is out of date with benchmarks/results/")
-    if readme_text(text, by_key) != text:
-        problems.append("README.md's result tables are out of date with benchmarks/results/")
+    for (path, text), what in zip(made().items(), ("hpclab/data/recorded.csv is", "README.md's result tables are")):
+        if not path.exists() or path.read_text() != text:
+            problems.append(f"{what} out of date with benchmarks/results/")
+    text = README.read_text()
     section = measured_section(text)
+    by_key = lookup(table_rows())
     problems += quote_problems(section, by_key, "README.md")
     problems += [f"README.md: {x!r} in 'Measured on real GPUs' is neither in a generated table nor quoted with its key"
                  for x in unmarked_figures(section)]

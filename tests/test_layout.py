@@ -112,10 +112,16 @@ def test_each_concept_is_defined_once():
         # barrier, then a clock: the timed region of timing.wall
         if re.search(r"\.Barrier\(\)\s*\n\s*\w+\s*=\s*(MPI\.Wtime|time\.perf_counter)\(\)", text):
             homes["timing.py"].append(name)
-        # speedup or efficiency defined without hpclab.scaling.speedups
+        # speedup or efficiency defined, or computed by division, anywhere but hpclab.scaling.speedups
         if any(isinstance(f, ast.FunctionDef) and re.search(r"speedup|efficienc", f.name) for f in ast.walk(tree)) \
                 and not re.search(r"from hpclab\.scaling import .*\bspeedups\b", text):
             homes["scaling.py"].append(name)
+        for node in ast.walk(tree):
+            pairs = [(t.id, node.value) for t in node.targets if isinstance(t, ast.Name)] \
+                if isinstance(node, ast.Assign) else []
+            if any(re.search(r"speedup|^eff", target) and any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div)
+                                                            for n in ast.walk(value)) for target, value in pairs):
+                homes["scaling.py"].append(name)
         # a table keyed by program names: the registry's job
         for node in ast.walk(tree):
             if isinstance(node, ast.Dict) and len({k.value for k in node.keys if isinstance(k, ast.Constant)}

@@ -1,10 +1,27 @@
 """``hpclab scaling PROGRAM``: a strong or weak scaling sweep under mpiexec, CSV and PNG into --out."""
 from __future__ import annotations
 
+import json
 import sys
 
 from hpclab import runner, scaling
 from hpclab.options import Parser, UsageError, count, count_list, output_folder, real
+from hpclab.programs import PROGRAMS
+
+
+def figures(sweep) -> dict:
+    """The sweep's medians, speedups and efficiencies (and its serial fraction) as recorded figures."""
+    from hpclab.results.recorded import figure
+
+    summary, unit = sweep.summary(), PROGRAMS[sweep.program].unit
+    rows = [figure(sweep.program, sweep.mode, r["ranks"], r["work"], unit, metric, r[key], "1" if metric != "wall_s" else "s")
+            for r in summary for metric, key in (("wall_s", "median_wall_s"), ("speedup", "speedup"),
+                                                 ("efficiency", "efficiency"))]
+    if len(summary) > 1:
+        top = summary[-1]
+        rows.append(figure(sweep.program, sweep.mode, top["ranks"], top["work"], unit, "serial_fraction",
+                           sweep.serial_fraction, "1"))
+    return {"topic": PROGRAMS[sweep.program].topic, "figures": rows}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         sweep = scaling.sweep_mpiexec(args.program, program_argv, ranks, args.weak, args.trials, mpiexec,
-                              args.work_arg, args.timing, args.timeout, progress=not args.no_progress)
+                                      args.work_arg, args.timing, args.timeout, progress=not args.no_progress)
     except UsageError as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -54,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     stem = f"{args.program}_{sweep.mode}"
     csv_path = sweep.write_csv(out / f"{stem}.csv")
     png_path = plot.save(sweep.figure(), stem, directory=out)
+    (out / f"{stem}.json").write_text(json.dumps(figures(sweep)) + "\n")
     print(sweep.table())
-    print(f"wrote {csv_path} and {png_path}")
+    print(f"wrote {csv_path}, {png_path} and {stem}.json (its figures, for benchmarks/record.py)")
     return 0 if all(r["passed"] for r in sweep.records) else 1

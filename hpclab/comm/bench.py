@@ -242,6 +242,22 @@ def targets(rat: list[dict]) -> dict:
     return result
 
 
+def figures(rows: list[dict], n: int) -> list[dict]:
+    """Time and bus bandwidth per backend and size, raw NCCL the baseline (the first sizes, below 64 B,
+    include NCCL's set-up: not a latency)."""
+    from hpclab.results.recorded import figure
+
+    raw = {r["size_bytes"]: r for r in rows if r["backend"] == RAW}
+    out = []
+    for r in (r for r in rows if r["size_bytes"] >= 64):
+        b = raw.get(r["size_bytes"]) if r["backend"] != RAW else None
+        out += [figure("allreduce", r["backend"], n, r["size_bytes"], "bytes", "time_s", r["time_us"] * 1e-6, "s",
+                       RAW, b and b["time_us"] * 1e-6),
+                figure("allreduce", r["backend"], n, r["size_bytes"], "bytes", "busbw", r["busbw_GBps"], "GB/s",
+                       RAW, b and b["busbw_GBps"])]
+    return out
+
+
 def table(rows: list[dict], n: int) -> str:
     head = f"{'backend':<9} {'size':>6} {'bytes':>11} {'time (us)':>11} {'algbw GB/s':>11} {'busbw GB/s':>11} {'reps':>4}  check"
     lines = [f"all-reduce over {n} ranks; busbw = algbw x 2(n-1)/n", head, "-" * len(head)]
@@ -359,6 +375,8 @@ def main(argv: list[str]) -> int:
         if args.json:
             print(json.dumps({"benchmark": "allreduce", "ranks": comm.size, "device": backend.name(),
                               "gpu": placement.gpu_name, "dtype": args.dtype, "rows": rows,
-                              "ratios": rat, "targets": tg, "notes": notes, "passed": passed}))
+                              "ratios": rat, "targets": tg, "notes": notes, "passed": passed,
+                              "topic": "allreduce", "device_name": placement.gpu_name, "note": "; ".join(notes),
+                              "figures": figures(rows, comm.size)}))
         sys.stdout.flush()
     return 0 if passed else 1

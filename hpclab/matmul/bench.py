@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import re
 import sys
 
 import numpy as np
@@ -143,6 +144,30 @@ def sass_counts(kernel) -> dict:
     return {op.strip(): text.count(op) for op in ops}
 
 
+RESOURCES = {"regs_per_thread": "registers", "shared_bytes_per_block": "B", "local_bytes_per_thread": "B",
+             "blocks_per_sm": "blocks", "warps_per_sm": "warps", "occupancy": "1"}
+
+
+def figures(d: dict) -> list[dict]:
+    """The run's figures (``hpclab.results.recorded.figure``): each kernel and tile shape against the cuBLAS
+    timed in turns with it, and its resources and SASS counts."""
+    from hpclab.results.recorded import figure
+
+    rows = []
+    for size, block in d["sizes"].items():
+        cublas = next((r["tflops"] for r in block["rows"] if r["kernel"] == "cublas"), None)
+        for r in (r for r in block["rows"] if "tflops" in r):
+            variant = r["kernel"]
+            if d.get(f"default_{variant}_config") not in (None, r["config"]):      # the tile-shape sweeps
+                variant = f"{variant}-{re.sub(r'[^A-Za-z0-9.]+', '-', r['config']).strip('-')}"
+            base = r.get("cublas_tflops", cublas) if r["kernel"] != "cublas" else None
+            rows.append(figure("matmul", variant, 1, int(size), "N", "tflops", r["tflops"], "TFLOP/s", "cublas", base))
+            rows += [figure("matmul", variant, 1, int(size), "N", k, r[k], unit) for k, unit in RESOURCES.items() if k in r]
+            rows += [figure("matmul", variant, 1, int(size), "N", f"sass_{op}", n, "instructions")
+                     for op, n in r.get("sass", {}).items()]
+    return rows
+
+
 def main(argv=None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     backend.select()
@@ -172,7 +197,7 @@ def main(argv=None) -> int:
         warp_configs += [warp.WarpConfig(*c) for c in WARP_CANDIDATES if warp.WarpConfig(*c) != warp.CONFIG]
     record = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "command": "hpclab bench matmul " + " ".join(sys.argv[1:] if argv is None else argv),
-              "backend": backend.name(), "device": dev, "default_fast_config": default.label(),
+              "backend": backend.name(), "device": dev, "device_name": dev["name"], "default_fast_config": default.label(),
               "default_warp_config": warp.CONFIG.label(),
               "sizes": {}}
     for n in sizes:
@@ -253,7 +278,7 @@ def main(argv=None) -> int:
         del a, b, c
     wrong = [(n, r["kernel"], r["config"]) for n, s in record["sizes"].items() for r in s["rows"]
              if r.get("correct") is False]
-    record["all_correct"] = not wrong
+    record.update(all_correct=not wrong, topic="matmul", figures=figures(record))
     for n, kernel, config in wrong:
         print(f"WRONG RESULT: N = {n}, {kernel} {config} differs from the reference by more than {TOLERANCE}")
     if args.json or args.out:

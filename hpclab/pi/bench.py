@@ -84,7 +84,26 @@ def measure(seconds: float = 1.0, repeats: int = 3, shapes: bool = True) -> dict
         } for b, t in scan]
     out["targets"] = {name: {"target": goal, "measured": out[name], "met": out[name] >= goal}
                       for name, goal in TARGETS.items()}
+    out.update(topic="pi", device_name=out["device"], note=f"counter-based generator {out['mc_counter_generator']}",
+               figures=figures(out))
     return out
+
+
+def figures(d: dict) -> list[dict]:
+    """The run's figures: the counter-based generator against numba.cuda.random's xoroshiro128+, the
+    4-bins-per-division midpoint kernel against one division per bin (the launch-shape scan is not kept)."""
+    from hpclab.results.recorded import figure
+
+    xoro, plain = d["mc_xoroshiro_samples_per_s"], d["midpoint_plain_bins_per_s"]
+    rows = [figure("pi-mc", variant, 1, "", "", "rate", d[key], "samples/s", "bench-xoroshiro128p", xoro)
+            for key, variant in (("mc_counter_samples_per_s", "bench"), ("mc_philox10_samples_per_s", "bench-philox10"),
+                                 ("mc_splitmix_samples_per_s", "bench-splitmix64")) if key in d]
+    return rows + [figure("pi-mc", "bench-xoroshiro128p", 1, "", "", "rate", xoro, "samples/s"),
+                   figure("pi-mc", "bench-xoroshiro128p", 1, d["xoroshiro_states"], "states", "init_s",
+                          d["xoroshiro_init_s"], "s"),
+                   figure("pi-midpoint", "bench", 1, "", "", "rate", d["midpoint_bins_per_s"], "bins/s", "bench-plain",
+                          plain),
+                   figure("pi-midpoint", "bench-plain", 1, "", "", "rate", plain, "bins/s")]
 
 
 def format_table(r: dict) -> str:

@@ -30,6 +30,20 @@ RUN_NAMES = {"h200": "1× H200", "h200x2": "2× H200 (NVLink)", "h200x4": "4× H
 
 
 THROUGHPUT = {"tflops", "busbw", "rate"}          # their ratio to a baseline is "vs_BASELINE"
+# The one row format of a measured figure: what benchmarks emit ("figures" in their JSON), what the curated
+# tables in benchmarks/results/ hold and what data/recorded.csv carries (with its table's name).
+FIELDS = ["date", "run", "device", "gpus", "program", "variant", "size", "size_unit", "metric", "value", "unit",
+          "baseline", "baseline_value", "ratio", "command", "note"]
+
+
+def figure(program, variant, gpus, size, size_unit, metric, value, unit, baseline="", base=None) -> dict:
+    """One figure of a run; with the ``baseline`` measured in the same run (its value ``base``), the ratio.
+    Date, run, device, command and note are the run's: benchmarks/record.py fills them in."""
+    row = dict.fromkeys(FIELDS, "") | {"program": program, "variant": variant, "gpus": gpus, "size": size,
+                                       "size_unit": size_unit, "metric": metric, "value": value, "unit": unit}
+    if baseline and base:
+        row.update(baseline=baseline, baseline_value=base, ratio=float(value) / float(base))
+    return row
 
 
 def keyed(rows) -> list[dict]:
