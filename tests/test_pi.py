@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 from hpclab.decomp import block_range
-from hpclab.pi import check, fast, mc, midpoint, splitmix, xoroshiro
+from hpclab.pi import check, fast, mc, midpoint, xoroshiro
 from .helpers import gpus, last_json, run_hpclab, run_mpi
 
 cuda = mc.cuda          # kernels below use the module's name, which the simulator replaces
 
-# On the simulator SplitMix64 and xoroshiro128+ run on NumPy scalars, which warn when their
-# uint64 arithmetic wraps (on purpose); their modules' own filters do not outlive pytest's.
+# On the simulator xoroshiro128+ runs on NumPy scalars, which warn when their
+# uint64 arithmetic wraps (on purpose); its module's own filters do not outlive pytest's.
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning",
                                         "ignore::numba.core.errors.NumbaWarning")
 
@@ -104,11 +104,6 @@ def test_philox_device_function_is_the_published_generator(rounds, counter, key,
     assert [int(v) for v in out] == expected
 
 
-def test_splitmix_reference_is_the_published_generator():
-    # First outputs of SplitMix64 seeded with 0 (Vigna's splitmix64.c).
-    assert [int(v) for v in splitmix.reference(0, 2, 0)] == [0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4]
-
-
 @pytest.mark.parametrize("start, count, seed", [
     (0, 3000, 7),
     (12345, 1001, 2**64 - 1),      # odd start and odd stop: lone samples at both ends
@@ -144,10 +139,6 @@ def test_fast_count_hits_loops_over_launches(monkeypatch):
     expected = mc.count_hits_reference(0, 1501, 5)
     monkeypatch.setattr(fast, "LAUNCH_PAIRS", 320)          # three launches, the last one partial
     assert fast.count_hits(0, 1501, 5) == expected
-
-
-def test_splitmix_kernel_matches_its_reference():
-    assert splitmix.count_hits(3, 700, 9, 2, 32) == splitmix.count_hits_reference(3, 700, 9)
 
 
 def test_sample_inside_agrees_with_the_reference():

@@ -13,7 +13,6 @@
 """
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
 
@@ -44,25 +43,29 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = Parser(prog="hpclab", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="hpclab", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("info", help="what this machine offers: backend, GPUs, MPI, NCCL")
-    run = sub.add_parser("run", help="run a workshop program on every rank", add_help=False)
-    run.add_argument("name", nargs="?", help=", ".join(sorted(PROGRAMS)))
-    bench = sub.add_parser("bench", help="run a benchmark", add_help=False)
-    bench.add_argument("name", nargs="?", help=", ".join(sorted(BENCHMARKS)))
+    sub.add_parser("info", help="what this machine offers: backend, GPUs, MPI, NCCL").set_defaults(handler=_info)
+    for name, registry, what in (("run", PROGRAMS, "run a workshop program on every rank"),
+                                 ("bench", BENCHMARKS, "run a benchmark")):
+        named = sub.add_parser(name, help=what, add_help=False)      # NAME's own options follow, -h among them
+        named.add_argument("name", nargs="?", help=", ".join(sorted(registry)))
+        named.set_defaults(handler=_run if name == "run" else _bench)
     sub.add_parser("scaling", help="strong/weak scaling sweep over rank counts (see hpclab scaling -h)",
-                   add_help=False)
+                   add_help=False).set_defaults(handler=lambda args, rest: _command("scaling").main(rest))
     ex = sub.add_parser("exercises", help="generate or check exercises/ from solutions/, or copy them to my-work/")
     ex.add_argument("action", choices=["build", "check", "copy", "link"])
     ex.add_argument("notebooks", nargs="*", help="link: solution notebooks (default: all of solutions/)")
-    ex.add_argument("--root", default=".", help="project root (default .)")
+    ex.add_argument("--root", default=".", help="project root")
     ex.add_argument("--dry-run", action="store_true", help="link: say what would be linked, write nothing")
+    ex.set_defaults(handler=_exercises)
     wb = sub.add_parser("workbook", help="execute every notebook on MPI engines into build/")
-    wb.add_argument("--engines", type=count(1, 1024), default=4)
-    wb.add_argument("--notebooks", default="notebooks")
-    wb.add_argument("--out", default="build")
+    wb.add_argument("--engines", type=count(1, 1024), default=4, help="MPI engines the notebooks run on")
+    wb.add_argument("--notebooks", default="notebooks", help="folder of NN_*.ipynb to run in order")
+    wb.add_argument("--out", default="build", help="folder for the executed copies and figures/")
     wb.add_argument("--timeout", type=count(1, 7 * 86400), default=1200, help="seconds per cell")
+    wb.set_defaults(handler=lambda args, rest: _command("workbook").main(
+        args.notebooks, args.out, args.engines, args.timeout) if not rest else _unknown(rest))
     cl = sub.add_parser("cluster", help="start, list or stop the MPI engines of an IPython profile; init --slurm: engines from Slurm")
     actions = cl.add_subparsers(dest="action", required=True)
     start = actions.add_parser("start", help="start the shared cluster that notebooks claim one at a time")
@@ -77,45 +80,55 @@ def _main(argv: list[str] | None) -> int:
     from hpclab.slurm.profile import add_cluster_init
 
     add_cluster_init(actions)
+    cl.set_defaults(handler=lambda args, rest: _cluster(args) if not rest else _unknown(rest))
 
     args, rest = parser.parse_known_args(argv)
-    if args.command == "info":
-        if rest:
-            parser.error(f"unrecognized arguments: {' '.join(rest)}")
-        from hpclab.cli.info import info
+    return args.handler(args, rest)
 
-        return info()
-    if args.command in ("run", "bench"):
-        names = sorted(PROGRAMS if args.command == "run" else BENCHMARKS)
-        if not args.name or args.name in ("-h", "--help"):
-            print(f"usage: hpclab {args.command} NAME [options]\n\navailable: {', '.join(names)}")
-            return 0 if args.name else 2
-        if args.command == "run":
-            from hpclab.runner import main as run_main
 
-            return run_main(args.name, rest)
-        if args.name not in names:
-            raise UsageError(f"hpclab bench: error: unknown benchmark {args.name!r}; choose one of: "
-                             f"{', '.join(names)}")
-        return importlib.import_module(BENCHMARKS[args.name]).main(rest)
-    if args.command == "scaling":
-        from hpclab.cli import scaling
+def _command(name: str):
+    """hpclab.cli.NAME, imported when its command runs (each pulls in what it needs, e.g. nbformat)."""
+    return importlib.import_module(f"hpclab.cli.{name}")
 
-        return scaling.main(rest)
-    if args.command == "exercises" and not any(r.startswith("-") for r in rest):
-        from hpclab.cli import exercises
 
-        # notebooks named after an option arrive in rest (argparse gives * positionals their values once)
-        return exercises.main(args.action, args.root, args.notebooks + rest, args.dry_run)
-    if rest:
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    if args.command == "workbook":
-        from hpclab.cli import workbook
+def _unknown(rest: list[str]) -> int:
+    raise UsageError(f"hpclab: error: unrecognized arguments: {' '.join(rest)}")
 
-        return workbook.main(args.notebooks, args.out, args.engines, args.timeout)
-    if args.command == "cluster":
-        return _cluster(args)
-    return 2
+
+def _info(args, rest) -> int:
+    return _command("info").info() if not rest else _unknown(rest)
+
+
+def _named(args, registry: dict) -> int | None:
+    """``hpclab run|bench`` without a NAME, or with -h: the list of names (exit status 0 with -h, else 2)."""
+    if not args.name or args.name in ("-h", "--help"):
+        print(f"usage: hpclab {args.command} NAME [options]\n\navailable: {', '.join(sorted(registry))}")
+        return 0 if args.name else 2
+    return None
+
+
+def _run(args, rest) -> int:
+    from hpclab import runner
+
+    listed = _named(args, PROGRAMS)
+    return runner.main(args.name, rest) if listed is None else listed
+
+
+def _bench(args, rest) -> int:
+    listed = _named(args, BENCHMARKS)
+    if listed is not None:
+        return listed
+    if args.name not in BENCHMARKS:
+        raise UsageError(f"hpclab bench: error: unknown benchmark {args.name!r}; choose one of: "
+                         f"{', '.join(sorted(BENCHMARKS))}")
+    return importlib.import_module(BENCHMARKS[args.name]).main(rest)
+
+
+def _exercises(args, rest) -> int:
+    if any(r.startswith("-") for r in rest):
+        return _unknown(rest)
+    # notebooks named after an option arrive in rest (argparse gives * positionals their values once)
+    return _command("exercises").main(args.action, args.root, args.notebooks + rest, args.dry_run)
 
 
 def _cluster(args) -> int:

@@ -65,8 +65,7 @@ def busbw_factor(n: int) -> float:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = Parser(prog="hpclab bench allreduce", description=__doc__,
-               formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="hpclab bench allreduce", description=__doc__)
     p.add_argument("--sizes", default=None,
                    help="message sizes in bytes, comma-separated, K/M/G = 1024^k "
                         "(default 4,1K,64K,1M,16M,256M on a GPU; 1K,64K on the simulator)")

@@ -23,7 +23,6 @@ all-reduce part is then what is left after the backward pass, and
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import os
@@ -40,8 +39,7 @@ def _parser():
     from hpclab.comm import BACKENDS
     from hpclab.options import Parser, count, count_list, real, real_list
 
-    p = Parser(prog="hpclab bench ddp", description=__doc__,
-               formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="hpclab bench ddp", description=__doc__)
     p.add_argument("--mode", choices=("digits", "scaling", "sweep", "buckets"), default=None)
     p.add_argument("--summarize", metavar="CSV", help="print speedup and efficiency from a scaling CSV")
     p.add_argument("--width", type=count(1, 1 << 20), default=4096)

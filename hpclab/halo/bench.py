@@ -20,7 +20,6 @@ at 4 GPUs; weak-scaling efficiency >= 0.95.
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import statistics
@@ -250,8 +249,6 @@ def scaling(args) -> int:
     from hpclab.device import select_gpu
 
     select_gpu(comm)
-    from mpi4py import MPI
-
     from hpclab.halo.bands import hash_fill
     from hpclab.halo.conv import check_method
     from hpclab.halo.executors import Buffers, run_device
@@ -353,8 +350,7 @@ def main(argv: list[str]) -> int:
     from hpclab.options import Parser, count
 
     side = count(1, (1 << 31) - 1)
-    parser = Parser(prog="hpclab bench conv", description=__doc__,
-                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="hpclab bench conv", description=__doc__)
     sub = parser.add_subparsers(dest="what", required=True)
     t = sub.add_parser("throughput", help="C2 at batch 32 against cuDNN")
     t.add_argument("--batch", type=count(1, 1 << 16), default=32)

@@ -18,7 +18,6 @@ figures say nothing about speed.
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import re
@@ -58,8 +57,7 @@ _sizes = count_list(1, 1 << 17, example="4096,8192")
 
 
 def parse(argv):
-    p = Parser(prog="hpclab bench matmul", description=__doc__,
-               formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="hpclab bench matmul", description=__doc__)
     p.add_argument("--sizes", type=_sizes, default=None,
                    help="comma-separated N (default 4096,8192 on a GPU, 32 on the simulator)")
     p.add_argument("--repeats", type=count(1, 10**6), default=None,
