@@ -16,8 +16,6 @@ value in the quoted unit, rounded to the digits quoted.
 """
 from __future__ import annotations
 
-import csv
-import io
 import re
 import sys
 from decimal import ROUND_HALF_UP, Decimal
@@ -55,8 +53,7 @@ def tables() -> dict[str, list[dict]]:
     return {p.name: record.load(p) for p in sorted(RESULTS.glob("*_*.csv"))}
 
 
-def table_rows() -> list[dict]:
-    """Every curated row, with its table's name (h200x4_pi)."""
+def table_rows() -> list[dict]:          # every curated row, with its table's name (h200x4_pi)
     return [{"table": name[:-4], **r} for name, rows in tables().items() for r in rows]
 
 
@@ -82,11 +79,7 @@ def shipped(rows: list[dict], readme: str) -> list[dict]:
 
 
 def recorded_text(rows: list[dict]) -> str:
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=["table", *record.FIELDS], lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    return out.getvalue()
+    return record.csv_text(rows, ["table", *record.FIELDS])
 
 
 def table_problems() -> list[str]:
@@ -127,31 +120,19 @@ def sig(x: float, digits: int = 3) -> str:
     return fixed(x, max(0, digits - 1 - Decimal(repr(x)).adjusted())) if x else "0"
 
 
-def sci(x: float, decimals: int = 2) -> str:
-    """8.20e11, 5.6e-6"""
+def sci(x: float, decimals: int = 2) -> str:          # 8.20e11, 5.6e-6
     exponent = Decimal(repr(float(sig(x, decimals + 1)))).adjusted()
     return f"{fixed(float(x) / 10 ** exponent, decimals)}e{exponent}"
 
 
-def tf(x: float) -> str:
-    """50.3, 7.75, 155.7 (TFLOP/s)"""
-    return fixed(x, 1 if x >= 10 else 2)
+def seconds(x: float) -> str:                         # 612 µs, 1.205 ms, 307.3 ms, 1.20 s
+    return f"{sig(x * 1e6, 3)} µs" if x < 1e-3 else f"{sig(x * 1e3, 4)} ms" if x < 1 else f"{sig(x, 3)} s"
 
 
-def seconds(x: float) -> str:
-    """612 µs, 1.205 ms, 307.3 ms, 1.20 s"""
-    if x < 1e-3:
-        return f"{sig(x * 1e6, 3)} µs"
-    return f"{sig(x * 1e3, 4)} ms" if x < 1 else f"{sig(x, 3)} s"
-
-
-def count(x: float) -> str:
-    """83 713"""
-    return f"{int(Decimal(repr(float(x))).quantize(Decimal(1), ROUND_HALF_UP)):,}".replace(",", " ")
-
-
-def met(ok: bool) -> str:
-    return "met" if ok else "NOT met"
+FORMATS = {"fixed": fixed, "sig": sig, "sci": sci, "seconds": seconds,
+           "tf": lambda x: fixed(x, 1 if x >= 10 else 2),                            # 50.3, 7.75 (TFLOP/s)
+           "count": lambda x: f"{int(Decimal(repr(float(x))).quantize(1, ROUND_HALF_UP)):,}".replace(",", " "),
+           "met": lambda ok: "met" if ok else "NOT met"}
 
 
 def fill(template: str, by_key: dict) -> str:
@@ -166,8 +147,7 @@ def fill(template: str, by_key: dict) -> str:
         command, _, more = row(key)["command"].partition("   (")        # '... (N = 1, 2, 4)': one job per rank count
         return f"{where}, {row(key)['date']}: `{command}`" + (f" ({more}" if more else "")
 
-    names = {"f": lambda key: row(key)["value"], "row": row, "caption": caption, "recorded": recorded,
-             **{fn.__name__: fn for fn in (fixed, sig, sci, tf, seconds, count, met)}}
+    names = {"f": lambda key: row(key)["value"], "row": row, "caption": caption, "recorded": recorded, **FORMATS}
     return FIELD.sub(lambda m: str(eval(m.group(1), names)), template)  # noqa: S307 - our own README
 
 
@@ -178,10 +158,14 @@ def readme_text(text: str, by_key: dict) -> str:
 
 # ---------------------------------------------------------------- quoted figures
 
+def number_before(text: str):
+    """The number (and its unit) that ends a text, as quoted before a marker: a match, or None."""
+    return re.search(NUMBER.pattern + r"\s*([^\s\d(]*)$", re.sub(r"[*_`]+$", "", text.rstrip()).rstrip())
+
+
 def quote_problem(text_before: str, key: str, row: dict) -> str | None:
     """None when the number just before a marker equals the row's value as quoted, else why not."""
-    tail = re.sub(r"[*_`]+$", "", text_before.rstrip()).rstrip()
-    match = re.search(NUMBER.pattern + r"\s*([^\s\d(]*)$", tail)
+    match = number_before(text_before)
     if not match:
         return f"no number before the marker for {key}"
     number, unit = match.group(1), match.group(2)
@@ -235,8 +219,7 @@ def unmarked_figures(section: str) -> list[str]:
     text = BLOCK.sub("", section)
     text = re.sub(r"`[^`]*`", "", text)                       # commands and names
     for m in reversed(list(MARKER.finditer(text))):
-        tail = re.sub(r"[*_`]+$", "", text[:m.start()].rstrip()).rstrip()
-        quoted = re.search(NUMBER.pattern + r"\s*([^\s\d(]*)$", tail)
+        quoted = number_before(text[:m.start()])
         start = quoted.start() if quoted else m.start()
         text = text[:start] + text[m.end():]
     found = []
@@ -280,12 +263,9 @@ def main(argv: list[str]) -> int:
     if argv not in (["build"], ["check"]):
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
-    if argv == ["build"]:
-        for name in build():
-            print(f"wrote {name}")
+    print("".join(f"wrote {name}\n" for name in (build() if argv == ["build"] else [])), end="")
     problems = check()
-    for p in problems:
-        print(f"error: {p}", file=sys.stderr)
+    print("".join(f"error: {p}\n" for p in problems), end="", file=sys.stderr)
     if problems:
         print("run `python benchmarks/curate.py build` (generated from benchmarks/results/); a quoted figure that "
               "disagrees is fixed by hand", file=sys.stderr)

@@ -89,19 +89,18 @@ def complete(d: dict, path: Path, given: dict, fallback: dict) -> list[dict]:
 # ---------------------------------------------------------------- tables
 
 def load(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    with path.open() as fh:
-        return list(csv.DictReader(fh))
+    return list(csv.DictReader(io.StringIO(path.read_text()))) if path.exists() else []
+
+
+def csv_text(rows: list[dict], fields: list[str] = FIELDS) -> str:
+    out = io.StringIO()
+    csv.DictWriter(out, fieldnames=fields, lineterminator="\n").writerows([dict(zip(fields, fields)), *rows])
+    return out.getvalue()
 
 
 def write(path: Path, rows: list[dict]) -> None:
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=FIELDS, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(out.getvalue())
+    path.write_text(csv_text(rows))
 
 
 def add(rows: list[dict], table: Path) -> tuple[int, int]:
@@ -144,11 +143,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="benchmarks/record.py", description=summary, epilog=usage,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("paths", nargs="+", type=Path, help="result files, or folders written by the GPU suite")
-    p.add_argument("--command", default="", help="the exact command that wrote the file")
-    p.add_argument("--date", default="", help="YYYY-MM-DD (default: the result's own)")
-    p.add_argument("--device", default="", help="the GPU's name, e.g. 'NVIDIA H200' (default: the result's own)")
-    p.add_argument("--run", default="", help="a name to keep this run beside the record (default: it is the record)")
-    p.add_argument("--note", default="", help="what a reader should know about this run")
+    for name, what in (("command", "the exact command that wrote the file"), ("date", "YYYY-MM-DD (default: the result's own)"),
+                       ("device", "the GPU's name, e.g. 'NVIDIA H200' (default: the result's own)"),
+                       ("run", "a name to keep this run beside the record (default: it is the record)"),
+                       ("note", "what a reader should know about this run")):
+        p.add_argument(f"--{name}", default="", help=what)
     p.add_argument("--into", type=Path, default=RESULTS, help="folder of the tables (default benchmarks/results)")
     args = p.parse_args(argv)
     given = {k: getattr(args, k) for k in ("command", "date", "device", "run", "note")}
