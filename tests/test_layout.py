@@ -102,10 +102,11 @@ def _sources():
 
 def test_each_concept_is_defined_once():
     """The timed region, speedup and efficiency, the facts about each program, the input check, the
-    recorded table's reader and the memory check each have one home, which the others call."""
+    recorded table's reader, the memory check and the GPU's name each have one home, which the others call."""
     from hpclab.programs import PROGRAMS
 
-    homes = {"timing.py": [], "scaling.py": [], "programs.py": [], "runner.py": [], "recorded.py": [], "budget.py": []}
+    homes = {"timing.py": [], "scaling.py": [], "programs.py": [], "runner.py": [], "recorded.py": [], "budget.py": [],
+             "device.py": []}
     for path in _sources():
         text, name = path.read_text(), path.name
         tree = ast.parse(text)
@@ -133,5 +134,7 @@ def test_each_concept_is_defined_once():
             homes["recorded.py"].append(name)
         if "/proc/meminfo" in text or "virtual_memory(" in text:
             homes["budget.py"].append(name)
+        if ".name.decode(" in text:             # the GPU's name, as Numba gives it (bytes or str)
+            homes["device.py"].append(name)
     assert {home: sorted(set(names)) for home, names in homes.items()} == \
         {home: [home] if home != "scaling.py" else ["scaling.py"] for home in homes}, homes

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import sys
 
+from hpclab.device import identity
 from hpclab.runner import env_rank
 
 
@@ -23,10 +24,9 @@ def info() -> int:
         cuda = backend.cuda()
         for i, gpu in enumerate(cuda.gpus):
             with gpu:
-                dev = cuda.get_current_device()
-                name = dev.name.decode() if isinstance(dev.name, bytes) else dev.name
+                dev, (name, uuid) = cuda.get_current_device(), identity()
                 cc = ".".join(map(str, dev.compute_capability))
-                rows.append((f"  GPU {i}", f"{name} (compute {cc}, {dev.MULTIPROCESSOR_COUNT} SMs) {dev.uuid}"))
+                rows.append((f"  GPU {i}", f"{name} (compute {cc}, {dev.MULTIPROCESSOR_COUNT} SMs) {uuid}"))
     comm = None
     try:
         from hpclab import mpi

@@ -28,6 +28,8 @@ import time
 
 import numpy as np
 
+from hpclab.device import identity
+
 THROUGHPUT_TARGET, STRONG_TARGET, WEAK_TARGET = 0.25, 0.90, 0.95
 COMPARISONS = ("cudnn_fp32", "cudnn_tf32", "torch_im2col_sgemm_fp32")
 
@@ -139,7 +141,7 @@ def throughput(args) -> int:
     def err(got):
         return float(np.abs(np.asarray(got[:m], np.float64) - want64).max() / scale)
 
-    device = _device_name()
+    device = identity()[0]
     result = {"layer": "C2", "shape": [n, c, h, w], "weights": [k, c, r, r], "pad": pad, "gflop": flops / 1e9,
               "device": device, "fp32_peak_tflops": _fp32_peak(device), "ours": {},
               "tflops_note": "effective TFLOP/s = 2NKCRSPQ / time (direct-convolution operation count)"}
@@ -223,15 +225,6 @@ def throughput(args) -> int:
     return 0
 
 
-def _device_name() -> str:
-    from hpclab import backend
-
-    if backend.is_simulator():
-        return "simulator"
-    dev = backend.cuda().get_current_device()
-    return dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
-
-
 def scaling(args) -> int:
     """One rank count: strong and weak runs of one large convolution layer.
 
@@ -292,7 +285,7 @@ def scaling(args) -> int:
                          "split_wall_s": split_wall})
         x = buffers = None                                    # freed before the next mode's
     if rank == 0:
-        print(json.dumps({"ranks": size, "device": _device_name(), "note": note5, "runs": rows}))
+        print(json.dumps({"ranks": size, "device": identity()[0], "note": note5, "runs": rows}))
         sys.stdout.flush()
     return 0
 

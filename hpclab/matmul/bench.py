@@ -26,6 +26,7 @@ import sys
 import numpy as np
 
 from hpclab import backend
+from hpclab.device import identity
 from hpclab.options import Parser, count, count_list
 
 # Candidate tile shapes for the sweep: (bm, bn, bk, tm, tn, vec, pad).
@@ -80,8 +81,7 @@ def device_info(cuda) -> dict:
     """Name, SMs, clock and the FP32 peak they imply (FMA = 2 flops per lane per clock)."""
     if backend.is_simulator():
         return {"name": "Numba CUDA simulator", "fp32_peak_tflops": None}
-    dev = cuda.get_current_device()
-    name = dev.name.decode() if isinstance(dev.name, bytes) else dev.name
+    dev, name = cuda.get_current_device(), identity()[0]
     cc = tuple(dev.compute_capability)
     sms = _attr(dev, "MULTIPROCESSOR_COUNT", 0)
     clock_khz = _attr(dev, "CLOCK_RATE")          # the boost clock; deprecated in newer CUDA

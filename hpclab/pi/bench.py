@@ -35,6 +35,7 @@ def _rate(make, first: int, limit: int, seconds: float, repeats: int) -> tuple[f
 
 def measure(seconds: float = 1.0, repeats: int = 3, shapes: bool = True) -> dict:
     from hpclab import backend
+    from hpclab.device import identity
     from hpclab.launch import cuda, full_gpu
     from hpclab.pi import fast, midpoint, mc, xoroshiro
 
@@ -44,12 +45,8 @@ def measure(seconds: float = 1.0, repeats: int = 3, shapes: bool = True) -> dict
     limit_mid = backend.auto_size(gpu=MAX_BINS, sim=4_000)
     seconds = seconds if not sim else 0.0
     out: dict = {"backend": backend.name(), "date": datetime.datetime.now().isoformat(timespec="seconds")}
-    if not sim:
-        dev = cuda.get_current_device()
-        out["device"] = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
-        out["sms"] = dev.MULTIPROCESSOR_COUNT
-    else:
-        out["device"], out["sms"] = "simulator", 1
+    out["device"] = identity()[0]
+    out["sms"] = 1 if sim else cuda.get_current_device().MULTIPROCESSOR_COUNT
     blocks, threads = full_gpu(1 << 40)
     out["launch"] = {"blocks": blocks, "threads": threads}
 
