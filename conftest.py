@@ -88,7 +88,7 @@ def pytest_runtest_call(item):
     outputs = getattr(item, "test_outputs", None)
     cell = getattr(item, "cell", None)
     if outputs is not None and cell is not None and cell.cell_type == "code":
-        from hpclab.workbook import missing_image
+        from hpclab.cli.workbook import missing_image
 
         why = missing_image(cell.source, outputs)
         if why:

@@ -1,75 +1,85 @@
-"""The curated GPU results (benchmarks/results/<machine>_<topic>.csv) -> what is generated from them.
+"""The curated GPU results (benchmarks/results/<machine>_<topic>.csv) -> what is made from them.
 
     python benchmarks/curate.py build    # rewrite hpclab/data/recorded.csv and the README's result tables
     python benchmarks/curate.py check    # exit 1 if either is out of date, or a quoted figure disagrees
 
 The tables are the source (benchmarks/record.py adds a run to them). From them:
-- ``hpclab/data/recorded.csv``, package data that ``hpclab.recorded`` reads: one row per figure under a key
-  ``program/variant/run/<gpus>gpu/<size>/metric`` (run = the machine, h200x4, or machine-name for a named
-  run), and one more per compared figure whose value is the ratio to its baseline: metric ``vs_BASELINE``
-  for a throughput (tflops, busbw, rate), ``METRIC_vs_BASELINE`` otherwise;
-- the blocks of README.md's "Measured on real GPUs" between ``<!-- table: NAME -->`` and ``<!-- /table -->``.
+- ``hpclab/data/recorded.csv``, package data that ``hpclab.results.recorded`` reads (and keys): the rows the
+  README or a notebook quotes, or a notebook plots (:data:`PLOTTED`), in the tables' row format with a
+  ``table`` column;
+- README.md's result tables: a block ``<!-- table: NAME`` holds a template up to ``-->``, then the table made
+  from it up to ``<!-- /table -->``; each ``{{ expression }}`` of the template is Python over ``f(KEY)`` (a
+  figure's value), ``row(KEY)`` (its row), ``caption(KEY, where)``, ``recorded`` and the formats below.
 A figure quoted in prose (README or notebook) carries its key in a comment right after it,
 ``0.923 ms<!-- recorded: allreduce/nccl/h200x2/2gpu/268435456/time_s -->``, and must equal the table's
 value in the quoted unit, rounded to the digits quoted.
 """
 from __future__ import annotations
 
-import csv
-import io
 import re
 import sys
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
+import nbformat
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import record  # noqa: E402  (benchmarks/record.py: the tables' columns and files)
+
+from hpclab.results import recorded  # noqa: E402
 
 ROOT = record.ROOT
 RESULTS = record.RESULTS
 RECORDED = ROOT / "hpclab" / "data" / "recorded.csv"
 README = ROOT / "README.md"
-KEYED = ["key", "topic", "program", "variant", "run", "date", "device", "gpus", "size", "size_unit", "metric", "value",
-         "unit", "command", "note", "source"]
-THROUGHPUT = {"tflops", "busbw", "rate"}
-BLOCK = re.compile(r"(<!-- table: (\S+) -->\n)(.*?)(<!-- /table -->)", re.S)
+BLOCK = re.compile(r"(<!-- table: (\S+)\n(.*?)-->\n)(.*?)(<!-- /table -->)", re.S)
+FIELD = re.compile(r"\{\{(.*?)\}\}")
 MARKER = re.compile(r"<!--\s*recorded:\s*(\S+)\s*-->")
 NUMBER = re.compile(r"(\d{1,3}(?:[,\u2009\u202f ]\d{3})+|\d+(?:\.\d+)?(?:e[-+]?\d+)?)")
-SCALE = {"%": 100.0, "ms": 1e3, "µs": 1e6, "us": 1e6, "ns": 1e9, "M": 1e-6}   # quoted unit <- the table's
+SCALE = {"%": 100.0, "ms": 1e3, "µs": 1e6, "us": 1e6, "ns": 1e9, "M": 1e-6, "×": 1.0}   # quoted unit <- the table's
+# What the notebooks plot: hpclab.results.recorded's curves, conv_points and allreduce, and notebooks 04 and 07's rows().
+PLOTTED = [{"program": "pi-mc", "variant": "strong", "metric": "wall_s"},
+           {"program": "pi-midpoint", "variant": "bench", "run": "h200", "metric": "rate"},
+           {"program": "conv-halo", "run": "h200x4"}, {"program": "ddp-scaling", "run": "h200x4", "metric": "step_s"},
+           {"program": "ddp-scaling", "run": "h200x2", "gpus": 2}, {"program": "allreduce", "metric": "time_s"},
+           {"program": "allreduce", "metric": "busbw"},
+           {"program": "matmul", "run": "h200", "size": 4096, "metric": "tflops"}]
 
 
-# ---------------------------------------------------------------- the tables and their keys
+# ---------------------------------------------------------------- the tables and what ships
 
 def tables() -> dict[str, list[dict]]:
     """Every curated table by file name (h200x4_pi.csv), rows as written."""
     return {p.name: record.load(p) for p in sorted(RESULTS.glob("*_*.csv"))}
 
 
-def keyed_rows() -> list[dict]:
-    """The rows of hpclab/data/recorded.csv, in table order, ratios after the figure they compare."""
-    out = []
-    for name, rows in tables().items():
-        label, topic = name[:-4].split("_", 1)
-        for r in rows:
-            run = label + (f"-{r['run']}" if r["run"] else "")
-            stem = "/".join(p for p in (r["program"], r["variant"], run, f"{r['gpus']}gpu", r["size"]) if p)
-            base = {"topic": topic, "program": r["program"], "variant": r["variant"], "run": run, "date": r["date"],
-                    "device": r["device"], "gpus": r["gpus"], "size": r["size"], "size_unit": r["size_unit"],
-                    "command": r["command"], "note": r["note"], "source": f"benchmarks/results/{name}"}
-            out.append({"key": f"{stem}/{r['metric']}", **base, "metric": r["metric"], "value": r["value"],
-                        "unit": r["unit"]})
-            if r["baseline"]:
-                metric = ("" if r["metric"] in THROUGHPUT else f"{r['metric']}_") + f"vs_{r['baseline']}"
-                out.append({"key": f"{stem}/{metric}", **base, "metric": metric, "value": r["ratio"], "unit": "1"})
-    return out
+def table_rows() -> list[dict]:          # every curated row, with its table's name (h200x4_pi)
+    return [{"table": name[:-4], **r} for name, rows in tables().items() for r in rows]
+
+
+def lookup(rows: list[dict]) -> dict:
+    """Keyed figures of the curated tables and the workshop's A100 runs, as quotes and templates see them."""
+    return {r["key"]: r for r in [*recorded.keyed(rows), *recorded.a100_rows()]}
+
+
+def quoted_keys(readme: str) -> set[str]:
+    """Keys quoted in the README (markers, templates) and in the notebooks' markdown."""
+    texts = [readme] + [cell.source for folder in ("notebooks", "solutions") for p in sorted((ROOT / folder).glob("*.ipynb"))
+                        for cell in nbformat.read(p, as_version=4).cells if cell.cell_type == "markdown"]
+    return {k for t in texts for k in MARKER.findall(t)} | set(re.findall(r'(?:f|row|caption)\("([^"]+)"', readme))
+
+
+def shipped(rows: list[dict], readme: str) -> list[dict]:
+    """The rows that recorded.csv carries: quoted or plotted (a row counts with its ratio)."""
+    keys = quoted_keys(readme)
+
+    def wanted(k):
+        return k["key"] in keys or any(all(k[f] == v for f, v in w.items()) for w in PLOTTED)
+    return [r for r in rows if any(wanted(k) for k in recorded.keyed([r]))]
 
 
 def recorded_text(rows: list[dict]) -> str:
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=KEYED, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    return out.getvalue()
+    return record.csv_text(rows, ["table", *record.FIELDS])
 
 
 def table_problems() -> list[str]:
@@ -96,7 +106,7 @@ def table_problems() -> list[str]:
     return problems
 
 
-# ---------------------------------------------------------------- formatting
+# ---------------------------------------------------------------- the README's tables
 
 def fixed(x: float, decimals: int) -> str:
     """x with this many decimals, halves rounded up (2.065 -> 2.07, as a reader rounds)."""
@@ -110,284 +120,52 @@ def sig(x: float, digits: int = 3) -> str:
     return fixed(x, max(0, digits - 1 - Decimal(repr(x)).adjusted())) if x else "0"
 
 
-def sci(x: float, decimals: int = 2) -> str:
-    """8.20e11, 5.6e-6"""
+def sci(x: float, decimals: int = 2) -> str:          # 8.20e11, 5.6e-6
     exponent = Decimal(repr(float(sig(x, decimals + 1)))).adjusted()
     return f"{fixed(float(x) / 10 ** exponent, decimals)}e{exponent}"
 
 
-def tf(x: float) -> str:
-    """50.3, 7.75, 155.7 (TFLOP/s)"""
-    return fixed(x, 1 if x >= 10 else 2)
+def seconds(x: float) -> str:                         # 612 µs, 1.205 ms, 307.3 ms, 1.20 s
+    return f"{sig(x * 1e6, 3)} µs" if x < 1e-3 else f"{sig(x * 1e3, 4)} ms" if x < 1 else f"{sig(x, 3)} s"
 
 
-def seconds(x: float) -> str:
-    """612 µs, 1.205 ms, 307.3 ms, 1.20 s"""
-    if x < 1e-3:
-        return f"{sig(x * 1e6, 3)} µs"
-    return f"{sig(x * 1e3, 4)} ms" if x < 1 else f"{sig(x, 3)} s"
+FORMATS = {"fixed": fixed, "sig": sig, "sci": sci, "seconds": seconds,
+           "tf": lambda x: fixed(x, 1 if x >= 10 else 2),                            # 50.3, 7.75 (TFLOP/s)
+           "count": lambda x: f"{int(Decimal(repr(float(x))).quantize(1, ROUND_HALF_UP)):,}".replace(",", " "),
+           "met": lambda ok: "met" if ok else "NOT met"}
 
 
-def count(x: float) -> str:
-    """83 713"""
-    return f"{int(Decimal(repr(float(x))).quantize(Decimal(1), ROUND_HALF_UP)):,}".replace(",", " ")
+def fill(template: str, by_key: dict) -> str:
+    """A table's template with every {{ expression }} evaluated."""
+    def row(key):
+        if key not in by_key:
+            raise KeyError(f"README.md's tables need {key}, which no curated table has")
+        return by_key[key]
 
-
-def nbytes(n: int) -> str:
-    for suffix, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale and n % scale == 0:
-            return f"{n // scale} {suffix}"
-    return f"{n} B"
-
-
-def met(ok: bool) -> str:
-    return "met" if ok else "NOT met"
-
-
-class Figures:
-    """Lookups for the README blocks: values and rows by key (the keys of recorded.csv)."""
-
-    def __init__(self, rows: list[dict]):
-        self.by_key = {r["key"]: r for r in rows}
-
-    def row(self, key: str) -> dict:
-        if key not in self.by_key:
-            raise KeyError(f"the README's tables need {key}, which no curated table has")
-        return self.by_key[key]
-
-    def __call__(self, key: str) -> float:
-        return float(self.row(key)["value"])
-
-    def has(self, key: str) -> bool:
-        return key in self.by_key
-
-    def caption(self, key: str, where: str) -> str:
+    def caption(key, where):
         """'One H200, 2026-11-22: `command`' for the run of ``key``."""
-        r = self.row(key)
-        command, _, more = r["command"].partition("   (")        # '... (N = 1, 2, 4)': one job per rank count
-        return f"{where}, {r['date']}: `{command}`" + (f" ({more}" if more else "") + "\n\n"
+        command, _, more = row(key)["command"].partition("   (")        # '... (N = 1, 2, 4)': one job per rank count
+        return f"{where}, {row(key)['date']}: `{command}`" + (f" ({more}" if more else "")
+
+    names = {"f": lambda key: row(key)["value"], "row": row, "caption": caption, "recorded": recorded, **FORMATS}
+    return FIELD.sub(lambda m: str(eval(m.group(1), names)), template)  # noqa: S307 - our own README
 
 
-# ---------------------------------------------------------------- the README's blocks
-
-def matmul(f: Figures) -> str:
-    k = "matmul/{}/{}/1gpu/{}/{}"
-    h200, h100 = (f.row(k.format("warp", run, 4096, "tflops")) for run in ("h200", "h100"))
-    out = (f"One H200 ({h200['date']}) and one H100 80GB HBM3 ({h100['date']}), one run each: "
-           f"`{h200['command']}`" + ("" if h100["command"] == h200["command"] else f", `{h100['command']}`") + "\n\n") + \
-        ("| GPU | N | cuBLAS | warp-tiled (128×128×16, warps 32×64, 8×8 per lane) | fast (128×128×8, 8×8 per thread) "
-         "| tiled (32×32) | naive |\n|---|---|---|---|---|---|---|\n")
-    for run, gpu in (("h200", "H200"), ("h100", "H100")):
-        for n in (4096, 8192):
-            cells = [f"{tf(f(k.format('cublas', run, n, 'tflops')))} TFLOP/s"]
-            for kernel in ("warp", "fast", "tiled", "naive"):
-                if not f.has(k.format(kernel, run, n, "tflops")):
-                    cells.append("—")
-                    continue
-                value, ratio = tf(f(k.format(kernel, run, n, "tflops"))), 100 * f(k.format(kernel, run, n, "vs_cublas"))
-                cells.append(f"{value} TFLOP/s = **{fixed(ratio, 1)} % of cuBLAS**" if kernel == "warp"
-                             else f"{value} ({fixed(ratio, 1)} %)")
-            out += f"| {gpu} | {n} | " + " | ".join(cells) + " |\n"
-    return out
-
-
-def pi(f: Figures) -> str:
-    from hpclab import reference
-
-    a100 = next(r for r in reference.a100_scaling("ex2_pi_mc") if r["ranks"] == 1)
-    mc = {v: f(f"pi-mc/{v}/h200/1gpu/rate") for v in ("bench", "bench-philox10", "bench-splitmix64",
-                                                       "bench-xoroshiro128p")}
-    vs = {v: fixed(f(f"pi-mc/{v}/h200/1gpu/vs_bench-xoroshiro128p"), 2) for v in ("bench", "bench-philox10",
-                                                                                   "bench-splitmix64")}
-    mid, plain = f("pi-midpoint/bench/h200/1gpu/rate"), f("pi-midpoint/bench-plain/h200/1gpu/rate")
-    init = next(r for r in f.by_key.values() if r["key"].startswith("pi-mc/bench-xoroshiro128p/h200/1gpu/")
-                and r["metric"] == "init_s")
-    rows = [("Monte Carlo, counter-based Philox4x32-7, samples/s per GPU", f"**{sci(mc['bench'])}**",
-             f"{vs['bench']}× xoroshiro128+ (`numba.cuda.random`, {sci(mc['bench-xoroshiro128p'])})",
-             f"≥ 8e11: {met(mc['bench'] >= 8e11)} ({fixed(mc['bench'] / 8e11, 2)}×)",
-             sci(a100["work"] / a100["median_wall_s"])),
-            ("Monte Carlo, Philox4x32-10 / SplitMix64", f"{sci(mc['bench-philox10'])} / {sci(mc['bench-splitmix64'])}",
-             f"{vs['bench-philox10']}× / {vs['bench-splitmix64']}× xoroshiro128+", "", ""),
-            (f"xoroshiro128+ state initialisation, {count(float(init['size']))} states",
-             f"{fixed(init['value'], 3)} s (host side)", "", "", ""),
-            ("midpoint rule, float64, bins/s per GPU", f"**{sci(mid)}**",
-             f"{fixed(f('pi-midpoint/bench/h200/1gpu/vs_bench-plain'), 2)}× one division per bin ({sci(plain)})",
-             f"≥ 1e12: {met(mid >= 1e12)} ({fixed(mid / 1e12, 2)}×)", "")]
-    return (f.caption("pi-mc/bench/h200/1gpu/rate", "One H200")
-            + "| measure | H200 | comparison in the same run | target | workshop A100 |\n|---|---|---|---|---|\n"
-            + "".join("| " + " | ".join(row) + " |\n" for row in rows))
-
-
-def pi_scaling(f: Figures) -> str:
-    from hpclab import reference
-
-    out = "| run | samples | 1 GPU | 2 GPUs | 4 GPUs | efficiency at the most GPUs |\n|---|---|---|---|---|---|\n"
-    for run, what in (("h200x4", "4× H200"), ("h200x2", "2× H200")):
-        walls = sorted((r for r in f.by_key.values() if r["program"] == "pi-mc" and r["run"] == run
-                        and r["variant"] == "strong" and r["metric"] == "wall_s"), key=lambda r: int(r["gpus"]))
-        top = walls[-1]
-        stem = top["key"].rsplit("/", 1)[0]
-        eff = f(stem + "/efficiency")
-        note = top["note"].split(";")[0].split(",")[0]
-        cells = {int(r["gpus"]): f"{fixed(r['value'], 3)} s" for r in walls}
-        serial = fixed(f(stem + "/serial_fraction"), 4)
-        extra = f" (Amdahl serial fraction {serial}; target ≥ 0.98 at 4: {met(eff >= 0.98)})" \
-            if int(top["gpus"]) == 4 else ""
-        out += (f"| {what}, {top['date']}, {note} | {sci(float(top['size']))} | "
-                + " | ".join(cells.get(n, "—") for n in (1, 2, 4)) + f" | **{fixed(eff, 4)}**{extra} |\n")
-    a100 = {r["ranks"]: r for r in reference.a100_scaling("ex2_pi_mc")}
-    out += (f"| workshop A100 (FASRC) | {sci(a100[1]['work'])} | "
-            + " | ".join(f"{fixed(a100[n]['median_wall_s'], 1)} s" for n in (1, 2, 4))
-            + f" | {fixed(a100[4]['efficiency'], 4)} |\n")
-    return out
-
-
-def allreduce(run: str, ranks: int):
-    def render(f: Figures) -> str:
-        k = f"allreduce/{{}}/{run}/{ranks}gpu/{{}}/{{}}"
-        out = f.caption(k.format("nccl", 1 << 28, "busbw"), f"{ranks}× H200")
-        out += "| size | host-staged MPI | hpclab `nccl` | raw NCCL | hpclab / raw |\n|---|---|---|---|---|\n"
-        for size in (64, 4096, 1 << 20, 1 << 28, 1 << 30):
-            cells = []
-            for backend in ("mpi-host", "nccl", "raw-nccl"):
-                t, bw = f(k.format(backend, size, "time_s")), f(k.format(backend, size, "busbw"))
-                cells.append(seconds(t) + (f" ({fixed(bw, 1)} GB/s)" if size >= 1 << 20 else ""))
-            if size <= 1 << 16:
-                ratio = f(k.format("nccl", size, "time_s_vs_raw-nccl"))
-                note = f"time {fixed(ratio, 2)}×" + (f" (target ≤ 1.5×: {met(ratio <= 1.5)})" if size == 64 else "")
-            else:
-                ratio = f(k.format("nccl", size, "vs_raw-nccl"))
-                note = (f"**{fixed(ratio, 4)}** (target ≥ 0.95: {met(ratio >= 0.95)})" if size == 1 << 28
-                        else f"busbw {fixed(ratio, 3)}")
-            out += f"| {nbytes(size)} | " + " | ".join(cells) + f" | {note} |\n"
-        return out
-    return render
-
-
-def ddp_scaling(f: Figures) -> str:
-    k = "ddp-scaling/{}/h200x4/{}gpu/{}/{}"
-    out = f.caption(k.format("weak", 4, 4096, "step_s"), "4× H200")
-    out += ("| GPUs | weak: batch 1024 per GPU, ms per step | samples/s | efficiency | strong: global batch 2048, ms "
-            "| samples/s | efficiency |\n|---|---|---|---|---|---|---|\n")
-    for n in (1, 2, 4):
-        cells = []
-        for mode, batch in (("weak", 1024 * n), ("strong", 2048)):
-            eff = f(k.format(mode, n, batch, "efficiency"))
-            cells += [fixed(1e3 * f(k.format(mode, n, batch, "step_s")), 2),
-                      count(f(k.format(mode, n, batch, "samples_per_s"))),
-                      f"**{fixed(eff, 2)}**" if n == 4 and mode == "weak" else fixed(eff, 2)]
-        out += f"| {n} | " + " | ".join(cells) + " |\n"
-    return out
-
-
-def ddp_overlap(f: Figures) -> str:
-    k = "ddp-scaling/{}/h200x2/{}gpu/{}/{}"
-    out = f.caption(k.format("weak-overlap", 2, 2048, "step_s"), "2× H200")
-    out += ("| sweep | GPUs | after the backward pass: ms per step | efficiency | overlapped: ms per step "
-            "| efficiency | all-reduce hidden |\n|---|---|---|---|---|---|---|\n")
-    for mode, batch in (("weak", 1024), ("strong", 2048)):
-        for n in (1, 2):
-            b = batch * n if mode == "weak" else batch
-            after, over = k.format(mode, n, b, "{}"), k.format(f"{mode}-overlap", n, b, "{}")
-            out += (f"| {mode} | {n} | {fixed(1e3 * f(after.format('step_s')), 2)} | {fixed(f(after.format('efficiency')), 2)} "
-                    f"| {fixed(1e3 * f(over.format('step_s')), 2)} | {fixed(f(over.format('efficiency')), 2)} "
-                    f"| {fixed(100 * f(over.format('hidden_share')), 1)} % |\n")
-    return out
-
-
-def ddp_buckets(f: Figures) -> str:
-    k = "ddp-scaling/{}/h200x2/2gpu/2048/{}"
-    out = f.caption(k.format("buckets-16", "step_s"), "2× H200, batch 1024 per GPU")
-    out += ("| buckets | ms per step | forward + backward, ms | all-reduce left after the backward pass, ms "
-            "| all-reduce time, ms | hidden |\n|---|---|---|---|---|---|\n")
-    out += (f"| one, after the backward pass | {fixed(1e3 * f(k.format('buckets', 'step_s')), 2)} "
-            f"| {fixed(1e3 * f(k.format('buckets', 'compute_s')), 2)} "
-            f"| {fixed(1e3 * f(k.format('buckets', 'comm_share')) * f(k.format('buckets', 'step_s')), 2)} | — | — |\n")
-    for mb in (1, 4, 16, 64, 256):
-        v = f"buckets-{mb}"
-        out += (f"| {count(f(k.format(v, 'buckets')))} of ≥ {mb} MiB | {fixed(1e3 * f(k.format(v, 'step_s')), 2)} "
-                f"| {fixed(1e3 * f(k.format(v, 'compute_s')), 2)} "
-                f"| {fixed(1e3 * f(k.format(v, 'comm_s')), 2)} | {fixed(1e3 * f(k.format(v, 'allreduce_s')), 2)} "
-                f"| {fixed(100 * f(k.format(v, 'hidden_share')), 1)} % |\n")
-    return out
-
-
-CONV_METHODS = {"winograd": 'ours, Winograd F(3×3, 5×5) (`method="winograd"`)',
-                "winograd-f4": "ours, Winograd F(4×4, 5×5)",
-                "winograd-f2": "ours, Winograd F(2×2, 5×5) (the default before F(3×3))",
-                "gemm": "ours, im2col + register-blocked GEMM (`gemm`, the halo versions' default)",
-                "direct": "ours, direct tiled kernel (`direct`, its best tile shape)",
-                "cudnn-fp32": "cuDNN FP32, TF32 off (PyTorch `conv2d`, `cudnn.benchmark`)",
-                "cudnn-tf32": "cuDNN TF32",
-                "torch-sgemm-fp32": "PyTorch unfold + cuBLAS SGEMM, FP32"}
-
-
-def conv_throughput(f: Figures) -> str:
-    k = "conv-c2/{}/h200/1gpu/32/{}"
-    out = f.caption(k.format("winograd", "tflops"), "One H200") \
-        + f"({f.row(k.format('winograd', 'tflops'))['note']})\n\n"
-    out += ("| method | TFLOP/s back to back | per call | error vs float64 | / cuDNN FP32 (back to back, per call) |\n"
-            "|---|---|---|---|---|\n")
-    for method, label in CONV_METHODS.items():
-        ratio = "—" if method == "cudnn-fp32" else (f"{fixed(f(k.format(method, 'vs_cudnn-fp32')), 3)}, "
-                                                    f"{fixed(f(k.format(method, 'latency_tflops_vs_cudnn-fp32')), 3)}")
-        value = tf(f(k.format(method, "tflops")))
-        out += (f"| {label} | {'**' + value + '**' if method == 'winograd' else value} | "
-                f"{tf(f(k.format(method, 'latency_tflops')))} | {sci(f(k.format(method, 'error')), 1)} | {ratio} |\n")
-    return out
-
-
-def conv_runs(f: Figures) -> str:
-    out = ("| run | Winograd | TFLOP/s | cuDNN FP32 | Winograd / cuDNN FP32, back to back | per call |\n"
-           "|---|---|---|---|---|---|\n")
-    for run, what, tile in (("h200", "one H200, the record above", 3), ("h100", "one H100 80GB HBM3", 3),
-                            ("h200-plan-fix", "one H200, in the 4-GPU scaling run", 2),
-                            ("h200-first-winograd", "one H200, the first Winograd run", 2)):
-        k = f"conv-c2/{{}}/{run}/1gpu/32/{{}}"
-        out += (f"| {what} | F({tile}×{tile}, 5×5) | {tf(f(k.format('winograd', 'tflops')))} | {tf(f(k.format('cudnn-fp32', 'tflops')))} | "
-                f"{fixed(f(k.format('winograd', 'vs_cudnn-fp32')), 3)} | "
-                f"{fixed(f(k.format('winograd', 'latency_tflops_vs_cudnn-fp32')), 3)} |\n")
-    return out
-
-
-def conv_scaling(f: Figures) -> str:
-    k = "conv-halo/{}-{}/h200x4/{}gpu/{}/{}"
-    out = f.caption(k.format("strong", "nccl", 4, 32768, "wall_s"), "4× H200")
-    out += "| | 1 GPU | 2 GPUs | 4 GPUs | target |\n|---|---|---|---|---|\n"
-    for mode, rows, what, target in (("strong", lambda n: 32768, "strong, 32 768 rows", 0.90),
-                                     ("weak", lambda n: 8192 * n, "weak, 8192 rows per GPU", 0.95)):
-        cells = [f"{fixed(f(k.format(mode, 'mpi-host', 1, rows(1), 'wall_s')), 4)} s"]
-        for n in (2, 4):
-            walls = " / ".join(fixed(f(k.format(mode, c, n, rows(n), "wall_s")), 4) for c in ("mpi-host", "nccl"))
-            effs = " / ".join(fixed(f(k.format(mode, c, n, rows(n), "efficiency")), 3) for c in ("mpi-host", "nccl"))
-            cells.append(f"{walls} s: " + (f"**{effs}**" if n == 4 else effs))
-        ok = all(f(k.format(mode, c, 4, rows(4), "efficiency")) >= target for c in ("mpi-host", "nccl"))
-        out += (f"| {what}, host-staged / NCCL halos | " + " | ".join(cells)
-                + f" | ≥ {fixed(target, 2)} at 4: {met(ok)} |\n")
-    return out
-
-
-BLOCKS = {"matmul": matmul, "pi": pi, "pi-scaling": pi_scaling, "allreduce-h200x4": allreduce("h200x4", 4),
-          "allreduce-h200x2": allreduce("h200x2", 2), "ddp-scaling": ddp_scaling, "ddp-overlap": ddp_overlap,
-          "ddp-buckets": ddp_buckets, "conv-throughput": conv_throughput,
-          "conv-runs": conv_runs, "conv-scaling": conv_scaling}
-
-
-def readme_text(text: str, figures: Figures) -> str:
-    """README.md with every block regenerated; a block name without a renderer is an error."""
-    def fill(m):
-        if m.group(2) not in BLOCKS:
-            raise KeyError(f"README.md: no table named {m.group(2)!r}; known: {', '.join(BLOCKS)}")
-        return m.group(1) + BLOCKS[m.group(2)](figures) + m.group(4)
-    return BLOCK.sub(fill, text)
+def readme_text(text: str, by_key: dict) -> str:
+    """README.md with every table made again from its template."""
+    return BLOCK.sub(lambda m: m.group(1) + fill(m.group(3), by_key) + m.group(5), text)
 
 
 # ---------------------------------------------------------------- quoted figures
 
+def number_before(text: str):
+    """The number (and its unit) that ends a text, as quoted before a marker: a match, or None."""
+    return re.search(NUMBER.pattern + r"\s*([^\s\d(]*)$", re.sub(r"[*_`]+$", "", text.rstrip()).rstrip())
+
+
 def quote_problem(text_before: str, key: str, row: dict) -> str | None:
     """None when the number just before a marker equals the row's value as quoted, else why not."""
-    tail = re.sub(r"[*_`]+$", "", text_before.rstrip()).rstrip()
-    match = re.search(NUMBER.pattern + r"\s*([^\s\d(]*)$", tail)
+    match = number_before(text_before)
     if not match:
         return f"no number before the marker for {key}"
     number, unit = match.group(1), match.group(2)
@@ -441,8 +219,7 @@ def unmarked_figures(section: str) -> list[str]:
     text = BLOCK.sub("", section)
     text = re.sub(r"`[^`]*`", "", text)                       # commands and names
     for m in reversed(list(MARKER.finditer(text))):
-        tail = re.sub(r"[*_`]+$", "", text[:m.start()].rstrip()).rstrip()
-        quoted = re.search(NUMBER.pattern + r"\s*([^\s\d(]*)$", tail)
+        quoted = number_before(text[:m.start()])
         start = quoted.start() if quoted else m.start()
         text = text[:start] + text[m.end():]
     found = []
@@ -453,39 +230,30 @@ def unmarked_figures(section: str) -> list[str]:
     return found
 
 
-def lookup() -> dict:
-    """Keyed rows of the curated tables and the workshop's A100 runs, as quotes see them."""
-    from hpclab import recorded
-
-    return {r["key"]: r for r in keyed_rows()} | {r["key"]: r for r in recorded.a100_rows()}
-
-
 # ---------------------------------------------------------------- build / check
 
+def made() -> dict[Path, str]:
+    """What recorded.csv and README.md must hold, made from the curated tables."""
+    rows, text = table_rows(), README.read_text()
+    return {RECORDED: recorded_text(shipped(rows, text)), README: readme_text(text, lookup(rows))}
+
+
 def build() -> list[str]:
-    rows = keyed_rows()
-    written = []
-    if not RECORDED.exists() or RECORDED.read_text() != recorded_text(rows):
-        RECORDED.write_text(recorded_text(rows))
-        written.append(str(RECORDED.relative_to(ROOT)))
-    text = README.read_text()
-    new = readme_text(text, Figures(rows))
-    if new != text:
-        README.write_text(new)
-        written.append("README.md")
-    return written
+    stale = {path: text for path, text in made().items() if not path.exists() or path.read_text() != text}
+    for path, text in stale.items():
+        path.write_text(text)
+    return [str(path.relative_to(ROOT)) for path in stale]
 
 
 def check() -> list[str]:
-    rows = keyed_rows()
     problems = table_problems()
-    if not RECORDED.exists() or RECORDED.read_text() != recorded_text(rows):
-        problems.append("hpclab/data/recorded.csv is out of date with benchmarks/results/")
+    for (path, text), what in zip(made().items(), ("hpclab/data/recorded.csv is", "README.md's result tables are")):
+        if not path.exists() or path.read_text() != text:
+            problems.append(f"{what} out of date with benchmarks/results/")
     text = README.read_text()
-    if readme_text(text, Figures(rows)) != text:
-        problems.append("README.md's result tables are out of date with benchmarks/results/")
     section = measured_section(text)
-    problems += quote_problems(section, lookup(), "README.md")
+    by_key = lookup(table_rows())
+    problems += quote_problems(section, by_key, "README.md")
     problems += [f"README.md: {x!r} in 'Measured on real GPUs' is neither in a generated table nor quoted with its key"
                  for x in unmarked_figures(section)]
     return problems
@@ -495,12 +263,9 @@ def main(argv: list[str]) -> int:
     if argv not in (["build"], ["check"]):
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
-    if argv == ["build"]:
-        for name in build():
-            print(f"wrote {name}")
+    print("".join(f"wrote {name}\n" for name in (build() if argv == ["build"] else [])), end="")
     problems = check()
-    for p in problems:
-        print(f"error: {p}", file=sys.stderr)
+    print("".join(f"error: {p}\n" for p in problems), end="", file=sys.stderr)
     if problems:
         print("run `python benchmarks/curate.py build` (generated from benchmarks/results/); a quoted figure that "
               "disagrees is fixed by hand", file=sys.stderr)

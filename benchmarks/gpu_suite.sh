@@ -10,16 +10,16 @@
 #   collectives/  collectives.txt                    the collectives program on every GPU; notebooks 00, 01 (nbval)
 #   matmul/       matmul_bench.json                  kernels against cuBLAS (hpclab bench matmul)
 #                 matmul_programs.jsonl              matmul-reduce (twice) and matmul on 2 ranks
-#                 matmul_strong.csv, .png            distributed GEMM over 1, 2, 4 GPUs (hpclab scaling)
+#                 matmul_strong.json, .csv, .png     distributed GEMM over 1, 2, 4 GPUs (hpclab scaling)
 #   pi/           bench_pi.json                      generators and midpoint kernels (hpclab bench pi)
 #                 pi_programs.jsonl                  pi-mc on 1, 2, 4 GPUs (same estimate?) and pi-midpoint
-#                 pi-mc_strong.csv, .png             strong scaling of pi-mc (hpclab scaling)
+#                 pi-mc_strong.json, .csv, .png      strong scaling of pi-mc (hpclab scaling)
 #   comm/         allreduce.json                     every backend and raw NCCL, 4 B .. 1 GiB (hpclab bench allreduce)
 #                 checks.jsonl                       every backend operation; Exercises 3, 4; collectives over NCCL
 #   conv/         conv_throughput.json               C2 three ways against cuDNN FP32 / TF32
-#                 conv_scaling.csv, conv_runs.jsonl  halo-exchange scaling on 1, 2, 4 GPUs; conv-halo C2 and trunk
+#                 conv_scaling.json, conv_runs.jsonl halo-exchange scaling on 1, 2, 4 GPUs; conv-halo C2 and trunk
 #   ddp/          ddp_mlp_equivalence.json           ddp-mlp losses on 1 and 2 GPUs
-#                 ddp_digits.json, ddp_scaling.csv   digits on one GPU; throughput of a 3 x 4096 MLP on 1, 2, 4 GPUs
+#                 ddp_digits.json, ddp_scaling.json  digits on one GPU; throughput of a 3 x 4096 MLP on 1, 2, 4 GPUs
 # Every step has a time limit; a failing step shows its output's tail and the others still run. The GPU
 # tests of each topic run first (pytest -k "not mpi" with HPCLAB_BACKEND=gpu).
 set -u
@@ -118,7 +118,7 @@ topic_matmul() {
     # strong scaling of the distributed GEMM: rows of A scattered, B broadcast, C gathered (all in the wall time)
     step scaling 300 python3 -m hpclab scaling matmul --ranks "$RANKS" --work-arg=--n --n "${GEMM_N:-16384}" \
         --kernel fast --trials 3 --mpiexec "$MPIRUN" --timeout 240 --out "$DIR" --no-progress
-    note matmul_strong.csv
+    note matmul_strong.json
     sed -n '/^ranks/,/serial fraction/p' "$DIR/logs/scaling.log"
 }
 
@@ -149,7 +149,7 @@ PY
 print(f\"{float(f'{min(1e13, max(1e11, 5 * r)):.1e}'):.0f}\")" 2>/dev/null || echo 2500000000000)
     step scaling 240 python3 -m hpclab scaling pi-mc --ranks "$RANKS" --samples "$samples" --seed 123 --trials 3 \
         --mpiexec "$MPIRUN" --timeout 120 --out "$DIR" --no-progress
-    note pi-mc_strong.csv
+    note pi-mc_strong.json
     sed -n '/^ranks/,/serial fraction/p' "$DIR/logs/scaling.log"
 }
 
@@ -188,8 +188,9 @@ topic_conv() {
             grep '^{' "$DIR/logs/scaling$n.log" >> "$DIR/conv_runs.jsonl"
     done
     step summarize 60 python3 -m hpclab bench conv summarize "$DIR/conv_runs.jsonl" --csv "$DIR/conv_scaling.csv" && \
-        cat "$DIR/logs/summarize.log"
-    note conv_scaling.csv "\$MPIRUN -n N python3 -m hpclab bench conv scaling   (N = $RANKS; then hpclab bench conv summarize --csv)"
+        grep -v '^{' "$DIR/logs/summarize.log"
+    last_json summarize > "$DIR/conv_scaling.json"
+    note conv_scaling.json "\$MPIRUN -n N python3 -m hpclab bench conv scaling   (N = $RANKS; then hpclab bench conv summarize --csv)"
     # the conv-halo program, every version checked against V1: AlexNet C2 (batch 8) and the whole trunk (batch 2)
     step c2 100 $mpirun -n "$PAIR" python3 -m hpclab run conv-halo --layer c2 --batch 8 --repeats 1 --progress --json
     last_json c2 >> "$DIR/conv_runs.jsonl"
@@ -205,14 +206,16 @@ topic_ddp() {
     if [ "$NGPU" -ge 2 ]; then
         step mlp1 120 $MPIRUN -n 1 python3 -m hpclab run ddp-mlp --global-batch 32 --json
         step mlp2 120 $MPIRUN -n 2 python3 -m hpclab run ddp-mlp --global-batch 32 --json
-        python3 - "$DIR" <<'PY' && note ddp_mlp_equivalence.json "\$MPIRUN -n N python3 -m hpclab run ddp-mlp --global-batch 32 --json   (N = 1, 2; losses compared step by step)"
+        python3 - "$DIR" "$DEVICE" <<'PY' && note ddp_mlp_equivalence.json "\$MPIRUN -n N python3 -m hpclab run ddp-mlp --global-batch 32 --json   (N = 1, 2; losses compared step by step)"
 import json, sys
 import numpy as np
 out = sys.argv[1]
 runs = {n: json.loads([l for l in open(f"{out}/logs/mlp{n}.log") if l.startswith("{")][-1]) for n in (1, 2)}
 l1, l2 = (np.array(runs[n]["result"]["losses"]) for n in (1, 2))
 rel = float(np.max(np.abs(l1 - l2) / np.abs(l1)))
-summary = {"max_rel_diff": rel, "equal_to_1e-4": rel <= 1e-4,
+from hpclab.results.recorded import figure
+summary = {"max_rel_diff": rel, "equal_to_1e-4": rel <= 1e-4, "topic": "ddp", "device_name": sys.argv[2],
+           "figures": [figure("ddp-mlp", "1-vs-2-gpus", 2, "", "", "max_rel_diff", rel, "1")],
            "replicas_identical": [runs[n]["result"]["replicas_identical"] for n in (1, 2)],
            "epoch_losses": {n: runs[n]["result"]["epoch_losses"] for n in (1, 2)},
            "timings": {n: runs[n]["timings"] for n in (1, 2)}, "comm": runs[2]["result"]["comm"]}
@@ -234,8 +237,11 @@ PY
     for n in ${RANKS//,/ }; do
         step "scaling$n" 150 $MPIRUN -n "$n" python3 -m hpclab bench ddp --mode scaling --csv "$DIR/ddp_scaling.csv"
     done
-    note ddp_scaling.csv "\$MPIRUN -n N python3 -m hpclab bench ddp --mode scaling --csv ddp_scaling.csv   (N = $RANKS)"
-    [ -f "$DIR/ddp_scaling.csv" ] && python3 -m hpclab bench ddp --summarize "$DIR/ddp_scaling.csv"
+    if [ -f "$DIR/ddp_scaling.csv" ]; then
+        python3 -m hpclab bench ddp --summarize "$DIR/ddp_scaling.csv" | tee "$DIR/logs/summarize.log" | grep -v '^{'
+        last_json summarize > "$DIR/ddp_scaling.json"
+        note ddp_scaling.json "\$MPIRUN -n N python3 -m hpclab bench ddp --mode scaling --csv ddp_scaling.csv   (N = $RANKS)"
+    fi
 }
 
 say "hpclab GPU suite on $(hostname): $NGPU x $DEVICE; topics: ${TOPICS[*]}"

@@ -27,7 +27,7 @@ def record_roofline(path: str) -> None:
 def record_timeline(path: str) -> None:
     from hpclab.ddp.trainer import timeline_step
     from hpclab.device import select_gpu
-    from hpclab.halo.executors import timeline_layer
+    from hpclab.halo.versions import timeline_layer
     from hpclab.mpi import world
 
     comm = world()

@@ -11,8 +11,8 @@ run could not have finished within :data:`MAX_SECONDS` anyway.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from hpclab.options import UsageError
 
@@ -83,30 +83,18 @@ def refuse_long(option: str, value, seconds: float, how: str, fix: str | None = 
             f"{duration(MAX_SECONDS)}: {fix or f'use a smaller {option}'}, or split the work into several runs")
 
 
-def memory_available() -> int | None:
-    """Bytes this process could still allocate on its node (None when unknown)."""
-    found = []
+def memory_available() -> int:
+    """Bytes this process could still allocate on its node: psutil's available memory, or what a container's
+    or a Slurm job's cgroup limit leaves, if less (psutil does not read cgroup limits)."""
+    import psutil
+
+    found = [psutil.virtual_memory().available]
     try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    found.append(int(line.split()[1]) * 1024)
-    except OSError:
-        pass
-    try:                                           # a container's or a Slurm job's cgroup limit
-        with open("/sys/fs/cgroup/memory.max") as fh:
-            limit = fh.read().strip()
-        with open("/sys/fs/cgroup/memory.current") as fh:
-            used = int(fh.read())
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
         if limit != "max":
-            found.append(max(0, int(limit) - used))
+            found.append(max(0, int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text())))
     except (OSError, ValueError):
         pass
-    if not found:
-        try:
-            found.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-        except (ValueError, OSError, AttributeError):
-            return None
     return min(found)
 
 
@@ -114,7 +102,7 @@ def refuse_large(option: str, value, nbytes: float, what: str, available: float 
     """Raise if ``option value`` needs more host memory on this node than is available
     (``available``: bytes, as ``Launch.memory``; None asks this node)."""
     available = memory_available() if available is None else available
-    if available is not None and nbytes > available:
+    if nbytes > available:
         raise UsageError(
             f"{option} {shown(value)} needs about {size(nbytes)} of memory ({what}), but this node has "
             f"{size(available)} available: use a smaller {option}")

@@ -78,11 +78,11 @@ def local_rank(comm=None) -> tuple[int, int]:
         node.Free()
 
 
-def _identity(cuda) -> tuple[str, str]:
+def identity() -> tuple[str, str]:
     """(name, UUID) of the current device; the simulator's is ``sim-<host>``."""
     if backend.is_simulator():
         return "simulator", f"sim-{socket.gethostname()}"
-    dev = cuda.get_current_device()
+    dev = backend.cuda().get_current_device()
     name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
     return name, str(getattr(dev, "uuid", None) or f"{socket.gethostname()}:{dev.id}")
 
@@ -112,7 +112,7 @@ def select_gpu(comm=None) -> Placement:
             raise backend.BackendError("no CUDA device is visible to this rank")
         gpu = lrank % ngpus
         cuda.select_device(gpu)
-        name, uuid = _identity(cuda)
+        name, uuid = identity()
     except Exception as exc:  # noqa: BLE001 - re-raised below, after the collective
         failure = exc
     uuids = [u or f"failed-{r}" for r, u in enumerate(comm.allgather(uuid))]
@@ -156,7 +156,7 @@ def _this_device() -> tuple[str, str, int, str]:
     if _placement is not None:
         return _placement.gpu_uuid, _placement.host, _placement.gpu, _placement.gpu_name
     cuda = backend.cuda()
-    name, uuid = _identity(cuda)
+    name, uuid = identity()
     gpu = 0 if backend.is_simulator() else cuda.get_current_device().id
     return uuid, socket.gethostname(), gpu, name
 

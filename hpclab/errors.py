@@ -44,10 +44,3 @@ def step(comm=None, what: str = "collective step"):
     failures = {r: msg for r, msg in enumerate(outcomes) if msg is not None}
     if failures:
         raise RankError(what, failures, comm.size) from own
-
-
-def check(condition: bool, message: str, comm=None, what: str = "input check") -> None:
-    """A check made on every rank; if it fails on any rank, every rank raises."""
-    with step(comm, what):
-        if not condition:
-            raise ValueError(message)

@@ -14,7 +14,7 @@ type's message), exit status 2 and no traceback: :class:`Parser` raises
   ``v1,v4``) that refuse empty items such as ``v1,``.
 - ``output_folder``: a folder this process can write into, checked before the work.
 
-Options that exclude each other go in argparse's mutually exclusive groups.
+Options that exclude each other go in argparse's mutually exclusive groups; help shows the defaults.
 """
 from __future__ import annotations
 
@@ -30,9 +30,20 @@ class UsageError(ValueError):
     """Bad input, found before any work: one line naming the option, the value and what is allowed."""
 
 
+class Help(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """Descriptions as written; each option's default shown, unless None or its help already says it."""
+
+    def _get_help_string(self, action):
+        shown = action.default is None or "default" in (action.help or "") or action.default is False
+        return action.help if shown else super()._get_help_string(action)
+
+
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser that raises :class:`UsageError` instead of printing usage and exiting,
     so every command reports bad input the same way (and the runner can agree on it across ranks)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **{"formatter_class": Help, **kwargs})
 
     def error(self, message: str):
         raise UsageError(f"{self.prog}: error: {message}")

@@ -23,7 +23,7 @@ from importlib import resources
 import numpy as np
 
 from hpclab import backend
-from hpclab import plot  # the figure helpers (one import to change if they move)
+from hpclab.results import plot  # the figure helpers
 
 cuda = backend.cuda()       # module level: the simulator swaps this name inside kernels
 CHAINS, STEPS = 8, 16

@@ -1,33 +1,32 @@
 """Run one workshop program on every MPI rank (``hpclab run NAME``).
 
-A program is a module of its topic package (``hpclab.topics.PROGRAMS``) defining
-``HELP`` (one line), ``add_arguments(parser)``, optionally
-``validate(args, launch)`` and ``run(args, ctx) -> Report``.
-The runner does everything around it, the same way for all programs:
-input checks, backend and GPU selection, the per-rank lines in rank order,
-the FINAL RESULTS block (the workshop's format), the JSON line, and errors
+A program is a module named in :data:`hpclab.programs.PROGRAMS`. The runner does everything
+around it, the same way for all programs: input checks, backend and GPU selection, the per-rank
+lines in rank order, the FINAL RESULTS block (the workshop's format), the JSON line, and errors
 reported on every rank with a non-zero exit instead of a hang.
 
-Input is checked once, before any work: the parser's types (``hpclab.options``)
-and the program's ``validate`` (ranges that depend on the rank count, what the
-arguments would cost: ``hpclab.budget``). MPI is started even when a rank's
-check failed, and one ``allgather`` of the outcomes follows: a rank whose
-environment or arguments differ from the others' (an MPMD launch, a node
-without a GPU) stops every rank with its message, instead of leaving them
-waiting in their first collective. Bad input exits with status 2.
+Input is checked once, before any work, by :func:`checked` on both routes (here, and on the
+notebook's engines through ``hpclab.scaling.engine_trial``): the parser's types
+(``hpclab.options``), then the program's ``validate(args, launch)`` (ranges that depend on the
+rank count, what the arguments would cost: ``hpclab.budget``). MPI is started even when a rank's
+check failed, and one ``allgather`` of the outcomes follows: a rank whose environment or
+arguments differ from the others' (an MPMD launch, a node without a GPU) stops every rank with
+its message, instead of leaving them waiting in their first collective. Bad input exits with status 2.
 """
 from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 import traceback
 from dataclasses import dataclass, field
 
 from hpclab import backend
 from hpclab.budget import Launch
+from hpclab.errors import RankError, step
 from hpclab.options import Parser, UsageError
-from hpclab.topics import PROGRAMS
+from hpclab.programs import PROGRAMS
 
 
 @dataclass
@@ -49,42 +48,25 @@ class Context:
     backend: str
 
 
-def program_names() -> list[str]:
-    return sorted(PROGRAMS)
-
-
 def load(name: str):
-    names = program_names()
-    if name not in names:
-        raise UsageError(f"hpclab run: error: unknown program {name!r}; choose one of: {', '.join(names)}")
-    return importlib.import_module(PROGRAMS[name])
+    if name not in PROGRAMS:
+        raise UsageError(f"hpclab run: error: unknown program {name!r}; choose one of: {', '.join(sorted(PROGRAMS))}")
+    return importlib.import_module(PROGRAMS[name].module)
 
 
-def make_parser(name: str, module) -> Parser:
+def checked(name: str, argv: list[str], launch: Launch | None = None):
+    """(module, args) as ``hpclab run NAME ARGV`` gets them, and with ``launch`` checked against it
+    (ranks, backend, memory). Raises :class:`UsageError` naming the option, the value and what is allowed."""
+    module = load(name)
     parser = Parser(prog=f"hpclab run {name}", description=module.HELP)
     module.add_arguments(parser)
     parser.add_argument("--json", action="store_true", help="end rank 0's output with one JSON line")
-    return parser
-
-
-def check_arguments(name: str, module, args, launch: Launch) -> None:
-    """The program's own check of its parsed arguments for ``launch`` (ranks, backend)."""
-    validate = getattr(module, "validate", None)
-    if validate is None:
-        return
-    try:
-        validate(args, launch)
-    except ValueError as exc:          # UsageError, or a check shared with the library
-        raise UsageError(f"hpclab run {name}: error: {exc}") from None
-
-
-def parse_arguments(name: str, argv: list[str], launch: Launch | None = None):
-    """(module, args) as ``hpclab run NAME ARGV`` gets them; with ``launch``, also checked
-    against it. Raises :class:`UsageError` naming the option, the value and what is allowed."""
-    module = load(name)
-    args = make_parser(name, module).parse_args(argv)
-    if launch is not None:
-        check_arguments(name, module, args, launch)
+    args = parser.parse_args(argv)
+    if launch is not None and hasattr(module, "validate"):
+        try:
+            module.validate(args, launch)
+        except ValueError as exc:          # UsageError, or a check shared with the library
+            raise UsageError(f"hpclab run {name}: error: {exc}") from None
     return module, args
 
 
@@ -130,7 +112,7 @@ def main(name: str, argv: list[str]) -> int:
     want_json = "--json" in argv
     problem, module, args = None, None, None
     try:
-        module, args = parse_arguments(name, argv)
+        module, args = checked(name, argv)
         want_json = args.json
         backend.select()
     except UsageError as exc:
@@ -140,7 +122,6 @@ def main(name: str, argv: list[str]) -> int:
     except Exception as exc:  # noqa: BLE001 - e.g. a module missing on one node: the others must hear of it
         problem = f"{prog}: error: {type(exc).__name__}: {exc}"
 
-    from hpclab.errors import RankError, step
     from hpclab.device import select_gpu
     from hpclab.mpi import MPIUnavailable, world
 
@@ -157,7 +138,7 @@ def main(name: str, argv: list[str]) -> int:
     launch = launch_of(comm)
     if problem is None:
         try:
-            check_arguments(name, module, args, launch)
+            checked(name, argv, launch)
         except UsageError as exc:
             problem = str(exc)
         except Exception as exc:  # noqa: BLE001 - whatever stops this rank must reach the others
@@ -215,8 +196,7 @@ def main(name: str, argv: list[str]) -> int:
 
 
 def env_rank() -> int:
-    import os
-
+    """This process's rank from the launcher's environment, before MPI starts (0 alone)."""
     for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"):
         if var in os.environ:
             return int(os.environ[var])

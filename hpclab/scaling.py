@@ -8,10 +8,10 @@ Two routes, one record format:
   engines' COMM_WORLD is split into sub-communicators of sizes 1..n and the
   program's ``run(args, ctx)`` runs on each, with ``ctx.comm`` the sub-communicator.
 
-A program takes part by reporting ``timings["wall_s"]`` (barrier-synchronised,
-max over ranks); the work size is the value of its size option (``--samples``
-for pi-mc, ``--bins`` for pi-midpoint, ``--work-arg`` for others), which a
-weak sweep multiplies by the rank count.
+Both check every run's arguments first, as ``hpclab run`` does (``runner.checked``). A program
+takes part by reporting ``timings["wall_s"]`` (``timing.wall``); the work size is the value of
+its size option (``Program.work`` in ``hpclab.programs``, or ``--work-arg``), which a weak sweep
+multiplies by the rank count.
 
 Strong scaling: speedup S(n) = T(1)/T(n), efficiency E(n) = S(n)/n, and the
 Amdahl serial fraction f from S(n) = 1 / (f + (1 - f)/n). Weak scaling:
@@ -28,6 +28,7 @@ import argparse
 import csv
 import dataclasses
 import json
+import math
 import os
 import shlex
 import shutil
@@ -37,12 +38,26 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-WORK_ARGS = {"pi-mc": "--samples", "pi-midpoint": "--bins"}
+from hpclab import backend, runner
+from hpclab.budget import Launch
+from hpclab.errors import step
+from hpclab.options import UsageError, count
+from hpclab.programs import PROGRAMS
+
 CSV_FIELDS = ["program", "mode", "ranks", "trial", "work", "wall_s", "passed", "median_wall_s",
               "speedup", "efficiency", "serial_fraction", "backend", "ranks_per_gpu", "shared_gpu"]
 
 
 # ---------------------------------------------------------------- the analysis
+
+def speedups(ranks: list[int], seconds: list[float], mode: str = "strong") -> list[tuple[float, float]]:
+    """(speedup, efficiency) at each rank count, relative to the first (the fewest ranks), which
+    counts as perfectly efficient: strong S(n) = T(b) b / T(n), E = S/n; weak E(n) = T(b) / T(n), S = n E."""
+    b, t_b = ranks[0], seconds[0]
+    if mode == "strong":
+        return [(t_b * b / t, t_b * b / t / n) for n, t in zip(ranks, seconds)]
+    return [(n * t_b / t, t_b / t) for n, t in zip(ranks, seconds)]
+
 
 def serial_fraction(ranks: list[int], speedups: list[float], mode: str = "strong") -> float:
     """Least-squares serial fraction, clipped to [0, 1] (nan with fewer than two rank counts).
@@ -91,22 +106,11 @@ class Sweep:
     def summary(self) -> list[dict]:
         """One row per rank count: median wall time, speedup, efficiency."""
         ranks = sorted({r["ranks"] for r in self.records})
-        med = {n: statistics.median(r["wall_s"] for r in self.records if r["ranks"] == n) for n in ranks}
-        base_n = ranks[0]
-        base = med[base_n] * base_n if self.mode == "strong" else med[base_n]
-        rows = []
-        for n in ranks:
-            trials = [r for r in self.records if r["ranks"] == n]
-            if self.mode == "strong":
-                speedup = base / med[n]             # relative to the smallest count, scaled to 1 rank
-                efficiency = speedup / n
-            else:
-                efficiency = base / med[n]
-                speedup = n * efficiency
-            rows.append({"ranks": n, "work": trials[0]["work"], "median_wall_s": med[n], "speedup": speedup,
-                         "efficiency": efficiency, "trials": len(trials),
-                         "passed": all(r["passed"] for r in trials)})
-        return rows
+        trials = {n: [r for r in self.records if r["ranks"] == n] for n in ranks}
+        med = [statistics.median(r["wall_s"] for r in trials[n]) for n in ranks]
+        return [{"ranks": n, "work": trials[n][0]["work"], "median_wall_s": t, "speedup": s, "efficiency": e,
+                 "trials": len(trials[n]), "passed": all(r["passed"] for r in trials[n])}
+                for n, t, (s, e) in zip(ranks, med, speedups(ranks, med, self.mode))]
 
     @property
     def serial_fraction(self) -> float:
@@ -133,7 +137,7 @@ class Sweep:
         return path
 
     def figure(self, title: str | None = None):
-        from hpclab import plot
+        from hpclab.results import plot       # matplotlib: only when a figure is asked for
 
         title = title or f"{self.program}: {self.mode} scaling"
         if self.shared_gpu:
@@ -157,7 +161,7 @@ class Sweep:
 # ---------------------------------------------------------------- program arguments
 
 def work_arg_for(program: str, work_arg: str | None = None) -> str | None:
-    return work_arg or WORK_ARGS.get(program)
+    return work_arg or (PROGRAMS[program].work if program in PROGRAMS else None)
 
 
 def _find_value(argv: list[str], option: str) -> tuple[int, str] | None:
@@ -172,8 +176,6 @@ def _find_value(argv: list[str], option: str) -> tuple[int, str] | None:
 
 def scaled_args(argv: list[str], option: str | None, factor: int) -> tuple[list[str], int | None]:
     """argv with option's count multiplied by factor, and the new count (None if absent)."""
-    from hpclab.options import UsageError, count
-
     found = _find_value(argv, option) if option else None
     if not found:
         return list(argv), None
@@ -188,8 +190,6 @@ def scaled_args(argv: list[str], option: str | None, factor: int) -> tuple[list[
 
 
 def _work_plan(program, argv, ranks, weak, work_arg):
-    from hpclab.options import UsageError
-
     option = work_arg_for(program, work_arg)
     if weak and not (option and _find_value(argv, option)):
         raise UsageError(f"hpclab scaling: error: a weak sweep scales the work with the ranks: give the "
@@ -198,39 +198,25 @@ def _work_plan(program, argv, ranks, weak, work_arg):
 
 
 def check_plan(program: str, plan: dict) -> None:
-    """Every run of the sweep parses and passes the program's own check, before the first starts.
+    """Every run of the sweep passes ``hpclab run``'s checks before the first starts (both routes).
 
     The runs may land elsewhere (``--mpiexec srun`` from a login node), so this check is the
     lenient one: GPU speed and no memory limit; each run checks again where it runs. Where
     this node cannot even choose a backend (HPCLAB_BACKEND=gpu on a login node), only the
     options' types and ranges are checked here.
     """
-    import math
-
-    from hpclab import backend, runner
-    from hpclab.budget import Launch
-
     try:
         backend.select()
         lenient = True
     except backend.BackendError:
         lenient = False
     for n, (argv, _) in plan.items():
-        runner.parse_arguments(program, argv, Launch(n, 1, "gpu", math.inf) if lenient else None)
-
-
-def program_args(program: str, argv: list[str]):
-    """The argparse namespace ``hpclab run PROGRAM ARGV`` would give (for the engines route)."""
-    from hpclab import runner
-
-    return runner.parse_arguments(program, argv)[1]
+        runner.checked(program, argv, Launch(n, 1, "gpu", math.inf) if lenient else None)
 
 
 # ---------------------------------------------------------------- route 1: mpiexec
 
 def default_mpiexec() -> list[str]:
-    from hpclab.options import UsageError
-
     """``$HPCLAB_MPIEXEC`` (a whole command line), else the mpiexec beside this Python, else on PATH."""
     if os.environ.get("HPCLAB_MPIEXEC", "").strip():
         return shlex.split(os.environ["HPCLAB_MPIEXEC"])
@@ -246,8 +232,6 @@ def default_mpiexec() -> list[str]:
 def launcher(text: str | list[str] | None) -> list[str]:
     """The launcher command from --mpiexec (default: mpiexec beside this Python, else on PATH);
     its program must exist."""
-    from hpclab.options import UsageError
-
     if text is None:
         return default_mpiexec()
     try:
@@ -319,11 +303,11 @@ def _record(rec: dict, ranks: int, trial: int, work, timing: str, option: str | 
 # ---------------------------------------------------------------- route 2: ipyparallel engines
 
 def engine_trial(program: str, argv: list[str], ranks: int):
-    """Run on every engine: the first ``ranks`` engines run the program on a sub-communicator.
+    """Run on every engine: the first ``ranks`` engines run the program on a sub-communicator,
+    after the same checks as ``hpclab run`` for that launch (bad input raises on every one of them).
 
     Returns the report's record on the sub-communicator's rank 0, None elsewhere.
     """
-    from hpclab import backend, runner
     from hpclab.device import ranks_per_gpu, select_gpu
     from hpclab.mpi import first_ranks, world
 
@@ -332,10 +316,11 @@ def engine_trial(program: str, argv: list[str], ranks: int):
     with first_ranks(comm, ranks) as sub:
         if sub is None:
             return None
-        args = program_args(program, argv)
+        with step(sub, "input check"):
+            module, args = runner.checked(program, argv, runner.launch_of(sub))
         per_gpu = ranks_per_gpu(sub)     # this sub-communicator's own sharing
         ctx = runner.Context(sub, dataclasses.replace(placement, rank=sub.rank, size=sub.size), backend.name())
-        report = runner.load(program).run(args, ctx)
+        report = module.run(args, ctx)
         if sub.rank != 0:
             return None
         return {"exercise": program, "ranks": sub.size, "backend": backend.name(), "result": report.result,
@@ -358,8 +343,7 @@ def sweep_engines(view, program: str, argv: list[str] | str = (), sizes: list[in
     if sizes[0] < 1 or sizes[-1] > n_engines:
         raise ValueError(f"sub-communicator sizes must be 1..{n_engines} (the engines), not {sizes}")
     plan = _work_plan(program, argv, sizes, weak, work_arg)
-    for n in sizes:          # the types of every option, before anything is queued on the engines
-        program_args(program, plan[n][0])
+    check_plan(program, plan)          # before anything is queued on the engines
     jobs = [(n, t, view.apply_async(engine_trial, program, plan[n][0], n)) for n in sizes for t in range(trials)]
     everything = AsyncResult(view.client, [f for _, _, ar in jobs for f in ar._children],
                              fname=f"{program} {'weak' if weak else 'strong'} scaling")
@@ -379,58 +363,3 @@ def _powers_of_two(n: int) -> list[int]:
         out.append(k)
         k *= 2
     return [*out, n]
-
-
-# ---------------------------------------------------------------- the command
-
-def main(argv: list[str] | None = None) -> int:
-    from hpclab import plot, runner
-    from hpclab.options import Parser, UsageError, count, count_list, output_folder, real
-
-    parser = Parser(
-        prog="hpclab scaling",
-        allow_abbrev=False,  # the program's own options (e.g. --n) must not match ours (--no-progress)
-        description="Strong or weak scaling sweep of an hpclab program: one mpiexec per rank count and "
-                    "trial, medians, speedup, efficiency, serial fraction; CSV and PNG into --out. "
-                    "Options not listed here go to the program (e.g. --samples 1e12 --seed 123).")
-    parser.add_argument("program", help="an hpclab run program, e.g. pi-mc")
-    parser.add_argument("--ranks", type=count_list(1, 1 << 16), default=(1, 2, 4),
-                        help="rank counts, e.g. 1,2,4 (default)")
-    parser.add_argument("--weak", action="store_true",
-                        help="weak scaling: the work option's value is per rank (multiplied by the ranks)")
-    parser.add_argument("--trials", type=count(1, 1000), default=3,
-                        help="runs per rank count; the median counts (default 3)")
-    parser.add_argument("--mpiexec", default=None,
-                        help='launcher command, e.g. "mpirun --allow-run-as-root --oversubscribe -x PYTHONPATH" '
-                             "(default: $HPCLAB_MPIEXEC, else the mpiexec beside this Python, else on PATH)")
-    parser.add_argument("--work-arg", default=None,
-                        help="the program's size option (default: --samples for pi-mc, --bins for pi-midpoint)")
-    parser.add_argument("--timing", default="wall_s", help="which timings key to use (default wall_s)")
-    parser.add_argument("--timeout", type=real(0, 7 * 86400, lo_open=True), default=600,
-                        help="seconds allowed per run, up to a week (default 600)")
-    parser.add_argument("--out", default="build/scaling", help="directory for the CSV and PNG")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    try:
-        args, program_argv = parser.parse_known_args(argv)
-        ranks = sorted(set(args.ranks))
-        runner.load(args.program)
-        out = output_folder(args.out, "--out", "hpclab scaling")     # before hours of runs, not after
-        mpiexec = launcher(args.mpiexec)
-    except UsageError as exc:
-        print(exc, file=sys.stderr)
-        return 2
-    try:
-        sweep = sweep_mpiexec(args.program, program_argv, ranks, args.weak, args.trials, mpiexec,
-                              args.work_arg, args.timing, args.timeout, progress=not args.no_progress)
-    except UsageError as exc:
-        print(exc, file=sys.stderr)
-        return 2
-    except (ValueError, RuntimeError) as exc:
-        print(f"hpclab scaling: error: {exc}", file=sys.stderr)
-        return 1
-    stem = f"{args.program}_{sweep.mode}"
-    csv_path = sweep.write_csv(out / f"{stem}.csv")
-    png_path = plot.save(sweep.figure(), stem, directory=out)
-    print(sweep.table())
-    print(f"wrote {csv_path} and {png_path}")
-    return 0 if all(r["passed"] for r in sweep.records) else 1

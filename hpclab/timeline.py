@@ -6,7 +6,7 @@ the barrier's skew, microseconds). The DDP trainer and the halo exchange take on
 brings every rank's to rank 0, ``figure`` draws a row per rank and stream. The simulator's
 events keep no time and its streams run in turn: there a mark is the host's clock, which keeps
 the order (the tests check it), not GPU time. ``benchmarks/perf_record.py timeline`` records a DDP
-step and a halo layer (``ddp.trainer.timeline_step``, ``halo.executors.timeline_layer``) on GPUs.
+step and a halo layer (``ddp.trainer.timeline_step``, ``halo.versions.timeline_layer``) on GPUs.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from hpclab import backend
-from hpclab import plot  # the figure helpers (one import to change if they move)
+from hpclab.results import plot  # the figure helpers
 
 KINDS = {"compute": "tab:blue", "comm": "tab:orange", "copy": "tab:green"}
 

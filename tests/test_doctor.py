@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from hpclab import doctor
+from hpclab.cli import doctor
 from hpclab.device import SharedGPU
 
 from .helpers import ROOT, env, launcher, run_hpclab

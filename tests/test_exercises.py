@@ -6,7 +6,7 @@ import sys
 import nbformat
 import pytest
 
-from hpclab import exercises
+from hpclab.cli import exercises
 
 from .helpers import ROOT, env
 
@@ -111,8 +111,8 @@ def test_missing_dependency_names_the_module_and_the_environment(monkeypatch, ca
     from hpclab import cli
 
     monkeypatch.setitem(sys.modules, "nbformat", None)     # import nbformat now fails
-    monkeypatch.delitem(sys.modules, "hpclab.exercises")   # so the command imports it afresh
-    monkeypatch.delattr(hpclab, "exercises")
+    monkeypatch.delitem(sys.modules, "hpclab.cli.exercises")   # so the command imports it afresh
+    monkeypatch.delattr(cli, "exercises")
     assert cli.main(["exercises", "check", "--root", str(ROOT)]) == 1
     err = capsys.readouterr().err
     assert "no module 'nbformat'" in err and "make setup" in err and sys.executable in err

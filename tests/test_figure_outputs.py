@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import nbformat
 
-from hpclab import plot, recorded
-from hpclab.workbook import figure_problems, missing_image
+from hpclab.results import plot, recorded
+from hpclab.cli.workbook import figure_problems, missing_image
 
 FIGURE_CELL = "fig = Figure(figsize=(5, 3))\nax = fig.subplots()\nax.plot([1, 2])\n"
 
@@ -46,7 +46,8 @@ def test_plot_show_sends_a_png_inside_ipython(monkeypatch):
 
 def test_make_run_where_engines_are_refused_says_why_without_a_traceback(tmp_path, monkeypatch, capsys):
     """make run on a Slurm login node: the refusal is the message, exit status 2."""
-    from hpclab import cluster, workbook
+    from hpclab import cluster
+    from hpclab.cli import workbook
 
     def refuse(n):
         raise cluster.ClusterError("no engines were started: this looks like a Slurm login node")

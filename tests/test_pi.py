@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 from hpclab.decomp import block_range
-from hpclab.pi import check, fast, mc, midpoint, splitmix, xoroshiro
+from hpclab.pi import check, fast, mc, midpoint, xoroshiro
 from .helpers import gpus, last_json, run_hpclab, run_mpi
 
 cuda = mc.cuda          # kernels below use the module's name, which the simulator replaces
 
-# On the simulator SplitMix64 and xoroshiro128+ run on NumPy scalars, which warn when their
-# uint64 arithmetic wraps (on purpose); their modules' own filters do not outlive pytest's.
+# On the simulator xoroshiro128+ runs on NumPy scalars, which warn when their
+# uint64 arithmetic wraps (on purpose); its module's own filters do not outlive pytest's.
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning",
                                         "ignore::numba.core.errors.NumbaWarning")
 
@@ -104,11 +104,6 @@ def test_philox_device_function_is_the_published_generator(rounds, counter, key,
     assert [int(v) for v in out] == expected
 
 
-def test_splitmix_reference_is_the_published_generator():
-    # First outputs of SplitMix64 seeded with 0 (Vigna's splitmix64.c).
-    assert [int(v) for v in splitmix.reference(0, 2, 0)] == [0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4]
-
-
 @pytest.mark.parametrize("start, count, seed", [
     (0, 3000, 7),
     (12345, 1001, 2**64 - 1),      # odd start and odd stop: lone samples at both ends
@@ -144,10 +139,6 @@ def test_fast_count_hits_loops_over_launches(monkeypatch):
     expected = mc.count_hits_reference(0, 1501, 5)
     monkeypatch.setattr(fast, "LAUNCH_PAIRS", 320)          # three launches, the last one partial
     assert fast.count_hits(0, 1501, 5) == expected
-
-
-def test_splitmix_kernel_matches_its_reference():
-    assert splitmix.count_hits(3, 700, 9, 2, 32) == splitmix.count_hits_reference(3, 700, 9)
 
 
 def test_sample_inside_agrees_with_the_reference():
@@ -219,16 +210,16 @@ def test_weak_sweep_scales_the_work_option():
 
 
 def test_a100_table_ships_with_its_source():
-    from hpclab import reference
+    from hpclab.results import recorded
 
-    rows = reference.a100_scaling("ex2_pi_mc")
-    assert [r["ranks"] for r in rows] == [1, 2, 4]
-    assert rows[2]["efficiency"] == pytest.approx(45.212765 / 11.409895 / 4)
-    assert "fasrc/User_Codes" in reference.cite(rows)
+    curve = recorded.a100("pi-mc")
+    assert [p["ranks"] for p in curve.points] == [1, 2, 4]
+    assert dict(curve.efficiencies())[4] == pytest.approx(45.212765 / 11.409895 / 4)
+    assert "fasrc/User_Codes" in recorded.cite(recorded.fasrc_a100("ex2_pi_mc"))
 
 
 def test_plot_save_writes_into_hpclab_figures(tmp_path, monkeypatch):
-    from hpclab import plot, recorded
+    from hpclab.results import plot, recorded
 
     monkeypatch.setenv("HPCLAB_FIGURES", str(tmp_path / "new" / "figs"))
     path = plot.save(plot.beside_recorded(None, recorded.curves("pi-mc")), "compare")

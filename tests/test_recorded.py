@@ -23,7 +23,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from hpclab import recorded
+from hpclab.results import recorded
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,6 +42,13 @@ def _script(name: str):
 
 curate = _script("curate")
 record = curate.record
+
+
+def _bench_line(d: dict) -> dict:
+    """What `hpclab bench allreduce --json` prints for these rows: its record, with its figures."""
+    from hpclab.comm.bench import figures
+
+    return {**d, "topic": "allreduce", "device_name": d["gpu"], "figures": figures(d["rows"], d["ranks"])}
 
 
 def test_generated_files_are_current_and_quotes_match():
@@ -137,7 +144,8 @@ def test_measured_figures_in_prose_must_be_marked():
     text = ("took 1.2 ms and 0.87 at 4 GPUs (target ≥ 0.95), 1.16× raw NCCL, 25 % occupancy, 5×5 filters on "
             "4× H200 with Open MPI 4.1.6 on sm_90, 3 × 4096, `--samples 1e10`, 1 GiB, 20 epochs, "
             "**97.0 %**<!-- recorded: x/y --> and 0.7 ms<!-- recorded: x/z -->\n"
-            "<!-- table: matmul -->\n| 50.3 TFLOP/s |\n<!-- /table -->\n")
+            "<!-- table: matmul\n| {{ tf(f('matmul/cublas/h200/1gpu/4096/tflops')) }} TFLOP/s |\n-->\n"
+            "| 50.3 TFLOP/s |\n<!-- /table -->\n")       # a generated table: its template, then the table
     assert curate.unmarked_figures(text) == ["1.2 ms", "0.87", "1.16×", "25 %"]
 
 
@@ -174,8 +182,11 @@ ALLREDUCE = {"benchmark": "allreduce", "ranks": 2, "gpu": "NVIDIA H200", "rows":
 
 
 def test_a_benchmark_json_becomes_curated_rows_with_its_comparison(tmp_path):
-    path = tmp_path / "matmul_bench.json"
-    path.write_text(json.dumps(MATMUL))
+    from hpclab.matmul.bench import figures
+
+    path = tmp_path / "matmul_bench.json"          # what `hpclab bench matmul --out` writes
+    path.write_text(json.dumps({**MATMUL, "topic": "matmul", "device_name": MATMUL["device"]["name"],
+                                "figures": figures(MATMUL)}))
     [(table, added, replaced)] = record.record(path, {}, tmp_path)
     assert table.name == "h100_matmul.csv" and (added, replaced) == (4, 0)
     rows = {(r["variant"], r["metric"]): r for r in record.load(table)}
@@ -190,7 +201,7 @@ def test_a_benchmark_json_becomes_curated_rows_with_its_comparison(tmp_path):
 
 def test_a_new_run_replaces_the_record_and_a_named_run_stays_beside_it(tmp_path):
     path = tmp_path / "allreduce.json"
-    path.write_text("hpclab bench allreduce | 2 ranks\n" + json.dumps(ALLREDUCE) + "\n")   # a log: its JSON line
+    path.write_text("hpclab bench allreduce | 2 ranks\n" + json.dumps(_bench_line(ALLREDUCE)) + "\n")   # a log: its JSON line
     given = {"command": "$MPIRUN -n 2 python3 -m hpclab bench allreduce --json", "date": "2027-01-05"}
     [(table, added, _)] = record.record(path, given, tmp_path)
     assert table.name == "h200x2_allreduce.csv" and added == 4               # the 4-byte size is not a latency
@@ -198,7 +209,7 @@ def test_a_new_run_replaces_the_record_and_a_named_run_stays_beside_it(tmp_path)
     assert nccl["time_s"]["ratio"] == "1.111111" and nccl["busbw"]["baseline"] == "raw-nccl"
     again = copy.deepcopy(ALLREDUCE)
     again["rows"][2]["time_us"] = 19.0
-    path.write_text(json.dumps(again))
+    path.write_text(json.dumps(_bench_line(again)))
     assert record.record(path, {**given, "date": "2027-01-06"}, tmp_path) == [(table, 4, 4)]
     assert {r["date"] for r in record.load(table)} == {"2027-01-06"}
     record.record(path, {**given, "run": "repeat"}, tmp_path)
@@ -207,7 +218,7 @@ def test_a_new_run_replaces_the_record_and_a_named_run_stays_beside_it(tmp_path)
 
 def test_a_result_without_its_command_says_how_to_give_it(tmp_path, capsys):
     path = tmp_path / "allreduce.json"
-    path.write_text(json.dumps(ALLREDUCE))
+    path.write_text(json.dumps(_bench_line(ALLREDUCE)))
     assert record.main([str(path), "--into", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert "does not say its date or command" in err and "--date" in err and "--command" in err
@@ -218,21 +229,24 @@ def test_a_result_without_its_command_says_how_to_give_it(tmp_path, capsys):
 
 def test_the_suite_folder_names_each_files_command(tmp_path):
     (tmp_path / "comm").mkdir()
-    (tmp_path / "comm" / "allreduce.json").write_text(json.dumps(ALLREDUCE))
+    from hpclab.cli.scaling import figures
+    from hpclab.scaling import Sweep
+
+    (tmp_path / "comm" / "allreduce.json").write_text(json.dumps(_bench_line(ALLREDUCE)))
     (tmp_path / "pi").mkdir()
-    (tmp_path / "pi" / "pi-mc_strong.csv").write_text(
-        "program,mode,ranks,trial,work,wall_s,passed,median_wall_s,speedup,efficiency,serial_fraction,backend\n"
-        "pi-mc,strong,1,0,1000,2.0,True,2.0,1.0,1.0,0.01,gpu\n"
-        "pi-mc,strong,4,0,1000,0.52,True,0.52,3.85,0.96,0.01,gpu\n")
+    sweep = Sweep("pi-mc", "strong", [{"ranks": n, "trial": 0, "work": 1000, "wall_s": t, "passed": True}
+                                      for n, t in ((1, 2.0), (4, 0.52))])
+    (tmp_path / "pi" / "pi-mc_strong.json").write_text(json.dumps(figures(sweep)))   # what `hpclab scaling` writes
     entries = [{"file": "comm/allreduce.json", "command": "$MPIRUN -n 2 python3 -m hpclab bench allreduce --json",
                 "date": "2027-01-05T10:00:00Z", "device": "NVIDIA H200"},
-               {"file": "pi/pi-mc_strong.csv", "command": "python3 -m hpclab scaling pi-mc", "date": "2027-01-05",
+               {"file": "pi/pi-mc_strong.json", "command": "python3 -m hpclab scaling pi-mc", "date": "2027-01-05",
                 "device": "NVIDIA H200"}]
     (tmp_path / "runs.jsonl").write_text("".join(json.dumps(e) + "\n" for e in entries))
     done = record.record(tmp_path, {}, tmp_path / "tables")
     assert [(t.name, n) for t, n, _ in done] == [("h200x2_allreduce.csv", 4), ("h200x4_pi.csv", 7)]
     pi = {(r["gpus"], r["metric"]): r["value"] for r in record.load(tmp_path / "tables" / "h200x4_pi.csv")}
-    assert pi["4", "wall_s"] == "0.52" and pi["4", "serial_fraction"] == "0.01"
+    assert pi["4", "wall_s"] == "0.52" and pi["4", "serial_fraction"] == f"{(0.52 / 2.0 - 1 / 4) / (1 - 1 / 4):.7g}"
+    assert pi["4", "efficiency"] == f"{2.0 / 0.52 / 4:.7g}"
 
 
 @pytest.mark.parametrize("device, gpus, name", [("NVIDIA H200", 4, "h200x4"), ("NVIDIA H100 80GB HBM3", 1, "h100"),
@@ -255,9 +269,18 @@ def test_table_problems_catch_inconsistent_rows(tmp_path, monkeypatch):
 
 def test_a_result_of_another_shape_or_a_bad_run_name_is_refused_clearly(tmp_path):
     path = tmp_path / "allreduce.json"
-    path.write_text(json.dumps({"benchmark": "allreduce", "ranks": 2, "rows": [{"backend": "nccl"}]}))
-    with pytest.raises(record.RecordError, match="lacks or mangles 'size_bytes'"):
+    path.write_text(json.dumps({"topic": "allreduce", "figures": [{"program": "allreduce", "gpus": 2}]}))
+    with pytest.raises(record.RecordError, match="lacks or mangles 'size'"):
         record.record(path, {"command": "x", "date": "2027-01-05", "device": "NVIDIA H200"}, tmp_path)
-    path.write_text(json.dumps(ALLREDUCE))
+    path.write_text(json.dumps(_bench_line(ALLREDUCE)))
     with pytest.raises(record.RecordError, match="--run 'my run'"):
         record.record(path, {"command": "x", "date": "2027-01-05", "run": "my run"}, tmp_path)
+
+
+def test_the_package_carries_only_what_is_quoted_or_plotted():
+    rows = curate.table_rows()
+    kept = curate.shipped(rows, curate.README.read_text())
+    assert 0 < len(kept) < len(rows) / 2
+    assert {r["key"] for r in recorded.rows()} >= {"matmul/cublas/h200/1gpu/4096/tflops",    # plotted in notebook 04
+                                                   "ddp-digits/fp32/h200/1gpu/train_s"}      # quoted in the README
+    assert sum(p.stat().st_size for p in (ROOT / "hpclab" / "data").iterdir()) <= 200_000

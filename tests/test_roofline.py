@@ -6,7 +6,8 @@ import io
 import numpy as np
 import pytest
 
-from hpclab import backend, plot, roofline as R
+from hpclab import backend, roofline as R
+from hpclab.results import plot
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

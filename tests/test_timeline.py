@@ -9,7 +9,8 @@ import io
 import numpy as np
 import pytest
 
-from hpclab import backend, plot, timeline as T
+from hpclab import backend, timeline as T
+from hpclab.results import plot
 from hpclab.mpi import world
 from .helpers import env, launcher, ROOT
 
@@ -81,7 +82,7 @@ def test_a_timeline_changes_no_number_of_the_training():
 
 @pytest.mark.parametrize("overlap", [True, False])
 def test_halo_layer_spans_follow_the_exchange(overlap):
-    from hpclab.halo.executors import timeline_layer
+    from hpclab.halo.versions import timeline_layer
 
     s = by_name(timeline_layer(world(), overlap, rows_per_rank=6))
     assert s["own rows"]["lane"] == "compute stream" and s["pack"]["lane"] == "edge stream"

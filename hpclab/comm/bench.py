@@ -21,12 +21,12 @@ import json
 import re
 import statistics
 import sys
-import time
 
 import numpy as np
 
 from hpclab import backend
 from hpclab.options import Parser, UsageError, count
+from hpclab.timing import wall
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 BACKEND_CHOICES = ("auto", "mpi-host", "mpi-cuda", "nccl", "all")
@@ -65,8 +65,7 @@ def busbw_factor(n: int) -> float:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = Parser(prog="hpclab bench allreduce", description=__doc__,
-               formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="hpclab bench allreduce", description=__doc__)
     p.add_argument("--sizes", default=None,
                    help="message sizes in bytes, comma-separated, K/M/G = 1024^k "
                         "(default 4,1K,64K,1M,16M,256M on a GPU; 1K,64K on the simulator)")
@@ -84,29 +83,11 @@ def parser() -> argparse.ArgumentParser:
 
 # -- timing -----------------------------------------------------------------------
 def timed(call, comm, repeats: int, warmup: int) -> float:
-    """Median over repeats of the slowest rank's time for one complete call."""
-    from mpi4py import MPI
-
+    """Median over repeats of the slowest rank's time for one complete call (every backend
+    returns only when the result is complete)."""
     for _ in range(warmup):
         call()
-    times = np.empty(repeats)
-    for i in range(repeats):
-        comm.Barrier()
-        t0 = time.perf_counter()
-        call()  # every backend returns only when the result is complete
-        times[i] = time.perf_counter() - t0
-    comm.Allreduce(MPI.IN_PLACE, times, op=MPI.MAX)
-    return float(statistics.median(times))
-
-
-def first_call(call, comm) -> float:
-    """The first call (it also warms up): the slowest rank's seconds, to plan the repeats."""
-    from mpi4py import MPI
-
-    comm.Barrier()
-    t0 = time.perf_counter()
-    call()
-    return comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+    return float(statistics.median(wall(call, comm, sync=False)[2] for _ in range(repeats)))
 
 
 def plan(once: float, repeats: int | None, warmup: int | None, sim: bool) -> tuple[int, int]:
@@ -216,7 +197,7 @@ def backends_to_run(requested: str, comm, notes: list[str]) -> list[str]:
         names.append("mpi-cuda")
     else:
         notes.append(f"mpi-cuda skipped: MPI is not CUDA-aware ({how})")
-    from hpclab.comm.select import NEEDS_OWN_GPU
+    from hpclab.comm.nccl import NEEDS_OWN_GPU
     from hpclab.device import describe_sharing, sharing
 
     shared = sharing(comm)
@@ -260,6 +241,22 @@ def targets(rat: list[dict]) -> dict:
     return result
 
 
+def figures(rows: list[dict], n: int) -> list[dict]:
+    """Time and bus bandwidth per backend and size, raw NCCL the baseline (the first sizes, below 64 B,
+    include NCCL's set-up: not a latency)."""
+    from hpclab.results.recorded import figure
+
+    raw = {r["size_bytes"]: r for r in rows if r["backend"] == RAW}
+    out = []
+    for r in (r for r in rows if r["size_bytes"] >= 64):
+        b = raw.get(r["size_bytes"]) if r["backend"] != RAW else None
+        out += [figure("allreduce", r["backend"], n, r["size_bytes"], "bytes", "time_s", r["time_us"] * 1e-6, "s",
+                       RAW, b and b["time_us"] * 1e-6),
+                figure("allreduce", r["backend"], n, r["size_bytes"], "bytes", "busbw", r["busbw_GBps"], "GB/s",
+                       RAW, b and b["busbw_GBps"])]
+    return out
+
+
 def table(rows: list[dict], n: int) -> str:
     head = f"{'backend':<9} {'size':>6} {'bytes':>11} {'time (us)':>11} {'algbw GB/s':>11} {'busbw GB/s':>11} {'reps':>4}  check"
     lines = [f"all-reduce over {n} ranks; busbw = algbw x 2(n-1)/n", head, "-" * len(head)]
@@ -285,7 +282,7 @@ def measure(cases, sizes, comm, dtype="float32", repeats=None, warmup=None) -> l
         for case in cases:
             with step(comm, f"{case.name}: {size} B buffers"):
                 call = case.prepare(count)
-            reps, warm = plan(first_call(call, comm), repeats, warmup, sim)
+            reps, warm = plan(wall(call, comm, sync=False)[2], repeats, warmup, sim)   # also warms up
             t = timed(call, comm, reps, warm)
             ok = comm.allreduce(case.verify(expected), op=MPI.LAND)
             algbw = size / t / 1e9
@@ -377,6 +374,8 @@ def main(argv: list[str]) -> int:
         if args.json:
             print(json.dumps({"benchmark": "allreduce", "ranks": comm.size, "device": backend.name(),
                               "gpu": placement.gpu_name, "dtype": args.dtype, "rows": rows,
-                              "ratios": rat, "targets": tg, "notes": notes, "passed": passed}))
+                              "ratios": rat, "targets": tg, "notes": notes, "passed": passed,
+                              "topic": "allreduce", "device_name": placement.gpu_name, "note": "; ".join(notes),
+                              "figures": figures(rows, comm.size)}))
         sys.stdout.flush()
     return 0 if passed else 1

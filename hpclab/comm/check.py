@@ -57,7 +57,7 @@ class StandInNccl:
 def nccl_module(comm=None):
     """``cupy.cuda.nccl`` with one GPU per rank (when it imports), else a recording stand-in
     whose ``reason`` says why. Collective (it asks every rank of ``comm`` which GPU it uses)."""
-    from hpclab.comm.select import NEEDS_OWN_GPU
+    from hpclab.comm.nccl import NEEDS_OWN_GPU
     from hpclab.device import describe_sharing, sharing
 
     if backend.is_simulator():

@@ -38,6 +38,8 @@ from hpclab import backend
 from hpclab.comm.base import Backend
 from hpclab.errors import RankError, step
 
+NEEDS_OWN_GPU = "NCCL needs one GPU per rank (it refuses two ranks of one communicator on the same device)"
+
 INSTALL = ("install CuPy, which ships NCCL's Python binding: pip install 'hpclab[gpu]' "
            "(cupy-cuda13x; on a cluster load the CUDA module first)")
 _OPS = {"sum": 0, "max": 2, "min": 3}  # ncclSum, ncclMax, ncclMin
@@ -73,7 +75,6 @@ class SharedGPUError(RankError):
 
     def __init__(self, shared, size: int):
         from hpclab.device import describe_sharing
-        from hpclab.comm.select import NEEDS_OWN_GPU
 
         self.shared = shared
         message = (f"{describe_sharing(shared)}, and {NEEDS_OWN_GPU}. Instead use --backend auto or "

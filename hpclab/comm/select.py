@@ -16,10 +16,10 @@ import sys
 
 from hpclab import backend
 from hpclab.device import describe_sharing
+from hpclab.comm.nccl import NEEDS_OWN_GPU
 from hpclab.mpi import cuda_aware, world
 
 BACKENDS = ("auto", "mpi-host", "mpi-cuda", "nccl")
-NEEDS_OWN_GPU = "NCCL needs one GPU per rank (it refuses two ranks of one communicator on the same device)"
 _announced = False
 
 

@@ -23,7 +23,6 @@ all-reduce part is then what is left after the backward pass, and
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import os
@@ -40,8 +39,7 @@ def _parser():
     from hpclab.comm import BACKENDS
     from hpclab.options import Parser, count, count_list, real, real_list
 
-    p = Parser(prog="hpclab bench ddp", description=__doc__,
-               formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="hpclab bench ddp", description=__doc__)
     p.add_argument("--mode", choices=("digits", "scaling", "sweep", "buckets"), default=None)
     p.add_argument("--summarize", metavar="CSV", help="print speedup and efficiency from a scaling CSV")
     p.add_argument("--width", type=count(1, 1 << 20), default=4096)
@@ -149,9 +147,41 @@ def _report(args, rows: list[dict], rank: int) -> int:
 TARGETS = {("weak", False): 0.85, ("strong", True): 0.75, ("weak", True): 0.95}
 
 
+def figures(table: list[dict]) -> list[dict]:
+    """Step time of the MLP per GPU count; efficiency against 1 GPU (:func:`hpclab.scaling.speedups`); with the
+    all-reduce overlapped (variant ...-overlap, or buckets-<MiB>), how much of it was hidden."""
+    from hpclab.results.recorded import figure
+    from hpclab.scaling import speedups
+
+    def variant(r):
+        if r.get("overlap") != "True":
+            return r["sweep"]
+        return f"buckets-{float(r['bucket_mb']):g}" if r["sweep"] == "buckets" else f"{r['sweep']}-overlap"
+
+    base = {variant(r): float(r["step_s"]) for r in table if r["gpus"] == "1"}
+    rows = []
+    for r in table:
+        n, step, v = int(r["gpus"]), float(r["step_s"]), variant(r)
+        eff = speedups([1, n], [base[v], step], "weak" if r["sweep"] == "weak" else "strong")[-1][1] if v in base else None
+        metrics = [("step_s", step, "s"), ("samples_per_s", r["samples_per_s"], "samples/s"),
+                   ("comm_share", r["comm_share"], "1"), ("efficiency", eff, "1"), ("parameters", r["parameters"], "1")]
+        if r.get("overlap") in ("True", "False"):        # the CSV has the split (since overlap was added)
+            metrics += [("compute_s", r["compute_s"], "s"), ("update_s", r["update_s"], "s")]
+        if r.get("overlap") == "True":
+            metrics += [("comm_s", r["comm_s"], "s"), ("allreduce_s", r["allreduce_s"], "s"),
+                        ("hidden_share", r["hidden_share"], "1"), ("buckets", r["buckets"], "1")]
+        rows += [figure("ddp-scaling", v, n, int(r["global_batch"]), "samples", metric, value, unit)
+                 for metric, value, unit in metrics if value is not None]
+    return rows
+
+
 def summarize(path: str) -> int:
+    """Speedup and efficiency per sweep from a scaling CSV, the targets at 4 GPUs, and one JSON line of figures."""
+    from hpclab.scaling import speedups
+
     with open(path) as fh:
-        rows = [r for r in csv.DictReader(fh) if r["sweep"] in ("strong", "weak")]
+        table = list(csv.DictReader(fh))
+    rows = [r for r in table if r["sweep"] in ("strong", "weak")]
     verdicts = []
     for sweep in ("strong", "weak"):
         for overlap in (False, True):
@@ -168,8 +198,7 @@ def summarize(path: str) -> int:
                   f"{'efficiency':>10} {'comm share':>10} {'hidden':>7}")
             for r in pts:
                 n = int(r["gpus"])
-                speedup = float(r["samples_per_s"]) / float(base["samples_per_s"])
-                eff = speedup / n
+                speedup, eff = speedups([1, n], [float(base["step_s"]), float(r["step_s"])], sweep)[-1]
                 if n == 4 and (sweep, overlap) in TARGETS:
                     verdicts.append(f"{sweep}{' overlapped' if overlap else ''} >= {TARGETS[sweep, overlap]}: "
                                     f"{'met' if eff >= TARGETS[sweep, overlap] else 'NOT met'} ({eff:.2f})")
@@ -178,6 +207,7 @@ def summarize(path: str) -> int:
                       f"{float(r['samples_per_s']):>10.0f} {speedup:>8.2f} {eff:>10.2f} "
                       f"{100 * float(r['comm_share']):>9.1f}% {hidden}")
     print("targets at 4 GPUs:", "; ".join(verdicts) if verdicts else "no 4-GPU point measured")
+    print(json.dumps({"topic": "ddp", "device_name": table[0].get("device", ""), "figures": figures(table)}))
     return 0
 
 
@@ -204,9 +234,15 @@ def digits_bench(args) -> int:
                               "device_used_delta_bytes": mem["device_used_delta_bytes"],
                               "gpu_usage": out["gpu_usage"], "device": placement.gpu_name}))
     if comm.rank == 0 and args.json_out:
+        from hpclab.results.recorded import figure
+
+        found = [figure("ddp-digits", precision, 1, "", "", metric, r[key], unit) for precision, r in results.items()
+                 for metric, key, unit in (("test_accuracy", "test_accuracy", "1"), ("train_s", "train_seconds", "s"),
+                                           ("time_to_threshold_s", "time_to_threshold_s", "s"),
+                                           ("loss_scale", "loss_scale", "1")) if r.get(key)]
         with open(args.json_out, "w") as fh:
-            json.dump({"device": placement.gpu_name, "date": time.strftime("%Y-%m-%d"),
-                       "results": results}, fh, indent=1, default=float)
+            json.dump({"device": placement.gpu_name, "date": time.strftime("%Y-%m-%d"), "results": results,
+                       "topic": "ddp", "device_name": placement.gpu_name, "figures": found}, fh, default=float)
     return 0 if all(r["passed"] for r in results.values()) else 1
 
 

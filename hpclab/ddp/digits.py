@@ -18,6 +18,7 @@ from hpclab.ddp.model import MLP, count_parameters, init_parameters
 from hpclab.ddp.monitor import GPUMonitor, device_memory_used, memory_estimate_bytes
 from hpclab.ddp.sampler import DistributedSampler
 from hpclab.ddp.trainer import DDPTrainer
+from hpclab.timing import wall
 
 
 @dataclass
@@ -80,22 +81,25 @@ def train_digits(comm, placement, cfg: DigitsConfig, say=print) -> dict:
     monitor = GPUMonitor(placement.gpu_uuid).start() if cfg.monitor and rank == 0 else None
 
     history, identical, time_to_target = [], True, None
-    comm.Barrier()
-    t_start = time.perf_counter()
-    for epoch in range(cfg.epochs):
-        t0 = time.perf_counter()
-        losses, train_acc = trainer.train_epoch(*dev["train"], sampler, epoch)
-        val = trainer.evaluate(*dev["val"])
-        backend.cuda().synchronize()
-        seconds = time.perf_counter() - t0
-        train = (float(np.mean(losses)), train_acc)
-        history.append({"epoch": epoch + 1, "train_loss": train[0], "train_acc": train[1],
-                        "val_loss": val[0], "val_acc": val[1], "seconds": seconds})
-        if time_to_target is None and val[1] >= cfg.threshold:
-            time_to_target = time.perf_counter() - t_start
-        if rank == 0:
-            say(epoch_line(epoch + 1, cfg.epochs, train, val, seconds))
-    train_seconds = time.perf_counter() - t_start
+
+    def epochs():
+        nonlocal time_to_target
+        t_start = time.perf_counter()
+        for epoch in range(cfg.epochs):
+            t0 = time.perf_counter()
+            losses, train_acc = trainer.train_epoch(*dev["train"], sampler, epoch)
+            val = trainer.evaluate(*dev["val"])
+            backend.cuda().synchronize()
+            seconds = time.perf_counter() - t0
+            train = (float(np.mean(losses)), train_acc)
+            history.append({"epoch": epoch + 1, "train_loss": train[0], "train_acc": train[1],
+                            "val_loss": val[0], "val_acc": val[1], "seconds": seconds})
+            if time_to_target is None and val[1] >= cfg.threshold:
+                time_to_target = time.perf_counter() - t_start
+            if rank == 0:
+                say(epoch_line(epoch + 1, cfg.epochs, train, val, seconds))
+
+    _, _, train_seconds = wall(epochs, comm)
     replicas = trainer.replicas()
     identical &= replicas["identical"]
     test_loss, test_acc = trainer.evaluate(*dev["test"])

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from hpclab.mpi import first_ranks
-from hpclab.timing import Phases
+from hpclab.timing import Phases, wall
 
 
 def time_steps(trainer, x_dev, y_dev, idx_dev, global_batch: int, steps: int, warmup: int, comm):
@@ -24,15 +24,11 @@ def time_steps(trainer, x_dev, y_dev, idx_dev, global_batch: int, steps: int, wa
         trainer.step(x_dev, y_dev, idx_dev, global_batch)
     trainer.phases = Phases(sync=True)
     trainer.allreduce_busy_s = 0.0
-    comm.Barrier()
-    t0 = MPI.Wtime()
-    for _ in range(steps):
-        trainer.step(x_dev, y_dev, idx_dev, global_batch)
-    local = (MPI.Wtime() - t0) / steps
+    _, _, slowest = wall(lambda: [trainer.step(x_dev, y_dev, idx_dev, global_batch) for _ in range(steps)], comm)
     phases = {k: v / steps for k, v in trainer.phases.max_over_ranks(comm).items()}
     if trainer.overlap:   # not a phase: it runs during compute; how long the all-reduces took
         phases["allreduce_busy"] = comm.allreduce(trainer.allreduce_busy_s, op=MPI.MAX) / steps
-    return comm.allreduce(local, op=MPI.MAX), phases
+    return slowest / steps, phases
 
 
 def measure(comm, sizes, global_batch: int, steps: int = 5, warmup: int = 2,

@@ -20,7 +20,6 @@ at 4 GPUs; weak-scaling efficiency >= 0.95.
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import statistics
@@ -28,6 +27,8 @@ import sys
 import time
 
 import numpy as np
+
+from hpclab.device import identity
 
 THROUGHPUT_TARGET, STRONG_TARGET, WEAK_TARGET = 0.25, 0.90, 0.95
 COMPARISONS = ("cudnn_fp32", "cudnn_tf32", "torch_im2col_sgemm_fp32")
@@ -93,6 +94,26 @@ def _conv_float64(x, w, stride, pad):
     return np.einsum("ncpqrs,kcrs->nkpq", win, w.astype(np.float64), optimize=True)
 
 
+def throughput_figures(d: dict) -> list[dict]:
+    """Our methods (the direct kernel's best tile shape) against cuDNN FP32, and the GPU's FP32 peak."""
+    from hpclab.results.recorded import figure
+
+    program, batch = f"conv-{d['layer'].lower()}", d["shape"][0]
+    methods = {"direct": d["ours"].get(d["best_direct"], {}), **{k: v for k, v in d["ours"].items()
+                                                                if not k.startswith("direct")}}
+    methods.update({name: d[k] for k, name in (("cudnn_fp32", "cudnn-fp32"), ("cudnn_tf32", "cudnn-tf32"),
+                                               ("torch_im2col_sgemm_fp32", "torch-sgemm-fp32")) if k in d})
+    base = d.get("cudnn_fp32", {})
+    rows = [figure(program, "fp32-peak", 1, batch, "images", "tflops", d["fp32_peak_tflops"], "TFLOP/s")] \
+        if d.get("fp32_peak_tflops") else []
+    for variant, m in ((v, m) for v, m in methods.items() if "tflops" in m):
+        other = variant != "cudnn-fp32"
+        rows += [figure(program, variant, 1, batch, "images", metric, m[metric], "TFLOP/s", "cudnn-fp32",
+                        other and base.get(metric)) for metric in ("tflops", "latency_tflops")]
+        rows.append(figure(program, variant, 1, batch, "images", "error", m["max_rel_error_vs_float64"], "1"))
+    return rows
+
+
 def throughput(args) -> int:
     """C2 at batch 32: our direct tiled kernel, the plain one, im2col + GEMM and Winograd; cuDNN in FP32
     and TF32; one process."""
@@ -120,7 +141,7 @@ def throughput(args) -> int:
     def err(got):
         return float(np.abs(np.asarray(got[:m], np.float64) - want64).max() / scale)
 
-    device = _device_name()
+    device = identity()[0]
     result = {"layer": "C2", "shape": [n, c, h, w], "weights": [k, c, r, r], "pad": pad, "gflop": flops / 1e9,
               "device": device, "fp32_peak_tflops": _fp32_peak(device), "ours": {},
               "tflops_note": "effective TFLOP/s = 2NKCRSPQ / time (direct-convolution operation count)"}
@@ -191,7 +212,9 @@ def throughput(args) -> int:
                 f"cuDNN FP32 runs above the {peak:g} TFLOP/s FP32 peak in effective terms, with "
                 f"FP32-level error {result['cudnn_fp32']['max_rel_error_vs_float64']:.1e}: it uses an "
                 "algorithm with fewer multiplications (Winograd/FFT), not TF32")
-    print(json.dumps(result))
+    note = f"PyTorch {result['torch']}, cuDNN {result['cudnn']}" if "torch" in result else ""
+    print(json.dumps({**result, "topic": "conv", "device_name": device, "note": note,
+                      "figures": throughput_figures(result)}))
     sys.stdout.flush()
     lines = {f"ours {name}": v for name, v in result["ours"].items()}
     lines.update({label: result[label] for label in COMPARISONS if label in result})
@@ -200,15 +223,6 @@ def throughput(args) -> int:
                 f"err {v['max_rel_error_vs_float64']:.1e}") if "seconds" in v else f"FAILED {v['error'][:200]}"
         print(f"C2 batch {n}: {name:<23} {said}", file=sys.stderr)
     return 0
-
-
-def _device_name() -> str:
-    from hpclab import backend
-
-    if backend.is_simulator():
-        return "simulator"
-    dev = backend.cuda().get_current_device()
-    return dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
 
 
 def scaling(args) -> int:
@@ -228,15 +242,13 @@ def scaling(args) -> int:
     from hpclab.device import select_gpu
 
     select_gpu(comm)
-    from mpi4py import MPI
-
     from hpclab.halo.bands import hash_fill
     from hpclab.halo.conv import check_method
     from hpclab.halo.executors import Buffers, run_device
     from hpclab.halo.layers import Conv
     from hpclab.halo.reference import conv_flops, output_size
     from hpclab.halo.versions import gpu_aware_backend
-    from hpclab.timing import Phases
+    from hpclab.timing import Phases, wall
 
     size, rank = comm.size, comm.rank
     c, k, r, pad, w, n = args.channels, args.out_channels, args.kernel, args.kernel // 2, args.width, args.batch
@@ -257,55 +269,59 @@ def scaling(args) -> int:
         cu.synchronize()
         flops = conv_flops(n, k, c, r, r, output_size(height, r, 1, pad), output_size(w, r, 1, pad))
         for version, be in backends.items():
-            def once(phases=None):
-                comm.Barrier()
-                t0 = MPI.Wtime()
-                run_device([layer], x, comm, be, True, phases, buffers, height)   # ends with a stream sync
-                return comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
+            def once(phases=None):     # run_device ends with a stream sync
+                return wall(lambda: run_device([layer], x, comm, be, True, phases, buffers, height), comm, False)[2]
 
             for _ in range(args.warmup):
                 once()                                        # compile, fill the buffers
-            wall = statistics.median([once() for _ in range(args.repeats)])
+            median = statistics.median([once() for _ in range(args.repeats)])
             split = Phases(sync=True)
             split_wall = once(split)
             phases = split.max_over_ranks(comm)
             rows.append({"mode": mode, "version": version, "comm": be.name, "method": method, "overlap": True,
                          "ranks": size, "height": height, "width": w, "batch": n, "channels": c,
-                         "out_channels": k, "kernel": r, "wall_s": wall, "tflops": flops / wall / 1e12,
+                         "out_channels": k, "kernel": r, "wall_s": median, "tflops": flops / median / 1e12,
                          "compute_s": phases.get("compute", 0.0), "halo_s": phases.get("halo", 0.0),
                          "split_wall_s": split_wall})
         x = buffers = None                                    # freed before the next mode's
     if rank == 0:
-        print(json.dumps({"ranks": size, "device": _device_name(), "note": note5, "runs": rows}))
+        print(json.dumps({"ranks": size, "device": identity()[0], "note": note5, "runs": rows}))
         sys.stdout.flush()
     return 0
 
 
 def summarize(args) -> int:
     """Scaling JSON lines -> CSV with speedup and efficiency against the 1-rank run."""
-    runs = []
+    runs, device = [], ""
     for path in args.files:
         with open(path) as fh:
             for line in fh:
                 line = line.strip()
                 if line.startswith("{") and '"runs"' in line:
                     runs += json.loads(line)["runs"]
+                    device = json.loads(line).get("device", device)
     if not runs:
         print("no scaling results found", file=sys.stderr)
         return 1
+    from hpclab.results.recorded import figure
+    from hpclab.scaling import speedups
+
     base = {(r["mode"], r["version"], r["overlap"]): r["wall_s"] for r in runs if r["ranks"] == 1}
     base.update({(m, "v5", o): t for (m, v, o), t in list(base.items()) if v == "v4"})  # 1 rank: no halo
-    out = []
+    out, figures = [], []
     for r in sorted(runs, key=lambda r: (r["mode"], r["version"], not r["overlap"], r["ranks"])):
         t1 = base.get((r["mode"], r["version"], r["overlap"]))
         if t1 is None:
             continue
-        speedup = t1 / r["wall_s"] if r["mode"] == "strong" else r["ranks"] * t1 / r["wall_s"]
-        eff = speedup / r["ranks"]
+        speedup, eff = speedups([1, r["ranks"]], [t1, r["wall_s"]], r["mode"])[-1]
         out.append({**{k: r[k] for k in ("mode", "version", "comm", "overlap", "ranks", "height", "wall_s")},
                     "tflops": r.get("tflops", 0.0), "compute_s": r.get("compute_s", 0.0),
                     "halo_s": r.get("halo_s", 0.0), "split_wall_s": r.get("split_wall_s", 0.0),
                     "speedup": speedup, "efficiency": eff})
+        for comm in (["mpi-host", "nccl"] if r["ranks"] == 1 else [r["comm"]]):   # 1 GPU: the base of both curves
+            figures += [figure("conv-halo", f"{r['mode']}-{comm}", r["ranks"], r["height"], "rows", metric,
+                               out[-1][metric], "1" if metric == "efficiency" else "s")
+                        for metric in ("wall_s", "compute_s", "halo_s", "efficiency")]
     with open(args.csv, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(out[0]))
         writer.writeheader()
@@ -317,6 +333,7 @@ def summarize(args) -> int:
               f"{row['tflops']:.1f} TFLOP/s | split pass {row['split_wall_s']:.4f} s = compute "
               f"{row['compute_s']:.4f} + halo {row['halo_s']:.4f} | speedup {row['speedup']:.2f} "
               f"efficiency {row['efficiency']:.3f}{flag}")
+    print(json.dumps({"topic": "conv", "device_name": device, "figures": figures}))
     return 0
 
 
@@ -326,8 +343,7 @@ def main(argv: list[str]) -> int:
     from hpclab.options import Parser, count
 
     side = count(1, (1 << 31) - 1)
-    parser = Parser(prog="hpclab bench conv", description=__doc__,
-                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="hpclab bench conv", description=__doc__)
     sub = parser.add_subparsers(dest="what", required=True)
     t = sub.add_parser("throughput", help="C2 at batch 32 against cuDNN")
     t.add_argument("--batch", type=count(1, 1 << 16), default=32)

@@ -221,26 +221,3 @@ def run_device(ops, x, comm, be=None, overlap: bool = True, phases: Phases | Non
             x, height = out, p.out_height
     return x
 
-
-def timeline_layer(comm, overlap: bool, rows_per_rank: int | None = None) -> list[dict] | None:
-    """A halo layer (C2, 2,048 rows a rank, 256 wide on a GPU; GPU-to-GPU halos where there are) after an
-    untimed one: every rank's spans (:mod:`hpclab.timeline`) on rank 0."""
-    from hpclab import backend
-    from hpclab.decomp import block_range
-    from hpclab.halo import alexnet
-    from hpclab.halo.bands import hash_values
-    from hpclab.halo.versions import gpu_aware_backend
-    from hpclab.timeline import Timeline
-
-    scale = backend.auto_size(gpu=1, sim=32)
-    c = alexnet.input_channels("c2", scale)
-    h, w = comm.size * (rows_per_rank or backend.auto_size(gpu=2048, sim=6)), backend.auto_size(gpu=256, sim=7)
-    r0, r1 = block_range(h, comm.size, comm.rank)
-    x = backend.cuda().to_device(hash_values((1, c, r1 - r0, w), 1, r0, h))
-    be = gpu_aware_backend(comm)[0] if comm.size > 1 else None
-    ops, buffers = alexnet.conv_ops("c2", c, scale)[:1], Buffers()
-    for tl in (None, Timeline()):
-        if tl:
-            tl.start(comm)
-        run_device(ops, x, comm, be, overlap, buffers=buffers, height=h, timeline=tl)
-    return tl.spans()

@@ -1,7 +1,7 @@
 """Pictures for the halo-exchange notebook: bands per rank, and scaling with its time split.
 
-Built as ``matplotlib.figure.Figure`` objects without pyplot (see :mod:`hpclab.plot`):
-a notebook shows them with ``hpclab.plot.show``.
+Built as ``matplotlib.figure.Figure`` objects without pyplot (see :mod:`hpclab.results.plot`):
+a notebook shows them with ``hpclab.results.plot.show``.
 """
 from __future__ import annotations
 

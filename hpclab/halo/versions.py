@@ -23,7 +23,7 @@ from hpclab import backend, comm as hcomm
 from hpclab.halo.bands import hash_values
 from hpclab.halo.executors import Buffers, run_device, run_host
 from hpclab.mpi import first_ranks
-from hpclab.timing import Phases
+from hpclab.timing import Phases, wall
 
 VERSIONS = {
     "v1": "serial NumPy (one CPU)",
@@ -126,32 +126,30 @@ def _forward(version, ops, dense, shape, seed, comm, be, overlap, phases, buffer
     Returns (output on rank 0, wall seconds): the wall time runs from the input
     band on the host (made outside it) to the output band on the host, max over ranks.
     """
-    from mpi4py import MPI
-
     n, c, h, w = shape
-    comm.Barrier()
     with phases("input_generation"):
         r0, r1 = hcomm.block_range(h, comm.size, comm.rank)
         x = hash_values((n, c, r1 - r0, w), seed, r0, h)
-    t0 = MPI.Wtime()
-    if version in ("v1", "v2"):
-        y = run_host(ops, x, comm, overlap, phases)
-    else:
+
+    def layers():
+        if version in ("v1", "v2"):
+            return run_host(ops, x, comm, overlap, phases)
         cuda = backend.cuda()
         with phases("transfer"):
             xd = cuda.to_device(x)
             cuda.synchronize()     # the copy may still be in flight, and the executor's streams do not wait for it
         yd = run_device(ops, xd, comm, be, overlap, phases, buffers)
         with phases("transfer"):
-            y = yd.copy_to_host()
-    wall = comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
+            return yd.copy_to_host()
+
+    y, _, seconds = wall(layers, comm, sync=False)
     if comm.size > 1:
         with phases("gather"):
             parts = comm.gather(y, root=0)
         y = np.concatenate(parts, axis=2) if comm.rank == 0 else None
     if dense and y is not None:
         y = _dense(version, dense, y, phases)
-    return y, wall
+    return y, seconds
 
 
 def run_once(version: str, ops, dense, shape, seed, comm, be=None, overlap=True, sync=False, buffers=None):
@@ -226,3 +224,24 @@ def scaling_point(mode: str, ranks: int, ops, shape, comm, version: str = "v4", 
                      "ranks_per_gpu": ranks_per_gpu(sub)}
     comm.Barrier()   # the ranks left out wait for the others
     return point
+
+
+def timeline_layer(comm, overlap: bool, rows_per_rank: int | None = None) -> list[dict] | None:
+    """A halo layer (C2, 2,048 rows a rank, 256 wide on a GPU; GPU-to-GPU halos where there are) after an
+    untimed one: every rank's spans (:mod:`hpclab.timeline`) on rank 0."""
+    from hpclab.decomp import block_range
+    from hpclab.halo import alexnet
+    from hpclab.timeline import Timeline
+
+    scale = backend.auto_size(gpu=1, sim=32)
+    c = alexnet.input_channels("c2", scale)
+    h, w = comm.size * (rows_per_rank or backend.auto_size(gpu=2048, sim=6)), backend.auto_size(gpu=256, sim=7)
+    r0, r1 = block_range(h, comm.size, comm.rank)
+    x = backend.cuda().to_device(hash_values((1, c, r1 - r0, w), 1, r0, h))
+    be = gpu_aware_backend(comm)[0] if comm.size > 1 else None
+    ops, buffers = alexnet.conv_ops("c2", c, scale)[:1], Buffers()
+    for tl in (None, Timeline()):
+        if tl:
+            tl.start(comm)
+        run_device(ops, x, comm, be, overlap, buffers=buffers, height=h, timeline=tl)
+    return tl.spans()

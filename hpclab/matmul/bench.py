@@ -21,11 +21,13 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import re
 import sys
 
 import numpy as np
 
 from hpclab import backend
+from hpclab.device import identity
 from hpclab.options import Parser, count
 
 # Candidate tile shapes for the sweep: (bm, bn, bk, tm, tn, vec, pad).
@@ -77,8 +79,7 @@ def shape_key(m: int, n: int, k: int) -> str:
 
 
 def parse(argv):
-    p = Parser(prog="hpclab bench matmul", description=__doc__,
-               formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="hpclab bench matmul", description=__doc__)
     p.add_argument("--sizes", type=_sizes, default=None,
                    help="comma-separated N or MxNxK (default 4096,8192,4095,3000x5000x700 on a GPU, "
                         "32,33x20x17 on the simulator)")
@@ -102,8 +103,7 @@ def device_info(cuda) -> dict:
     """Name, SMs, clock and the FP32 peak they imply (FMA = 2 flops per lane per clock)."""
     if backend.is_simulator():
         return {"name": "Numba CUDA simulator", "fp32_peak_tflops": None}
-    dev = cuda.get_current_device()
-    name = dev.name.decode() if isinstance(dev.name, bytes) else dev.name
+    dev, name = cuda.get_current_device(), identity()[0]
     cc = tuple(dev.compute_capability)
     sms = _attr(dev, "MULTIPROCESSOR_COUNT", 0)
     clock_khz = _attr(dev, "CLOCK_RATE")          # the boost clock; deprecated in newer CUDA
@@ -164,6 +164,30 @@ def sass_counts(kernel) -> dict:
     return {op.strip(): text.count(op) for op in ops}
 
 
+RESOURCES = {"regs_per_thread": "registers", "shared_bytes_per_block": "B", "local_bytes_per_thread": "B",
+             "blocks_per_sm": "blocks", "warps_per_sm": "warps", "occupancy": "1"}
+
+
+def figures(d: dict) -> list[dict]:
+    """The run's figures (``hpclab.results.recorded.figure``): each kernel and tile shape against the cuBLAS
+    timed in turns with it, and its resources and SASS counts."""
+    from hpclab.results.recorded import figure
+
+    rows = []
+    for size, block in d["sizes"].items():
+        cublas = next((r["tflops"] for r in block["rows"] if r["kernel"] == "cublas"), None)
+        for r in (r for r in block["rows"] if "tflops" in r):
+            variant = r["kernel"]
+            if d.get(f"default_{variant}_config") not in (None, r["config"]):      # the tile-shape sweeps
+                variant = f"{variant}-{re.sub(r'[^A-Za-z0-9.]+', '-', r['config']).strip('-')}"
+            base = r.get("cublas_tflops", cublas) if r["kernel"] != "cublas" else None
+            rows.append(figure("matmul", variant, 1, int(size), "N", "tflops", r["tflops"], "TFLOP/s", "cublas", base))
+            rows += [figure("matmul", variant, 1, int(size), "N", k, r[k], unit) for k, unit in RESOURCES.items() if k in r]
+            rows += [figure("matmul", variant, 1, int(size), "N", f"sass_{op}", n, "instructions")
+                     for op, n in r.get("sass", {}).items()]
+    return rows
+
+
 def main(argv=None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     backend.select()
@@ -193,7 +217,7 @@ def main(argv=None) -> int:
         warp_configs += [warp.WarpConfig(*c) for c in WARP_CANDIDATES if warp.WarpConfig(*c) != warp.CONFIG]
     record = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "command": "hpclab bench matmul " + " ".join(sys.argv[1:] if argv is None else argv),
-              "backend": backend.name(), "device": dev, "default_fast_config": default.label(),
+              "backend": backend.name(), "device": dev, "device_name": dev["name"], "default_fast_config": default.label(),
               "default_warp_config": warp.CONFIG.label(),
               "sizes": {}, "shapes": {}}   # square sizes (N), other shapes (MxNxK)
     smallest = min(sizes, key=lambda s: s[0] * s[1] * s[2])
@@ -276,7 +300,7 @@ def main(argv=None) -> int:
         del a, b, c
     wrong = [(n, r["kernel"], r["config"]) for n, s in {**record["sizes"], **record["shapes"]}.items()
              for r in s["rows"] if r.get("correct") is False]
-    record["all_correct"] = not wrong
+    record.update(all_correct=not wrong, topic="matmul", figures=figures(record))
     for n, kernel, config in wrong:
         print(f"WRONG RESULT: {n}, {kernel} {config} differs from the reference by more than {TOLERANCE}")
     if args.json or args.out:

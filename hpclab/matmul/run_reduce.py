@@ -26,7 +26,7 @@ from hpclab.launch import launch_1d
 from hpclab.matmul import fast as mm
 from hpclab.options import count, real, seed
 from hpclab.runner import Report
-from hpclab.timing import Phases
+from hpclab.timing import Phases, wall
 
 cuda = mm.cuda
 
@@ -183,13 +183,9 @@ def run(args, ctx) -> Report:
     with hcomm.step(comm, f"compiling the {args.kernel} kernel"):
         warm_up(args.kernel, dtype)     # Numba compiles on first launch: keep that out of the timings
 
-    from mpi4py import MPI
-
-    comm.Barrier()
-    t0 = MPI.Wtime()
     with hcomm.step(comm, f"matrix multiply ({args.kernel} kernel)"):
-        sums, phases, setup = train(a_host, b_host, args.kernel, args.iterations, args.lr, comm, be)
-    wall_s = comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
+        (sums, phases, setup), _, wall_s = wall(
+            lambda: train(a_host, b_host, args.kernel, args.iterations, args.lr, comm, be), comm)
 
     per_iter = [ph.max_over_ranks(comm) for ph in phases]
     totals = {name: sum(p.get(name, 0.0) for p in per_iter) for name in ("compute", "transfer", "comm")}

@@ -2,7 +2,7 @@
 
 Measures, on one GPU: Monte Carlo samples/s with the counter-based generator
 (``fast.count_hits``, Philox4x32-7; also Philox4x32-10, its authors' default
-round count, and the SplitMix64 kernel it replaced, for comparison) and with
+round count, for comparison) and with
 xoroshiro128+ (its host-side state initialisation timed apart), midpoint bins/s
 with four bins per division (``fast``) and with the textbook one division per
 bin (``midpoint``), and a few launch shapes for each fast kernel. Each figure
@@ -35,8 +35,9 @@ def _rate(make, first: int, limit: int, seconds: float, repeats: int) -> tuple[f
 
 def measure(seconds: float = 1.0, repeats: int = 3, shapes: bool = True) -> dict:
     from hpclab import backend
+    from hpclab.device import identity
     from hpclab.launch import cuda, full_gpu
-    from hpclab.pi import fast, midpoint, mc, splitmix, xoroshiro
+    from hpclab.pi import fast, midpoint, mc, xoroshiro
 
     sim = backend.is_simulator()
     first = backend.auto_size(gpu=10**10, sim=2_000)
@@ -44,12 +45,8 @@ def measure(seconds: float = 1.0, repeats: int = 3, shapes: bool = True) -> dict
     limit_mid = backend.auto_size(gpu=MAX_BINS, sim=4_000)
     seconds = seconds if not sim else 0.0
     out: dict = {"backend": backend.name(), "date": datetime.datetime.now().isoformat(timespec="seconds")}
-    if not sim:
-        dev = cuda.get_current_device()
-        out["device"] = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
-        out["sms"] = dev.MULTIPROCESSOR_COUNT
-    else:
-        out["device"], out["sms"] = "simulator", 1
+    out["device"] = identity()[0]
+    out["sms"] = 1 if sim else cuda.get_current_device().MULTIPROCESSOR_COUNT
     blocks, threads = full_gpu(1 << 40)
     out["launch"] = {"blocks": blocks, "threads": threads}
 
@@ -58,8 +55,6 @@ def measure(seconds: float = 1.0, repeats: int = 3, shapes: bool = True) -> dict
     out["mc_counter_generator"] = f"Philox4x32-{mc.ROUNDS}"
     rate, n = _rate(lambda m: fast.count_hits(0, m, 123, rounds=10), first, limit_mc, seconds / 2, repeats)
     out["mc_philox10_samples_per_s"], out["mc_philox10_samples"] = rate, n
-    rate, n = _rate(lambda m: splitmix.count_hits(0, m, 123), first, limit_mc, seconds / 2, repeats)
-    out["mc_splitmix_samples_per_s"], out["mc_splitmix_samples"] = rate, n
 
     states = xoroshiro.states(blocks * threads, 123)
     out["xoroshiro_states"] = blocks * threads
@@ -84,7 +79,25 @@ def measure(seconds: float = 1.0, repeats: int = 3, shapes: bool = True) -> dict
         } for b, t in scan]
     out["targets"] = {name: {"target": goal, "measured": out[name], "met": out[name] >= goal}
                       for name, goal in TARGETS.items()}
+    out.update(topic="pi", device_name=out["device"], note=f"counter-based generator {out['mc_counter_generator']}",
+               figures=figures(out))
     return out
+
+
+def figures(d: dict) -> list[dict]:
+    """The run's figures: the counter-based generator against numba.cuda.random's xoroshiro128+, the
+    4-bins-per-division midpoint kernel against one division per bin (the launch-shape scan is not kept)."""
+    from hpclab.results.recorded import figure
+
+    xoro, plain = d["mc_xoroshiro_samples_per_s"], d["midpoint_plain_bins_per_s"]
+    rows = [figure("pi-mc", variant, 1, "", "", "rate", d[key], "samples/s", "bench-xoroshiro128p", xoro)
+            for key, variant in (("mc_counter_samples_per_s", "bench"), ("mc_philox10_samples_per_s", "bench-philox10"))]
+    return rows + [figure("pi-mc", "bench-xoroshiro128p", 1, "", "", "rate", xoro, "samples/s"),
+                   figure("pi-mc", "bench-xoroshiro128p", 1, d["xoroshiro_states"], "states", "init_s",
+                          d["xoroshiro_init_s"], "s"),
+                   figure("pi-midpoint", "bench", 1, "", "", "rate", d["midpoint_bins_per_s"], "bins/s", "bench-plain",
+                          plain),
+                   figure("pi-midpoint", "bench-plain", 1, "", "", "rate", plain, "bins/s")]
 
 
 def format_table(r: dict) -> str:
@@ -94,8 +107,6 @@ def format_table(r: dict) -> str:
              f"(target 8e11; workshop A100 {A100_WORKSHOP_MC:.2e})",
              f"  Monte Carlo, Philox4x32-10          {r['mc_philox10_samples_per_s']:.3e} samples/s "
              f"(the authors' default rounds, for comparison)",
-             f"  Monte Carlo, SplitMix64 (previous)  {r['mc_splitmix_samples_per_s']:.3e} samples/s "
-             f"(Philox4x32-7 is {r['mc_counter_samples_per_s'] / r['mc_splitmix_samples_per_s']:.2f}x)",
              f"  Monte Carlo, xoroshiro128+          {r['mc_xoroshiro_samples_per_s']:.3e} samples/s "
              f"(counter is {r['mc_counter_samples_per_s'] / r['mc_xoroshiro_samples_per_s']:.2f}x)",
              f"  xoroshiro128+ state init            {r['xoroshiro_init_s']:.3f} s for "

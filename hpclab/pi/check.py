@@ -1,8 +1,7 @@
 """What a pi answer may be off by, and the checks of the pi exercises.
 
 Needs no GPU (the programs use it to check their input before anything of Numba loads):
-the midpoint rule's error bound, the Monte Carlo standard error, the limits on bins and
-seeds, and the verdicts that tell a learner what a wrong answer most likely did.
+the midpoint rule's error bound, the Monte Carlo standard error, the limit on bins, and the verdicts that tell a learner what a wrong answer most likely did.
 """
 from __future__ import annotations
 
@@ -10,10 +9,11 @@ import math
 
 import numpy as np
 
+from hpclab.pi.philox import count_hits_reference
+from hpclab.scaling import speedups as reference_speedups
 from hpclab.verdict import Verdict, say as _say
 
 MAX_BINS = (1 << 52) - 1     # bin midpoints (i + 1/2) are exact in float64 below 2^52
-SEED_LIMIT = 1 << 64         # seeds are 0 <= seed < 2^64: Philox's key is two 32-bit words
 P_INSIDE = math.pi / 4       # the chance that a sample falls inside the quarter circle
 
 
@@ -35,11 +35,6 @@ def midpoint_bound(bins: int, blocks: int, threads: int, ranks: int) -> float:
     chain = terms + 16 + math.log2(threads) + blocks + ranks
     u = 2.0 ** -53
     return truncation_bound(bins) + 2.0 * u * math.pi * chain + u * math.pi
-
-
-def check_seed(seed) -> None:
-    if not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) < SEED_LIMIT:
-        raise ValueError(f"seed {seed!r} is out of range: use a whole number from 0 to 2^64 - 1")
 
 
 def standard_error(samples: int) -> float:
@@ -119,8 +114,6 @@ def _midpoint_hint(computed: float, bins: int) -> str:
 
 def monte_carlo(hits: int, samples: int, seed: int | None = None, quiet: bool = False) -> Verdict:
     """Hits against the exact count of the counter-based generator (small runs) or 5 standard errors."""
-    from hpclab.pi.mc import count_hits_reference
-
     pi_hat = 4.0 * hits / samples
     sigma = standard_error(samples)
     if seed is not None and samples <= 2_000_000:
@@ -155,7 +148,6 @@ def hit_count(hits: int, expected: int, samples: int, ranks: int = 1, seed: int 
                                    "to hits when mc.sample_inside(seed, i) is true"), quiet)
     if seed is not None and samples <= 2_000_000:
         from hpclab.decomp import block_range
-        from hpclab.pi.mc import count_hits_reference
 
         shares = [block_range(samples, ranks, r) for r in range(ranks)]
         if hits == sum(count_hits_reference(0, b - a, seed) for a, b in shares):
@@ -199,13 +191,14 @@ def samples_for(fn, quiet: bool = False) -> Verdict:
 
 def speedups(fn, times: dict, quiet: bool = False) -> Verdict:
     """The scaling exercise: ``fn(times)`` maps {gpus: seconds} to {gpus: (speedup, efficiency)}."""
-    got, t1 = fn(dict(times)), times[min(times)] * min(times)
-    for n, t in sorted(times.items()):
-        s, mine = t1 / t, (got.get(n) if isinstance(got, dict) else None) or (None, None)
+    ranks = sorted(times)
+    want, got = dict(zip(ranks, reference_speedups(ranks, [times[n] for n in ranks]))), fn(dict(times))
+    for n in ranks:
+        (s, e), mine = want[n], (got.get(n) if isinstance(got, dict) else None) or (None, None)
         if mine[0] is None or not math.isclose(mine[0], s, rel_tol=1e-9):
             why = "you divided the other way round" if mine[0] and math.isclose(mine[0], 1 / s) else "it is T(1) / T(n)"
             return _say(Verdict(False, f"the speedup on {n} GPUs is not {mine[0]!r}: {why}"), quiet)
-        if not math.isclose(mine[1], s / n, rel_tol=1e-9):
+        if not math.isclose(mine[1], e, rel_tol=1e-9):
             return _say(Verdict(False, f"the efficiency on {n} GPUs is not {mine[1]!r}: the speedup per GPU"), quiet)
-    n = max(times)
-    return _say(Verdict(True, f"right: on {n} GPUs speedup {t1 / times[n]:.3f}, efficiency {t1 / times[n] / n:.4f}"), quiet)
+    s, e = want[ranks[-1]]
+    return _say(Verdict(True, f"right: on {ranks[-1]} GPUs speedup {s:.3f}, efficiency {e:.4f}"), quiet)

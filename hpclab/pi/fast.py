@@ -23,8 +23,8 @@ import numpy as np
 from hpclab.backend import cuda as _cuda
 from hpclab.launch import full_gpu
 from hpclab.pi import midpoint
-from hpclab.pi.check import check_seed
-from hpclab.pi.mc import RADIUS2, ROUNDS, SHIFT, ZERO32, check_range, count_hits_reference, philox4x32
+from hpclab.pi.mc import check_range, philox4x32
+from hpclab.pi.philox import RADIUS2, ROUNDS, SHIFT, ZERO32, check_seed, count_hits_reference
 from hpclab.pi.reduce import block_sum
 
 cuda = _cuda()

@@ -7,7 +7,8 @@ import math
 
 from hpclab import budget
 from hpclab.options import count, seed
-from hpclab.pi.check import SEED_LIMIT, estimate
+from hpclab.pi.check import estimate
+from hpclab.pi.philox import SEED_LIMIT
 
 MAX_BLOCKS = (1 << 31) - 1                 # CUDA's limit on gridDim.x
 THREADS = tuple(1 << k for k in range(11))  # powers of two up to 1024, CUDA's block limit

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 
 from hpclab import backend
-from hpclab.decomp import block_range, require_at_least
+from hpclab.decomp import block_range
 from hpclab.errors import step
 from hpclab.options import count
 from hpclab.runner import Report
@@ -30,13 +30,6 @@ def validate(args, launch) -> None:
     check_work("--bins", args.bins or default_bins(), "bins", launch.ranks, launch)
 
 
-def check_bins(bins: int, size: int) -> None:
-    require_at_least(bins, size, "bins")
-    if bins > MAX_BINS:
-        raise ValueError(f"{bins} bins is too many: bin midpoints are exact in float64 only up to "
-                         f"2^52 - 1 = {MAX_BINS} bins; use fewer bins")
-
-
 def run(args, ctx) -> Report:
     from mpi4py import MPI
 
@@ -45,8 +38,7 @@ def run(args, ctx) -> Report:
 
     comm, size, rank = ctx.comm, ctx.comm.size, ctx.comm.rank
     bins = args.bins or default_bins()
-    with step(comm, "input check"):
-        check_bins(bins, size)             # also checked by validate; kept for callers of run()
+    with step(comm, "launch shape"):     # the input was checked for this launch (runner.checked)
         start, stop = block_range(bins, size, rank)
         blocks, threads = full_gpu(stop - start, args.blocks, args.threads)
     with step(comm, "kernel compilation (warm-up)"):

@@ -15,7 +15,7 @@ import numpy as np
 
 from hpclab.backend import cuda as _cuda
 from hpclab.launch import full_gpu
-from hpclab.pi.check import check_seed
+from hpclab.pi.philox import check_seed
 from hpclab.pi.reduce import block_sum
 
 cuda = _cuda()

@@ -42,9 +42,9 @@ def missing_image(source: str, outputs: list[dict]) -> str | None:
     stand_in = next((m.group(0) for t in texts if (m := TEXT_STAND_IN.search(t))), None)
     if stand_in:
         return (f"shows a figure as the text {stand_in!r}, not as an image: end with "
-                "hpclab.plot.show(fig) instead of a bare figure")
+                "hpclab.results.plot.show(fig) instead of a bare figure")
     if MAKES_FIGURE.search(code) and not any("image/png" in out.get("data", {}) for out in outputs):
-        return "makes a figure but leaves no image/png output: show it with hpclab.plot.show(fig)"
+        return "makes a figure but leaves no image/png output: show it with hpclab.results.plot.show(fig)"
     return None
 
 

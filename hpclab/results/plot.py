@@ -153,8 +153,8 @@ def beside_recorded(live, recorded: list, note: str | None = None, title: str | 
                     unit: str | None = None):
     """A sweep measured here beside recorded GPU runs of the same program: speedup and throughput.
 
-    ``live``: a Curve (``hpclab.recorded.from_sweep``), a list of them, or None;
-    ``recorded``: Curves from ``hpclab.recorded.curves``. Left, speedup against
+    ``live``: a Curve (``hpclab.results.recorded.from_sweep``), a list of them, or None;
+    ``recorded``: Curves from ``hpclab.results.recorded.curves``. Left, speedup against
     the ideal line (curves with one point have none); right, work per second,
     where a GPU's rate and the simulator's sit decades apart. ``note`` (one
     sentence under the figure) defaults to :func:`machine_note` of the live records.
@@ -218,7 +218,7 @@ def allreduce_figure(rows: list[dict], recorded: dict, note: str | None = None,
     """All-reduce time and bus bandwidth against message size: measured here (solid) and recorded (dashed).
 
     ``rows``: ``hpclab.comm.bench.run`` rows (backend, size_bytes, time_us,
-    busbw_GBps); ``recorded``: label -> ``hpclab.recorded.allreduce(run)``. One
+    busbw_GBps); ``recorded``: label -> ``hpclab.results.recorded.allreduce(run)``. One
     colour per backend, one line style per run.
     """
     fig, (ax_t, ax_bw) = _figure(11.0, 4.4)

@@ -20,6 +20,10 @@ copy, the lesson cell's id in its metadata, ``{"hpclab": {"from": "<cell id>"}}`
 ``check`` fails when a copy differs from its lesson cell. ``link`` finds the
 solution cells that are identical to a lesson cell and adds that metadata
 (giving the lesson's cells ids, nbformat 4.5, where they have none).
+
+Not nbgrader: its ClearSolutions preprocessor clears the same markers, but it comes with a grading
+system (a database through SQLAlchemy and alembic, Jupyter server extensions) for what
+:func:`strip_solution` does in twenty lines; linking lesson cells is this module's own.
 """
 from __future__ import annotations
 

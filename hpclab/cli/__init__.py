@@ -1,0 +1,158 @@
+"""The ``hpclab`` command (also ``python -m hpclab``).
+
+  hpclab info                      backend, GPUs, MPI, NCCL, ipyparallel
+  hpclab doctor [--engines]        pre-flight: PASS/WARN/FAIL per requirement, with its fix
+  hpclab run NAME [options]        a workshop program (under mpiexec/srun, or alone)
+  hpclab bench NAME [options]      a benchmark (its topic's bench.py: hpclab.programs)
+  hpclab scaling NAME [options]    strong/weak scaling sweep, CSV + PNG
+  hpclab exercises build|check     exercises/ generated from solutions/ (cells shared with notebooks/ filled in)
+  hpclab exercises link [NB ...]   mark the solution cells that copy a lesson cell (--dry-run: only count them)
+  hpclab exercises copy            your working copies in my-work/ (never overwritten)
+  hpclab workbook [--engines N]    execute every notebook on MPI engines into build/
+  hpclab cluster init --slurm ...  a profile whose engines are a Slurm job
+  hpclab cluster start|status|stop the profile's MPI engines outside notebooks (hpclab.cluster)
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+
+from hpclab.options import Parser, UsageError, count
+from hpclab.programs import BENCHMARKS, PROGRAMS
+from hpclab.runner import env_rank
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except UsageError as exc:
+        # Bad input: one line, exit status 2 (``hpclab run`` reports its own, agreed across ranks).
+        if env_rank() == 0:
+            print(exc, file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:
+        # A Python without hpclab's dependencies (not the project's .venv) fails on first use of one;
+        # say which Python and how to get the environment instead of a bare traceback.
+        if (exc.name or "hpclab").split(".")[0] == "hpclab":
+            raise
+        print(f"hpclab: this Python ({sys.executable}) has no module {exc.name!r}, which this command "
+              "needs. Use the project's environment: `make setup` (workbook) or `make test` (tests) "
+              "creates .venv, then run .venv/bin/python -m hpclab ...; or install hpclab into this "
+              "Python with pip install -e '.[test]' ('.[gpu]' for CuPy and NCCL).", file=sys.stderr)
+        return 1
+
+
+def _main(argv: list[str] | None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = Parser(prog="hpclab", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("info", help="what this machine offers: backend, GPUs, MPI, NCCL").set_defaults(handler=_info)
+    sub.add_parser("doctor", help="pre-flight of every requirement, with fixes (see hpclab doctor -h)",
+                   add_help=False).set_defaults(handler=lambda args, rest: _command("doctor").main(rest))
+    for name, registry, what in (("run", PROGRAMS, "run a workshop program on every rank"),
+                                 ("bench", BENCHMARKS, "run a benchmark")):
+        named = sub.add_parser(name, help=what, add_help=False)      # NAME's own options follow, -h among them
+        named.add_argument("name", nargs="?", help=", ".join(sorted(registry)))
+        named.set_defaults(handler=_run if name == "run" else _bench)
+    sub.add_parser("scaling", help="strong/weak scaling sweep over rank counts (see hpclab scaling -h)",
+                   add_help=False).set_defaults(handler=lambda args, rest: _command("scaling").main(rest))
+    ex = sub.add_parser("exercises", help="generate or check exercises/ from solutions/, or copy them to my-work/")
+    ex.add_argument("action", choices=["build", "check", "copy", "link"])
+    ex.add_argument("notebooks", nargs="*", help="link: solution notebooks (default: all of solutions/)")
+    ex.add_argument("--root", default=".", help="project root")
+    ex.add_argument("--dry-run", action="store_true", help="link: say what would be linked, write nothing")
+    ex.set_defaults(handler=_exercises)
+    wb = sub.add_parser("workbook", help="execute every notebook on MPI engines into build/")
+    wb.add_argument("--engines", type=count(1, 1024), default=4, help="MPI engines the notebooks run on")
+    wb.add_argument("--notebooks", default="notebooks", help="folder of NN_*.ipynb to run in order")
+    wb.add_argument("--out", default="build", help="folder for the executed copies and figures/")
+    wb.add_argument("--timeout", type=count(1, 7 * 86400), default=1200, help="seconds per cell")
+    wb.set_defaults(handler=lambda args, rest: _command("workbook").main(
+        args.notebooks, args.out, args.engines, args.timeout) if not rest else _unknown(rest))
+    cl = sub.add_parser("cluster", help="start, list or stop the MPI engines of an IPython profile; init --slurm: engines from Slurm")
+    actions = cl.add_subparsers(dest="action", required=True)
+    start = actions.add_parser("start", help="start the shared cluster that notebooks claim one at a time")
+    start.add_argument("-n", "--engines", type=count(1, 1024), default=4, help="number of MPI engines (default 4)")
+    start.add_argument("--timeout", type=float, default=None,
+                       help="seconds to wait for all engines (default 120; for a Slurm profile's job 600)")
+    status = actions.add_parser("status", help="list the profile's clusters, their engines and owners")
+    stop = actions.add_parser("stop", help="stop the shared cluster and clusters left by notebooks that are gone")
+    stop.add_argument("--all", action="store_true", help="also stop private clusters of notebooks still open")
+    for action in (start, status, stop):
+        action.add_argument("--profile", default="default", help="IPython profile (default: default)")
+    from hpclab.slurm.profile import add_cluster_init
+
+    add_cluster_init(actions)
+    cl.set_defaults(handler=lambda args, rest: _cluster(args) if not rest else _unknown(rest))
+
+    args, rest = parser.parse_known_args(argv)
+    return args.handler(args, rest)
+
+
+def _command(name: str):
+    """hpclab.cli.NAME, imported when its command runs (each pulls in what it needs, e.g. nbformat)."""
+    return importlib.import_module(f"hpclab.cli.{name}")
+
+
+def _unknown(rest: list[str]) -> int:
+    raise UsageError(f"hpclab: error: unrecognized arguments: {' '.join(rest)}")
+
+
+def _info(args, rest) -> int:
+    return _command("info").info() if not rest else _unknown(rest)
+
+
+def _named(args, registry: dict) -> int | None:
+    """``hpclab run|bench`` without a NAME, or with -h: the list of names (exit status 0 with -h, else 2)."""
+    if not args.name or args.name in ("-h", "--help"):
+        print(f"usage: hpclab {args.command} NAME [options]\n\navailable: {', '.join(sorted(registry))}")
+        return 0 if args.name else 2
+    return None
+
+
+def _run(args, rest) -> int:
+    from hpclab import runner
+
+    listed = _named(args, PROGRAMS)
+    return runner.main(args.name, rest) if listed is None else listed
+
+
+def _bench(args, rest) -> int:
+    listed = _named(args, BENCHMARKS)
+    if listed is not None:
+        return listed
+    if args.name not in BENCHMARKS:
+        raise UsageError(f"hpclab bench: error: unknown benchmark {args.name!r}; choose one of: "
+                         f"{', '.join(sorted(BENCHMARKS))}")
+    return importlib.import_module(BENCHMARKS[args.name]).main(rest)
+
+
+def _exercises(args, rest) -> int:
+    if any(r.startswith("-") for r in rest):
+        return _unknown(rest)
+    # notebooks named after an option arrive in rest (argparse gives * positionals their values once)
+    return _command("exercises").main(args.action, args.root, args.notebooks + rest, args.dry_run)
+
+
+def _cluster(args) -> int:
+    from hpclab import cluster, profile_clusters
+
+    if args.action == "init":
+        return args.func(args)
+    if args.action == "start":
+        try:
+            cluster.start_shared(args.engines, args.profile, args.timeout)
+        except cluster.ClusterError as exc:
+            print(f"hpclab cluster start: {exc}", file=sys.stderr)
+            return 1
+        return 0
+    pdir = profile_clusters.profile_dir(args.profile)
+    log = profile_clusters.quiet_log(pdir)
+    if args.action == "status":
+        lines = profile_clusters.status_lines(pdir, log)
+    else:
+        lines = profile_clusters.stop_lines(pdir, log, everything=args.all)
+    print(f"profile {args.profile!r} ({pdir}):")
+    for line in lines:
+        print(f"  {line}")
+    return 0
