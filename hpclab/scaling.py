@@ -1,26 +1,15 @@
 """Strong and weak scaling sweeps of any ``hpclab run`` program, over rank counts.
 
-Two routes, one record format:
+Two routes, one record format: ``sweep_mpiexec`` runs ``mpiexec -n N python -m hpclab run PROGRAM
+... --json`` per rank count and trial (``hpclab scaling``); ``sweep_engines`` splits a notebook's
+engines into sub-communicators of sizes 1..n and runs the program's ``run(args, ctx)`` on each.
+Both check every run's arguments first, as ``hpclab run`` does. A program reports
+``timings["wall_s"]`` (``timing.wall``); its work is the value of its size option
+(``Program.work``, or ``--work-arg``), which a weak sweep multiplies by the rank count.
 
-- ``sweep_mpiexec``: one ``mpiexec -n N python -m hpclab run PROGRAM ... --json``
-  per rank count and trial (the ``hpclab scaling`` command); reads the JSON line.
-- ``sweep_engines``: on connected ipyparallel MPI engines (a notebook), the
-  engines' COMM_WORLD is split into sub-communicators of sizes 1..n and the
-  program's ``run(args, ctx)`` runs on each, with ``ctx.comm`` the sub-communicator.
-
-Both check every run's arguments first, as ``hpclab run`` does (``runner.checked``). A program
-takes part by reporting ``timings["wall_s"]`` (``timing.wall``); the work size is the value of
-its size option (``Program.work`` in ``hpclab.programs``, or ``--work-arg``), which a weak sweep
-multiplies by the rank count.
-
-Strong scaling: speedup S(n) = T(1)/T(n), efficiency E(n) = S(n)/n, and the
-Amdahl serial fraction f from S(n) = 1 / (f + (1 - f)/n). Weak scaling:
-efficiency E(n) = T(1)/T(n), scaled speedup n E(n), and the Gustafson serial
-fraction f from n E(n) = n - f (n - 1).
-
-Every record carries ``ranks_per_gpu`` (the most ranks on one device) and
-``shared_gpu``: where ranks share a GPU, more ranks do not bring more GPU, so
-such a sweep measures time sharing, not scaling, and its figure says so.
+Strong: S(n) = T(1)/T(n), E(n) = S(n)/n, Amdahl's S(n) = 1 / (f + (1 - f)/n).
+Weak: E(n) = T(1)/T(n), scaled speedup n E(n), Gustafson's n E(n) = n - f (n - 1).
+A record's ``ranks_per_gpu`` > 1 (``shared_gpu``) means ranks took turns on a GPU: time sharing, not scaling.
 """
 from __future__ import annotations
 
@@ -84,21 +73,16 @@ def amdahl_speedup(n: float, f: float) -> float:
 
 @dataclass
 class Sweep:
-    """Every trial of a sweep, and what follows from their medians."""
+    """Every trial of a sweep (ranks, trial, work, wall_s, passed, backend, ranks_per_gpu, shared_gpu),
+    and what follows from their medians."""
 
     program: str
     mode: str                                   # "strong" or "weak"
-    records: list[dict] = field(default_factory=list)   # ranks, trial, work, wall_s, passed, backend,
-    #                                                     ranks_per_gpu, shared_gpu
-
-    @property
-    def shared_gpu(self) -> bool:
-        """Whether any run had ranks sharing a GPU (then it measured time sharing, not scaling)."""
-        return any(r.get("shared_gpu") for r in self.records)
+    records: list[dict] = field(default_factory=list)
 
     def sharing_note(self) -> str:
-        """One line for a figure or table: empty when every rank had a GPU of its own."""
-        if not self.shared_gpu:
+        """One line for a figure or table where ranks shared a GPU (time sharing, not scaling), else empty."""
+        if not any(r.get("shared_gpu") for r in self.records):
             return ""
         most = max(r.get("ranks_per_gpu") or 1 for r in self.records)
         return f"up to {most} ranks shared one GPU: this measures time sharing, not scaling"
@@ -117,33 +101,23 @@ class Sweep:
         rows = self.summary()
         return serial_fraction([r["ranks"] for r in rows], [r["speedup"] for r in rows], self.mode)
 
-    def rows(self) -> list[dict]:
-        """The CSV rows: each trial, with its rank count's summary beside it."""
-        by_n = {r["ranks"]: r for r in self.summary()}
-        f = self.serial_fraction
-        return [{"program": self.program, "mode": self.mode, **{k: rec.get(k) for k in
-                 ("ranks", "trial", "work", "wall_s", "passed", "backend", "ranks_per_gpu", "shared_gpu")},
-                 "median_wall_s": by_n[rec["ranks"]]["median_wall_s"], "speedup": by_n[rec["ranks"]]["speedup"],
-                 "efficiency": by_n[rec["ranks"]]["efficiency"], "serial_fraction": f}
-                for rec in sorted(self.records, key=lambda r: (r["ranks"], r["trial"]))]
-
     def write_csv(self, path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
+        """Each trial, with its rank count's summary beside it."""
+        by_n, f = {r["ranks"]: r for r in self.summary()}, self.serial_fraction
+        with Path(path).open("w", newline="") as fh:
+            writer = csv.DictWriter(fh, CSV_FIELDS, extrasaction="ignore")
             writer.writeheader()
-            writer.writerows(self.rows())
-        return path
+            writer.writerows({**rec, "program": self.program, "mode": self.mode, "serial_fraction": f,
+                              **{k: by_n[rec["ranks"]][k] for k in ("median_wall_s", "speedup", "efficiency")}}
+                             for rec in sorted(self.records, key=lambda r: (r["ranks"], r["trial"])))
+        return Path(path)
 
-    def figure(self, title: str | None = None):
+    def figure(self):
         from hpclab.results import plot       # matplotlib: only when a figure is asked for
 
-        title = title or f"{self.program}: {self.mode} scaling"
-        if self.shared_gpu:
-            title += f"\n({self.sharing_note()})"
-        return plot.scaling_figure(self.summary(), mode=self.mode, serial_fraction=self.serial_fraction,
-                                   title=title)
+        note = self.sharing_note()
+        title = f"{self.program}: {self.mode} scaling" + (f"\n({note})" if note else "")
+        return plot.scaling_figure(self.summary(), self.mode, self.serial_fraction, title)
 
     def table(self) -> str:
         lines = [f"{'ranks':>5}  {'work':>16}  {'median wall (s)':>15}  {'speedup':>8}  {'efficiency':>10}  trials  check"]
@@ -153,7 +127,7 @@ class Sweep:
                          f"{r['trials']:>6}  {'PASSED' if r['passed'] else 'FAILED'}")
         law = "Amdahl" if self.mode == "strong" else "Gustafson"
         lines.append(f"serial fraction ({law} fit): {self.serial_fraction:.4f}")
-        if self.shared_gpu:
+        if self.sharing_note():
             lines.append(f"note: {self.sharing_note()}")
         return "\n".join(lines)
 
@@ -200,10 +174,9 @@ def _work_plan(program, argv, ranks, weak, work_arg):
 def check_plan(program: str, plan: dict) -> None:
     """Every run of the sweep passes ``hpclab run``'s checks before the first starts (both routes).
 
-    The runs may land elsewhere (``--mpiexec srun`` from a login node), so this check is the
-    lenient one: GPU speed and no memory limit; each run checks again where it runs. Where
-    this node cannot even choose a backend (HPCLAB_BACKEND=gpu on a login node), only the
-    options' types and ranges are checked here.
+    The runs may land elsewhere (``--mpiexec srun`` from a login node): this is the lenient check
+    (GPU speed, no memory limit), and each run checks again where it runs. Where this node cannot
+    choose a backend (HPCLAB_BACKEND=gpu on a login node), only the options' types and ranges count.
     """
     try:
         backend.select()
@@ -216,24 +189,19 @@ def check_plan(program: str, plan: dict) -> None:
 
 # ---------------------------------------------------------------- route 1: mpiexec
 
-def default_mpiexec() -> list[str]:
-    """``$HPCLAB_MPIEXEC`` (a whole command line), else the mpiexec beside this Python, else on PATH."""
-    if os.environ.get("HPCLAB_MPIEXEC", "").strip():
+def launcher(text: str | list[str] | None = None) -> list[str]:
+    """The launcher command: --mpiexec's, else ``$HPCLAB_MPIEXEC`` (a whole command line), else the
+    mpiexec beside this Python, else on PATH; its program must exist."""
+    if text is None and os.environ.get("HPCLAB_MPIEXEC", "").strip():
         return shlex.split(os.environ["HPCLAB_MPIEXEC"])
-    here = Path(sys.executable).parent / "mpiexec"
-    found = str(here) if here.exists() else shutil.which("mpiexec") or shutil.which("mpirun")
-    if not found:
-        raise UsageError("hpclab scaling: error: no mpiexec beside this Python or on PATH: install MPI "
-                         "(pip install 'hpclab[mpi]', or module load openmpi) or name the launcher with "
-                         "--mpiexec")
-    return [found]
-
-
-def launcher(text: str | list[str] | None) -> list[str]:
-    """The launcher command from --mpiexec (default: mpiexec beside this Python, else on PATH);
-    its program must exist."""
     if text is None:
-        return default_mpiexec()
+        here = Path(sys.executable).parent / "mpiexec"
+        found = str(here) if here.exists() else shutil.which("mpiexec") or shutil.which("mpirun")
+        if not found:
+            raise UsageError("hpclab scaling: error: no mpiexec beside this Python or on PATH: install MPI "
+                             "(pip install 'hpclab[mpi]', or module load openmpi) or name the launcher with "
+                             "--mpiexec")
+        return [found]
     try:
         cmd = shlex.split(text) if isinstance(text, str) else list(text)
     except ValueError as exc:
@@ -245,11 +213,9 @@ def launcher(text: str | list[str] | None) -> list[str]:
     return cmd
 
 
-def run_once(program: str, argv: list[str], ranks: int, mpiexec: list[str] | None = None,
-             timeout: float = 600) -> dict:
+def run_once(program: str, argv: list[str], ranks: int, mpiexec: list[str], timeout: float = 600) -> dict:
     """One ``mpiexec -n ranks python -m hpclab run program argv --json``; its JSON record."""
-    cmd = [*(mpiexec or default_mpiexec()), "-n", str(ranks), sys.executable, "-m", "hpclab", "run",
-           program, *argv, "--json"]
+    cmd = [*mpiexec, "-n", str(ranks), sys.executable, "-m", "hpclab", "run", program, *argv, "--json"]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -339,7 +305,8 @@ def sweep_engines(view, program: str, argv: list[str] | str = (), sizes: list[in
 
     argv = shlex.split(argv) if isinstance(argv, str) else list(argv)
     n_engines = len(view.targets) if isinstance(view.targets, (list, tuple)) else len(view.client.ids)
-    sizes = sorted(set(sizes or _powers_of_two(n_engines)))
+    powers = [2 ** k for k in range(n_engines.bit_length()) if 2 ** k < n_engines]
+    sizes = sorted(set(sizes or [*powers, n_engines]))
     if sizes[0] < 1 or sizes[-1] > n_engines:
         raise ValueError(f"sub-communicator sizes must be 1..{n_engines} (the engines), not {sizes}")
     plan = _work_plan(program, argv, sizes, weak, work_arg)
@@ -356,10 +323,3 @@ def sweep_engines(view, program: str, argv: list[str] | str = (), sizes: list[in
         sweep.records.append(_record(rec, n, t, plan[n][1], timing, work_arg_for(program, work_arg)))
     return sweep
 
-
-def _powers_of_two(n: int) -> list[int]:
-    out, k = [], 1
-    while k < n:
-        out.append(k)
-        k *= 2
-    return [*out, n]

@@ -1,16 +1,11 @@
-"""Recorded GPU results: this project's runs on H200 and H100 GPUs (``data/recorded.csv``) and the workshop's A100 runs.
+"""Recorded GPU results: this project's runs on H200 and H100 GPUs and the workshop's A100 runs.
 
-``data/recorded.csv`` holds the rows of the curated tables in ``benchmarks/results/`` (one per
-machine and topic, in their one row format, with a ``table`` column naming the table) that the
-notebooks and the README quote or plot; ``benchmarks/curate.py`` writes it. :func:`keyed` names
-each figure ``program/variant/run/<gpus>gpu/<size>/metric`` (run = the machine, h200x4, or
-machine-name for a named run) and adds, for a figure measured against a baseline in the same run,
-its ratio (``.../vs_cublas`` for a throughput, ``.../METRIC_vs_BASELINE`` otherwise). Notebooks
-draw these curves beside the sweep that runs live (on a laptop that is the simulator, which cannot
-show GPU speed) and quote these numbers; ``tests/test_recorded.py`` checks the quotes.
-
-The workshop's A100 timings (``data/fasrc_a100.csv``: :func:`fasrc_a100`) are offered in the
-same form, under keys ``a100/<exercise>/<gpus>gpu/wall_s``.
+``data/recorded.csv`` holds the rows of the curated tables in ``benchmarks/results/`` that the notebooks
+and the README quote or plot (``benchmarks/curate.py`` writes it), with a ``table`` column naming the
+table. :func:`keyed` names each figure ``program/variant/run/<gpus>gpu/<size>/metric`` (run = the machine,
+h200x4, or machine-name for a named run) and adds the ratio of a figure measured against a baseline in the
+same run (``.../vs_cublas`` for a throughput, ``.../METRIC_vs_BASELINE`` otherwise). The workshop's A100
+timings (``data/fasrc_a100.csv``) come in the same form, keyed ``a100/<exercise>/<gpus>gpu/wall_s``.
 """
 from __future__ import annotations
 
@@ -30,8 +25,7 @@ RUN_NAMES = {"h200": "1× H200", "h200x2": "2× H200 (NVLink)", "h200x4": "4× H
 
 
 THROUGHPUT = {"tflops", "busbw", "rate"}          # their ratio to a baseline is "vs_BASELINE"
-# The one row format of a measured figure: what benchmarks emit ("figures" in their JSON), what the curated
-# tables in benchmarks/results/ hold and what data/recorded.csv carries (with its table's name).
+# The one row format of a measured figure: benchmarks' JSON "figures", the curated tables, data/recorded.csv.
 FIELDS = ["date", "run", "device", "gpus", "program", "variant", "size", "size_unit", "metric", "value", "unit",
           "baseline", "baseline_value", "ratio", "command", "note"]
 
@@ -73,12 +67,8 @@ def _table() -> tuple[dict, ...]:
 
 
 def fasrc_a100(exercise: str | None = None) -> list[dict]:
-    """The workshop's published A100 runs (numbers converted), optionally of one exercise, e.g. ``ex2_pi_mc``.
-
-    Source: the Harvard FASRC "Distributed GPU Computing" workshop, fasrc/User_Codes,
-    Training/Distributed_GPU_Computing (each row's ``source`` names the file; ``date`` is the day
-    the output holding the timing was committed there, as the runs carry no date).
-    """
+    """The workshop's published A100 runs, optionally of one exercise (``ex2_pi_mc``). Each row's ``source``
+    names its file in fasrc/User_Codes; ``date`` is the day its output was committed (the runs carry none)."""
     rows = []
     for row in csv.DictReader(io.StringIO(resources.files("hpclab").joinpath("data/fasrc_a100.csv").read_text())):
         if exercise in (None, row["exercise"]):
@@ -127,18 +117,13 @@ def value(key: str) -> float:
 
 @dataclass
 class Curve:
-    """One run's figures over GPU counts, labelled with device, date and problem size.
-
-    ``points``: dicts with ranks, rate (work per second) and, where timed,
-    seconds and work. ``mode`` is strong (fixed total work) or weak (fixed work per GPU).
-    """
+    """One run's figures over GPU counts, labelled with device, date and problem size. ``points``: dicts with
+    ranks, rate (work per second) and, where timed, seconds and work; ``mode``: strong or weak."""
 
     label: str
     mode: str
     unit: str                                  # what the work counts: samples, bins, rows ...
     points: list[dict] = field(default_factory=list)
-    source: str = ""
-    live: bool = False
     records: list[dict] = field(default_factory=list)   # a live sweep's raw records (for the machine note)
 
     def _timed(self) -> tuple[list[int], list[tuple[float, float]]]:
@@ -147,7 +132,6 @@ class Curve:
         return (ranks, speedups(ranks, [p["seconds"] for p in timed], self.mode)) if len(timed) > 1 else ([], [])
 
     def speedups(self) -> list[tuple[int, float]]:
-        """(ranks, speedup) from the timed points (:func:`hpclab.scaling.speedups`)."""
         ranks, se = self._timed()
         return [(n, s) for n, (s, _) in zip(ranks, se)]
 
@@ -184,7 +168,7 @@ def scaling(program: str, run: str, variant: str = "strong", metric: str = "wall
     label = f"{what + ': ' if what else ''}{_run_name(run, first['device'])}, {first['date']}, {size}"
     points = [{"ranks": r["gpus"], "seconds": r["value"], "work": r["size"], "rate": r["size"] / r["value"]}
               for r in found]
-    return Curve(label, mode, first["size_unit"], points, first["source"])
+    return Curve(label, mode, first["size_unit"], points)
 
 
 def a100(program: str) -> Curve:
@@ -199,7 +183,7 @@ def bench_rate(program: str) -> Curve:
     r = get(f"{program}/bench/h200/1gpu/rate")
     unit = r["unit"].split("/")[0]
     return Curve(f"1× H200, {r['date']}, one GPU's rate (hpclab bench)", "strong", unit,
-                 [{"ranks": 1, "rate": r["value"]}], r["source"])
+                 [{"ranks": 1, "rate": r["value"]}])
 
 
 def curves(program: str) -> list[Curve]:
@@ -226,8 +210,7 @@ def live(summary: list[dict], unit: str, label: str, mode: str = "strong", recor
     points = [{"ranks": r["ranks"], "seconds": r["median_wall_s"], "work": r.get("work"),
                "rate": (r["work"] * (r["ranks"] if mode == "weak" else 1)) / r["median_wall_s"]
                if r.get("work") else None} for r in summary]
-    return Curve(f"{label}, {datetime.date.today().isoformat()}{size}", mode, unit, points, live=True,
-                 records=list(records))
+    return Curve(f"{label}, {datetime.date.today().isoformat()}{size}", mode, unit, points, list(records))
 
 
 def here(backend_name: str, ranks: int) -> str:
@@ -236,11 +219,10 @@ def here(backend_name: str, ranks: int) -> str:
     return f"here: {device}, {ranks} ranks"
 
 
-def from_sweep(sweep, unit: str, label: str | None = None) -> Curve:
-    """A :class:`hpclab.scaling.Sweep` as a live Curve, its records kept for :func:`hpclab.results.plot.machine_note`."""
-    if label is None:
-        backends = {r.get("backend") for r in sweep.records} - {None}
-        label = here("/".join(sorted(backends)) or "?", max(r["ranks"] for r in sweep.records))
+def from_sweep(sweep, unit: str) -> Curve:
+    """A :class:`hpclab.scaling.Sweep` as a live Curve, its records kept for ``plot.machine_note``."""
+    backends = {r.get("backend") for r in sweep.records} - {None}
+    label = here("/".join(sorted(backends)) or "?", max(r["ranks"] for r in sweep.records))
     return live(sweep.summary(), unit, label, sweep.mode, sweep.records)
 
 
