@@ -27,6 +27,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from hpclab import backend, runner
 from hpclab.budget import Launch
 from hpclab.errors import step
@@ -49,22 +51,13 @@ def speedups(ranks: list[int], seconds: list[float], mode: str = "strong") -> li
 
 
 def serial_fraction(ranks: list[int], speedups: list[float], mode: str = "strong") -> float:
-    """Least-squares serial fraction, clipped to [0, 1] (nan with fewer than two rank counts).
-
-    Strong (Amdahl): 1/S - 1/n = f (1 - 1/n).  Weak (Gustafson): n - S = f (n - 1).
-    Both are linear in f through the origin: f = sum(a b) / sum(a a).
-    """
-    pairs = [(n, s) for n, s in zip(ranks, speedups) if n > 1 and s > 0]
-    if not pairs:
+    """Least-squares serial fraction, clipped to [0, 1] (nan with fewer than two rank counts). Strong
+    (Amdahl): 1/S - 1/n = f (1 - 1/n); weak (Gustafson): n - S = f (n - 1); both a = f b through the origin."""
+    n, s = np.array([(n, s) for n, s in zip(ranks, speedups) if n > 1 and s > 0], float).reshape(-1, 2).T
+    if not n.size:
         return float("nan")
-    if mode == "strong":
-        a = [1 - 1 / n for n, _ in pairs]
-        b = [1 / s - 1 / n for n, s in pairs]
-    else:
-        a = [n - 1 for n, _ in pairs]
-        b = [n - s for n, s in pairs]
-    f = sum(x * y for x, y in zip(a, b)) / sum(x * x for x in a)
-    return min(1.0, max(0.0, f))
+    a, b = (1 - 1 / n, 1 / s - 1 / n) if mode == "strong" else (n - 1, n - s)
+    return float(np.clip(a @ b / (a @ a), 0.0, 1.0))
 
 
 def amdahl_speedup(n: float, f: float) -> float:
@@ -269,11 +262,8 @@ def _record(rec: dict, ranks: int, trial: int, work, timing: str, option: str | 
 # ---------------------------------------------------------------- route 2: ipyparallel engines
 
 def engine_trial(program: str, argv: list[str], ranks: int):
-    """Run on every engine: the first ``ranks`` engines run the program on a sub-communicator,
-    after the same checks as ``hpclab run`` for that launch (bad input raises on every one of them).
-
-    Returns the report's record on the sub-communicator's rank 0, None elsewhere.
-    """
+    """Run on every engine: the first ``ranks`` engines run the program on a sub-communicator after the
+    checks of ``hpclab run`` for that launch (bad input raises on each). The record on its rank 0, else None."""
     from hpclab.device import ranks_per_gpu, select_gpu
     from hpclab.mpi import first_ranks, world
 
@@ -296,11 +286,8 @@ def engine_trial(program: str, argv: list[str], ranks: int):
 def sweep_engines(view, program: str, argv: list[str] | str = (), sizes: list[int] | None = None,
                   weak: bool = False, trials: int = 3, work_arg: str | None = None,
                   timing: str = "wall_s", progress: bool = True, timeout: float | None = None) -> Sweep:
-    """The sweep on the engines of ``view`` (a DirectView on all of them, ordered by MPI rank).
-
-    ``sizes`` defaults to 1, 2, 4, ... up to the number of engines (and that number).
-    All trials are queued at once; ``wait_interactive`` shows their progress.
-    """
+    """The sweep on the engines of ``view`` (a DirectView on all of them), on ``sizes`` of them (default 1, 2,
+    4, ... and all); the trials are queued at once and ``wait_interactive`` shows their progress."""
     from ipyparallel.client.asyncresult import AsyncResult
 
     argv = shlex.split(argv) if isinstance(argv, str) else list(argv)

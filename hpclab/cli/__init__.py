@@ -86,7 +86,7 @@ def _unknown(rest: list[str]) -> int:
 
 
 def _info(args, rest) -> int:
-    return _command("info").info() if not rest else _unknown(rest)
+    return _command("doctor").info() if not rest else _unknown(rest)
 
 
 def _named(args, rest) -> int:
