@@ -1,14 +1,12 @@
 """The roofline of the GPU in use, and where each kernel of a notebook sits under it.
 
-A kernel doing F floating-point operations and moving B bytes of device memory in T seconds has
-arithmetic intensity I = F / B and attains F / T, below both roofs: the peak rate P, and I times
-the memory bandwidth W. On log-log axes min(P, I W) is the roofline, its knee at I = P / W.
-Both roofs are measured, beside the datasheet's: ``fma_kernel`` (CHAINS independent chains of
-fused multiply-adds per thread, STEPS written out per pass so that loop instructions take few
-issue slots; float32 and float64) and ``copy_kernel`` (512 MiB copied: read once, written once).
-A kernel's FLOPs and bytes are counted from its loops, assuming no cache, beside the kernel
-(``roofline_points`` of the pi, matmul and halo benches). ``benchmarks/perf_record.py`` records
-them on a GPU as ``data/roofline.csv`` holds them, which the notebooks show on the simulator.
+A kernel doing F floating-point operations and moving B bytes of device memory in T seconds has arithmetic
+intensity I = F / B and attains F / T, below min(P, I W): the peak rate P and the memory bandwidth W (the
+knee at I = P / W). Both roofs are measured beside the datasheet's: ``fma_kernel`` (CHAINS independent
+chains of fused multiply-adds per thread, STEPS written out per pass so that loop instructions take few
+issue slots) and ``copy_kernel`` (512 MiB read once, written once). A kernel's FLOPs and bytes are counted
+from its loops, assuming no cache (``roofline_points`` of the pi, matmul and halo benches);
+``benchmarks/perf_record.py`` records them on a GPU into ``data/roofline.csv``, which the simulator shows.
 """
 from __future__ import annotations
 
@@ -112,10 +110,9 @@ def measure_roofs(repeats: int = 5) -> list[Point]:
 
 
 def gemm_count(m: int, n: int, k: int, tile_m: int, tile_n: int) -> tuple[float, float]:
-    """FLOPs and bytes of a float32 C = A B computed in tile_m x tile_n tiles of C, no cache: a tile
-    reads tile_m x k of A and k x tile_n of B, mnk (1/tile_m + 1/tile_n) floats in all, and C is
-    written once. One output per thread is a 1 x 1 tile (2mnk floats); a tile of all C reads each input once.
-    A tile larger than C reads no more than all of it (e.g. 128 x 128 tiles at N = 64)."""
+    """FLOPs and bytes of a float32 C = A B in tile_m x tile_n tiles of C, no cache: a tile reads tile_m x k
+    of A and k x tile_n of B, mnk (1/tile_m + 1/tile_n) floats in all, and C is written once (one output per
+    thread: 1 x 1 tiles; a tile larger than C reads no more than all of it, e.g. 128 x 128 tiles at N = 64)."""
     tile_m, tile_n = min(tile_m, m), min(tile_n, n)
     return 2.0 * m * n * k, 4.0 * (m * n * k * (1 / tile_m + 1 / tile_n) + m * n)
 
