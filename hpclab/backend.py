@@ -125,14 +125,12 @@ def cuda():
     return numba_cuda
 
 
-def banner(rank: int = 0, file=None) -> str:
+def banner(rank: int = 0) -> None:
     """Say once per process, on rank 0 only, which backend runs."""
     global _announced
-    text = f"hpclab backend: {describe()}"
     if not _announced and rank == 0:
-        print(text, file=file or sys.stderr, flush=True)
+        print(f"hpclab backend: {describe()}", file=sys.stderr, flush=True)
     _announced = True
-    return text
 
 
 def auto_size(gpu: int, sim: int) -> int:

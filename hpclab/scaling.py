@@ -283,30 +283,22 @@ def engine_trial(program: str, argv: list[str], ranks: int):
                 "passed": bool(report.passed), "timings": report.timings, "ranks_per_gpu": per_gpu}
 
 
-def sweep_engines(view, program: str, argv: list[str] | str = (), sizes: list[int] | None = None,
-                  weak: bool = False, trials: int = 3, work_arg: str | None = None,
-                  timing: str = "wall_s", progress: bool = True, timeout: float | None = None) -> Sweep:
-    """The sweep on the engines of ``view`` (a DirectView on all of them), on ``sizes`` of them (default 1, 2,
-    4, ... and all); the trials are queued at once and ``wait_interactive`` shows their progress."""
+def sweep_engines(view, program: str, argv: str, trials: int = 3) -> Sweep:
+    """The strong sweep on the engines of ``view`` (a DirectView on all of them), on 1, 2, 4, ... and all of
+    them; the trials are queued at once and ``wait_interactive`` shows their progress."""
     from ipyparallel.client.asyncresult import AsyncResult
 
-    argv = shlex.split(argv) if isinstance(argv, str) else list(argv)
     n_engines = len(view.targets) if isinstance(view.targets, (list, tuple)) else len(view.client.ids)
-    powers = [2 ** k for k in range(n_engines.bit_length()) if 2 ** k < n_engines]
-    sizes = sorted(set(sizes or [*powers, n_engines]))
-    if sizes[0] < 1 or sizes[-1] > n_engines:
-        raise ValueError(f"sub-communicator sizes must be 1..{n_engines} (the engines), not {sizes}")
-    plan = _work_plan(program, argv, sizes, weak, work_arg)
+    sizes = [2 ** k for k in range(n_engines.bit_length()) if 2 ** k < n_engines] + [n_engines]
+    plan = _work_plan(program, shlex.split(argv), sizes, False, None)
     check_plan(program, plan)          # before anything is queued on the engines
     jobs = [(n, t, view.apply_async(engine_trial, program, plan[n][0], n)) for n in sizes for t in range(trials)]
     everything = AsyncResult(view.client, [f for _, _, ar in jobs for f in ar._children],
-                             fname=f"{program} {'weak' if weak else 'strong'} scaling")
-    if progress:
-        everything.wait_interactive(timeout=-1 if timeout is None else timeout)
-    everything.get(timeout)
-    sweep = Sweep(program, "weak" if weak else "strong")
+                             fname=f"{program} strong scaling")
+    everything.wait_interactive()
+    everything.get()
+    sweep = Sweep(program, "strong")
     for n, t, ar in jobs:
         rec = next(r for r in ar.get() if r is not None)
-        sweep.records.append(_record(rec, n, t, plan[n][1], timing, work_arg_for(program, work_arg)))
+        sweep.records.append(_record(rec, n, t, plan[n][1], "wall_s", work_arg_for(program)))
     return sweep
-

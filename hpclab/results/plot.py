@@ -14,24 +14,24 @@ import textwrap
 from pathlib import Path
 
 
-def save(fig, name: str, directory=None, dpi: int = 120) -> Path:
+def save(fig, name: str, directory=None) -> Path:
     """Write ``fig`` as ``<directory>/<name>.png`` (default: ``$HPCLAB_FIGURES``, else ``build/figures``,
     made if missing) and return the path."""
     folder = Path(directory or os.environ.get("HPCLAB_FIGURES") or "build/figures")
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / (name if str(name).endswith(".png") else f"{name}.png")
-    fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     return path
 
 
-def png(fig, dpi: int = 100) -> bytes:
+def png(fig) -> bytes:
     """The figure as PNG bytes."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
     return buf.getvalue()
 
 
-def show(fig, name: str | None = None, dpi: int = 100):
+def show(fig, name: str | None = None):
     """Show ``fig`` in the notebook as ``image/png`` display data, which JupyterLab, the executed copies
     and nbval keep whatever matplotlib backend is active; with ``name``, also save it. A pyplot figure is
     closed afterwards, so that the inline backend does not show it twice. Returns None, so that a cell
@@ -40,7 +40,7 @@ def show(fig, name: str | None = None, dpi: int = 100):
     from IPython.display import Image, display
 
     if get_ipython() is not None:
-        display(Image(data=png(fig, dpi), format="png"))
+        display(Image(data=png(fig), format="png"))
     if "matplotlib.pyplot" in sys.modules and getattr(fig.canvas, "manager", None) is not None:
         sys.modules["matplotlib.pyplot"].close(fig)
     if name:
