@@ -33,7 +33,7 @@ FIELD = re.compile(r"\{\{(.*?)\}\}")
 MARKER = re.compile(r"<!--\s*recorded:\s*(\S+)\s*-->")
 NUMBER = re.compile(r"(\d{1,3}(?:[,\u2009\u202f ]\d{3})+|\d+(?:\.\d+)?(?:e[-+]?\d+)?)")
 SCALE = {"%": 100.0, "ms": 1e3, "µs": 1e6, "us": 1e6, "ns": 1e9, "M": 1e-6, "×": 1.0}   # quoted unit <- the table's
-# What the notebooks plot: hpclab.results.recorded's curves, conv_points and allreduce, and notebooks 04 and 07's rows().
+# What the notebooks plot: recorded's curves, conv_points and allreduce, and notebooks 04 and 07's rows().
 PLOTTED = [{"program": "pi-mc", "variant": "strong", "metric": "wall_s"},
            {"program": "pi-midpoint", "variant": "bench", "run": "h200", "metric": "rate"},
            {"program": "conv-halo", "run": "h200x4"}, {"program": "ddp-scaling", "run": "h200x4", "metric": "step_s"},
@@ -61,8 +61,9 @@ def lookup(rows: list[dict]) -> dict:
 
 def quoted_keys(readme: str) -> set[str]:
     """Keys quoted in the README (markers, templates) and in the notebooks' markdown."""
-    texts = [readme] + [cell.source for folder in ("notebooks", "solutions") for p in sorted((ROOT / folder).glob("*.ipynb"))
-                        for cell in nbformat.read(p, as_version=4).cells if cell.cell_type == "markdown"]
+    notebooks = [p for folder in ("notebooks", "solutions") for p in sorted((ROOT / folder).glob("*.ipynb"))]
+    texts = [readme] + [cell.source for p in notebooks for cell in nbformat.read(p, as_version=4).cells
+                        if cell.cell_type == "markdown"]
     return {k for t in texts for k in MARKER.findall(t)} | set(re.findall(r'(?:f|row|caption)\("([^"]+)"', readme))
 
 

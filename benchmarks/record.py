@@ -78,9 +78,10 @@ def complete(d: dict, path: Path, given: dict, fallback: dict) -> list[dict]:
         raise RecordError(f"--run {run!r}: a short name of lower-case letters, digits, '-' and '.' "
                           "(it becomes part of keys)")
     command = re.sub(r"\s--out\s+\S+", "", meta["command"])
+    command = "python3 -m " + command if command.startswith("hpclab ") else command
     note = "; ".join(x for x in (d.get("note", ""), given.get("note") or fallback.get("note", "")) if x)
-    return [{**r, "date": date.group(0), "run": run, "device": meta["device"], "note": note, "size": number(r["size"], True),
-             "command": "python3 -m " + command if command.startswith("hpclab ") else command,
+    return [{**r, "date": date.group(0), "run": run, "device": meta["device"], "note": note,
+             "size": number(r["size"], True), "command": command,
              **{k: number(r[k]) for k in ("value", "baseline_value", "ratio")}} for r in d["figures"]]
 
 

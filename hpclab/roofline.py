@@ -26,8 +26,9 @@ from hpclab.results import plot  # the figure helpers
 cuda = backend.cuda()       # module level: the simulator swaps this name inside kernels
 CHAINS, STEPS = 8, 16
 # (device name pattern, FP32 and FP64 (no tensor cores) FLOP/s, memory bytes/s, source)
-DATASHEET = [(r"H100 80GB HBM3$", 67e12, 34e12, 3.35e12, "NVIDIA H100 datasheet, SXM (nvidia.com/en-us/data-center/h100)"),
-             (r"H200$", 67e12, 34e12, 4.8e12, "NVIDIA H200 datasheet, SXM (nvidia.com/en-us/data-center/h200)")]
+DATASHEET = [
+    (r"H100 80GB HBM3$", 67e12, 34e12, 3.35e12, "NVIDIA H100 datasheet, SXM (nvidia.com/en-us/data-center/h100)"),
+    (r"H200$", 67e12, 34e12, 4.8e12, "NVIDIA H200 datasheet, SXM (nvidia.com/en-us/data-center/h200)")]
 ROOFS = ("roof: FP32 FMA", "roof: FP64 FMA", "roof: memory copy")
 
 
@@ -143,7 +144,8 @@ def figure(panels: dict[str, list[Point]], title: str, note: str | None = None, 
         sheet = datasheet(device) or (None,) * 4
         for name, peak, ref, grey in ((ROOFS[0], roof.get(ROOFS[0]), sheet[0], "k"),
                                       (ROOFS[1], roof.get(ROOFS[1]), sheet[1], "0.55"))[:1 + fp64]:
-            for what, top, bw, style in (("measured", peak, roof.get(ROOFS[2]), "-"), ("datasheet", ref, sheet[2], "--")):
+            for what, top, bw, style in (("measured", peak, roof.get(ROOFS[2]), "-"),
+                                         ("datasheet", ref, sheet[2], "--")):
                 if top and bw:
                     ax.plot(span, np.minimum(top, span * bw) / 1e12, style, color=grey, lw=1.2,
                             label=f"{what} {name[6:10]} {top / 1e12:.3g} TFLOP/s, {bw / 1e12:.3g} TB/s")

@@ -113,7 +113,8 @@ class Sweep:
         return plot.scaling_figure(self.summary(), self.mode, self.serial_fraction, title)
 
     def table(self) -> str:
-        lines = [f"{'ranks':>5}  {'work':>16}  {'median wall (s)':>15}  {'speedup':>8}  {'efficiency':>10}  trials  check"]
+        lines = [f"{'ranks':>5}  {'work':>16}  {'median wall (s)':>15}  {'speedup':>8}  {'efficiency':>10}  "
+                 "trials  check"]
         for r in self.summary():
             lines.append(f"{r['ranks']:>5}  {r['work'] if r['work'] is not None else '-':>16}  "
                          f"{r['median_wall_s']:>15.6f}  {r['speedup']:>8.3f}  {r['efficiency']:>10.3f}  "
@@ -182,7 +183,7 @@ def check_plan(program: str, plan: dict) -> None:
 
 # ---------------------------------------------------------------- route 1: mpiexec
 
-def launcher(text: str | list[str] | None = None) -> list[str]:
+def launcher(text: str | None = None) -> list[str]:
     """The launcher command: --mpiexec's, else ``$HPCLAB_MPIEXEC`` (a whole command line), else the
     mpiexec beside this Python, else on PATH; its program must exist."""
     if text is None and os.environ.get("HPCLAB_MPIEXEC", "").strip():
@@ -196,7 +197,7 @@ def launcher(text: str | list[str] | None = None) -> list[str]:
                              "--mpiexec")
         return [found]
     try:
-        cmd = shlex.split(text) if isinstance(text, str) else list(text)
+        cmd = shlex.split(text)
     except ValueError as exc:
         raise UsageError(f"hpclab scaling: error: --mpiexec {text!r}: {exc}") from None
     if not cmd or not (shutil.which(cmd[0]) or Path(cmd[0]).is_file()):
@@ -230,7 +231,7 @@ def run_once(program: str, argv: list[str], ranks: int, mpiexec: list[str], time
 
 
 def sweep_mpiexec(program: str, argv: list[str], ranks: list[int], weak: bool = False, trials: int = 3,
-                  mpiexec: list[str] | str | None = None, work_arg: str | None = None,
+                  mpiexec: str | None = None, work_arg: str | None = None,
                   timing: str = "wall_s", timeout: float = 600, progress: bool = True) -> Sweep:
     """Run the program under mpiexec for each rank count, ``trials`` times each."""
     from tqdm.auto import tqdm

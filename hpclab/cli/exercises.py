@@ -98,7 +98,7 @@ def filled(solution: Path, root: Path) -> nbformat.NotebookNode:
     lesson_path = root / LESSONS / solution.name
     if not lesson_path.is_file():
         raise NotebookError(f"{solution} has cells copied from {lesson_path}, which does not exist; restore it, "
-                        "or remove the cells' hpclab.from metadata")
+                            "or remove the cells' hpclab.from metadata")
     lesson = {cell.get("id"): cell for cell in _read(lesson_path).cells}
     for index, cell, cell_id in links:
         origin = lesson.get(cell_id)
@@ -107,8 +107,8 @@ def filled(solution: Path, root: Path) -> nbformat.NotebookNode:
                             "no cell with that id; link it again (hpclab exercises link) or remove its hpclab.from "
                             "metadata")
         if origin.cell_type != cell.cell_type:
-            raise NotebookError(f"{solution} cell {index} is a {cell.cell_type} cell copied from a {origin.cell_type} cell "
-                            f"({cell_id!r} in {lesson_path})")
+            raise NotebookError(f"{solution} cell {index} is a {cell.cell_type} cell copied from a "
+                                f"{origin.cell_type} cell ({cell_id!r} in {lesson_path})")
         cell.source = origin.source
     return nb
 
@@ -254,7 +254,8 @@ def copy(root: Path) -> list[tuple[Path, bool]]:
 
 
 def main(action: str, root: str = ".", notebooks: list[str] | None = None, dry_run: bool = False) -> int:
-    path = check_root(Path(root), "exercises" if action == "copy" else "solutions")  # UsageError: the hpclab command says it and exits with 2
+    # A UsageError: the hpclab command says it and exits with 2.
+    path = check_root(Path(root), "exercises" if action == "copy" else "solutions")
     if notebooks and action != "link":
         raise UsageError(f"hpclab exercises {action}: error: notebooks are named only for link")
     try:

@@ -14,9 +14,9 @@ def figures(sweep) -> dict:
     from hpclab.results.recorded import figure
 
     summary, unit = sweep.summary(), PROGRAMS[sweep.program].unit
-    rows = [figure(sweep.program, sweep.mode, r["ranks"], r["work"], unit, metric, r[key], "1" if metric != "wall_s" else "s")
-            for r in summary for metric, key in (("wall_s", "median_wall_s"), ("speedup", "speedup"),
-                                                 ("efficiency", "efficiency"))]
+    metrics = (("wall_s", "median_wall_s", "s"), ("speedup", "speedup", "1"), ("efficiency", "efficiency", "1"))
+    rows = [figure(sweep.program, sweep.mode, r["ranks"], r["work"], unit, metric, r[key], metric_unit)
+            for r in summary for metric, key, metric_unit in metrics]
     if len(summary) > 1:
         top = summary[-1]
         rows.append(figure(sweep.program, sweep.mode, top["ranks"], top["work"], unit, "serial_fraction",
