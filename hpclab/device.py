@@ -32,10 +32,6 @@ class Placement:
     shared_with: list[int] = field(default_factory=list)   # ranks on this rank's GPU, itself included
     max_ranks_per_gpu: int = 1                             # the most ranks on any one GPU of the job
 
-    @property
-    def ranks_per_gpu(self) -> int:
-        return max(1, len(self.shared_with))
-
     def label(self) -> str:
         return (f"rank {self.rank}/{self.size} | local_rank {self.local_rank}/{self.local_size} "
                 f"| GPU {self.gpu}")

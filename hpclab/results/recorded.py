@@ -101,9 +101,9 @@ def rows(**where) -> list[dict]:
 
 def get(key: str) -> dict:
     """The row with this key; a KeyError names close keys when there is none."""
-    for r in _table():
-        if r["key"] == key:
-            return dict(r)
+    found = next((r for r in _table() if r["key"] == key), None)
+    if found is not None:
+        return dict(found)
     stem = key.rsplit("/", 2)[0]
     near = [r["key"] for r in _table() if r["key"].startswith(stem)][:8]
     raise KeyError(f"no recorded result {key!r}" + (f"; keys beginning {stem!r}: {near}" if near else ""))
@@ -153,10 +153,8 @@ def _run_name(run: str, device: str) -> str:
 
 
 def scaling(program: str, run: str, variant: str = "strong", metric: str = "wall_s", what: str = "") -> Curve:
-    """A recorded sweep over GPU counts as a Curve (``metric`` is the time per run or per step).
-
-    ``what`` starts the label, e.g. "strong, NCCL halos", where one figure shows several variants.
-    """
+    """A recorded sweep over GPU counts as a Curve (``metric``: the time per run or per step); ``what``
+    starts the label (e.g. "strong, NCCL halos") where one figure shows several variants."""
     found = sorted(rows(program=program, run=run, variant=variant, metric=metric), key=lambda r: r["gpus"])
     if not found:
         raise KeyError(f"no recorded {metric} for {program} {variant} on {run}; runs: "
@@ -178,20 +176,14 @@ def a100(program: str) -> Curve:
     return curve
 
 
-def bench_rate(program: str) -> Curve:
-    """One GPU's throughput from ``hpclab bench`` as a one-point Curve (no time, no sweep)."""
-    r = get(f"{program}/bench/h200/1gpu/rate")
-    unit = r["unit"].split("/")[0]
-    return Curve(f"1× H200, {r['date']}, one GPU's rate (hpclab bench)", "strong", unit,
-                 [{"ranks": 1, "rate": r["value"]}])
-
-
 def curves(program: str) -> list[Curve]:
     """Every recorded curve of ``program`` to draw beside a live sweep of it."""
     if program == "pi-mc":
         return [scaling("pi-mc", "h200x4"), scaling("pi-mc", "h200x2"), a100("pi-mc")]
     if program == "pi-midpoint":          # no multi-GPU sweep was recorded: one GPU's rate, and the A100 point
-        return [bench_rate("pi-midpoint"), a100("pi-midpoint")]
+        r = get("pi-midpoint/bench/h200/1gpu/rate")
+        return [Curve(f"1× H200, {r['date']}, one GPU's rate (hpclab bench)", "strong", r["unit"].split("/")[0],
+                      [{"ranks": 1, "rate": r["value"]}]), a100("pi-midpoint")]
     if program == "conv-halo":
         halos = {"mpi-host": "host-staged halos (V4)", "nccl": "NCCL halos (V5)"}
         return [scaling("conv-halo", "h200x4", f"{mode}-{comm}", what=f"{mode}, {halos[comm]}")
@@ -227,14 +219,12 @@ def from_sweep(sweep, unit: str) -> Curve:
 
 
 def from_points(points: list[dict], unit: str, label: str, records=()) -> list[Curve]:
-    """Live sweeps given as points (mode, ranks, height or work, wall_s): one Curve per mode present."""
+    """Live halo-exchange sweeps given as points (mode, ranks, height, wall_s): one Curve per mode present."""
     out = []
     for mode in ("strong", "weak"):
-        mine = sorted((p for p in points if p["mode"] == mode), key=lambda p: p["ranks"])
-        if mine:
-            summary = [{"ranks": p["ranks"], "median_wall_s": p["wall_s"],
-                        "work": p.get("work", p.get("height")) // (p["ranks"] if mode == "weak" else 1)}
-                       for p in mine]
+        summary = [{"ranks": p["ranks"], "median_wall_s": p["wall_s"],
+                    "work": p["height"] // (p["ranks"] if mode == "weak" else 1)} for p in points if p["mode"] == mode]
+        if summary:
             out.append(live(summary, unit, f"{mode}, {label}", mode, records))
     return out
 
