@@ -49,8 +49,7 @@ def tables() -> dict[str, list[dict]]:
     return {p.name: record.load(p) for p in sorted(RESULTS.glob("*_*.csv"))}
 
 
-def table_rows() -> list[dict]:
-    """Every curated row, with its table's name (h200x4_pi)."""
+def table_rows() -> list[dict]:          # every curated row, with its table's name (h200x4_pi)
     return [{"table": name[:-4], **r} for name, rows in tables().items() for r in rows]
 
 
@@ -90,8 +89,8 @@ def table_problems() -> list[str]:
             if record.machine(r["device"], jobs[r["run"], r["program"]]) != name.split("_")[0]:
                 problems.append(f"{where}: {r['device']} on {jobs[r['run'], r['program']]} GPU(s) "
                                 f"does not belong in {name}")
-            if r["baseline"] and abs(float(r["value"]) / float(r["baseline_value"]) - float(r["ratio"])) \
-                    > 1e-5 * abs(float(r["ratio"])):
+            ratio = float(r["value"]) / float(r["baseline_value"]) if r["baseline"] else None
+            if ratio is not None and abs(ratio - float(r["ratio"])) > 1e-5 * abs(float(r["ratio"])):
                 problems.append(f"{where}: ratio {r['ratio']} is not value / baseline_value")
             key = (r["run"], r["program"], r["variant"], r["gpus"], r["size"], r["metric"])
             if key in keys:
@@ -213,13 +212,6 @@ def made() -> dict[Path, str]:
             README: BLOCK.sub(lambda m: m.group(1) + fill(m.group(3), by_key) + m.group(5), text)}
 
 
-def build() -> list[str]:
-    stale = {path: text for path, text in made().items() if not path.exists() or path.read_text() != text}
-    for path, text in stale.items():
-        path.write_text(text)
-    return [str(path.relative_to(ROOT)) for path in stale]
-
-
 def check() -> list[str]:
     problems = table_problems()
     for (path, text), what in zip(made().items(), ("hpclab/data/recorded.csv is", "README.md's result tables are")):
@@ -241,7 +233,11 @@ def main(argv: list[str]) -> int:
     if argv not in (["build"], ["check"]):
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
-    print("".join(f"wrote {name}\n" for name in (build() if argv == ["build"] else [])), end="")
+    if argv == ["build"]:
+        for path, text in made().items():
+            if not path.exists() or path.read_text() != text:
+                path.write_text(text)
+                print(f"wrote {path.relative_to(ROOT)}")
     problems = check()
     print("".join(f"error: {p}\n" for p in problems), end="", file=sys.stderr)
     if problems:
