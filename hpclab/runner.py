@@ -99,9 +99,11 @@ def _say(rank: int, message: str) -> None:
     print(f"[rank {rank}] error: {message}", file=sys.stderr, flush=True)
 
 
-def _error_json(name: str, size: int, message: str, **extra) -> str:
-    return json.dumps({"exercise": name, "ranks": size, "backend": backend.selected(), "result": {},
-                       "passed": False, "timings": {}, "error": message, **extra})
+def _error_json(wanted: bool, name: str, size: int, message: str, **extra) -> None:
+    """Where ``--json`` was asked for, the JSON line of a run that failed."""
+    if wanted:
+        print(json.dumps({"exercise": name, "ranks": size, "backend": backend.selected(), "result": {},
+                          "passed": False, "timings": {}, "error": message, **extra}), flush=True)
 
 
 def main(name: str, argv: list[str]) -> int:
@@ -123,8 +125,7 @@ def main(name: str, argv: list[str]) -> int:
         comm = world()
     except MPIUnavailable as exc:
         print(problem or f"{prog}: error: {exc}", file=sys.stderr, flush=True)
-        if want_json:
-            print(_error_json(name, 1, problem or str(exc)), flush=True)
+        _error_json(want_json, name, 1, problem or str(exc))
         return 2
     rank = comm.rank
     launch = launch_of(comm)
@@ -137,8 +138,7 @@ def main(name: str, argv: list[str]) -> int:
     if problem is not None:
         if rank == 0:
             print(problem, file=sys.stderr, flush=True)
-            if want_json:
-                print(_error_json(name, comm.size, problem), flush=True)
+            _error_json(want_json, name, comm.size, problem)
         return 2
 
     try:
@@ -150,8 +150,7 @@ def main(name: str, argv: list[str]) -> int:
         lines = comm.gather(report.rank_line, root=0)
     except RankError as exc:  # raised on every rank alike: all exit cleanly
         _say(rank, str(exc))
-        if rank == 0 and want_json:
-            print(_error_json(name, comm.size, str(exc)), flush=True)
+        _error_json(rank == 0 and want_json, name, comm.size, str(exc))
         return 1
     except Exception as exc:  # this rank alone may have failed: never leave the rest waiting
         if isinstance(exc, (ValueError, backend.BackendError)):
@@ -159,9 +158,8 @@ def main(name: str, argv: list[str]) -> int:
         else:
             traceback.print_exc()
             _say(rank, f"{type(exc).__name__}: {exc}")
-        if want_json:   # rank 0 may be waiting in a collective: the failing rank writes the line
-            print(_error_json(name, comm.size, f"{type(exc).__name__} on rank {rank}: {exc}", rank=rank),
-                  flush=True)
+        # rank 0 may be waiting in a collective: the failing rank writes the JSON line
+        _error_json(want_json, name, comm.size, f"{type(exc).__name__} on rank {rank}: {exc}", rank=rank)
         _say(rank, "aborting all ranks")
         sys.stderr.flush()
         comm.Abort(1)
