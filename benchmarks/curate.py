@@ -3,16 +3,12 @@
     python benchmarks/curate.py build    # rewrite hpclab/data/recorded.csv and the README's result tables
     python benchmarks/curate.py check    # exit 1 if either is out of date, or a quoted figure disagrees
 
-The tables are the source (benchmarks/record.py adds a run to them). From them:
-- ``hpclab/data/recorded.csv``, package data that ``hpclab.results.recorded`` reads (and keys): the rows the
-  README or a notebook quotes, or a notebook plots (:data:`PLOTTED`), in the tables' row format with a
-  ``table`` column;
-- README.md's result tables: a block ``<!-- table: NAME`` holds a template up to ``-->``, then the table made
-  from it up to ``<!-- /table -->``; each ``{{ expression }}`` of the template is Python over ``f(KEY)`` (a
-  figure's value), ``row(KEY)`` (its row), ``caption(KEY, where)``, ``recorded`` and the formats below.
-A figure quoted in prose (README or notebook) carries its key in a comment right after it,
-``0.923 ms<!-- recorded: allreduce/nccl/h200x2/2gpu/268435456/time_s -->``, and must equal the table's
-value in the quoted unit, rounded to the digits quoted.
+recorded.csv carries the rows the README or a notebook quotes, or a notebook plots (:data:`PLOTTED`). A
+README block ``<!-- table: NAME`` holds a template up to ``-->``, then the table made from it up to
+``<!-- /table -->``; each ``{{ expression }}`` is Python over ``f(KEY)`` (a figure's value), ``row(KEY)``,
+``caption(KEY, where)`` and the formats below. A figure quoted in prose carries its key in a comment right
+after it, ``0.923 ms<!-- recorded: allreduce/nccl/h200x2/2gpu/268435456/time_s -->``, and must equal the
+table's value in the quoted unit, rounded to the digits quoted.
 """
 from __future__ import annotations
 
@@ -37,7 +33,7 @@ FIELD = re.compile(r"\{\{(.*?)\}\}")
 MARKER = re.compile(r"<!--\s*recorded:\s*(\S+)\s*-->")
 NUMBER = re.compile(r"(\d{1,3}(?:[,\u2009\u202f ]\d{3})+|\d+(?:\.\d+)?(?:e[-+]?\d+)?)")
 SCALE = {"%": 100.0, "ms": 1e3, "µs": 1e6, "us": 1e6, "ns": 1e9, "M": 1e-6, "×": 1.0}   # quoted unit <- the table's
-# What the notebooks plot: hpclab.results.recorded's curves, conv_points and allreduce, and notebooks 04 and 07's rows().
+# What the notebooks plot: recorded's curves, conv_points and allreduce, and notebooks 04 and 07's rows().
 PLOTTED = [{"program": "pi-mc", "variant": "strong", "metric": "wall_s"},
            {"program": "pi-midpoint", "variant": "bench", "run": "h200", "metric": "rate"},
            {"program": "conv-halo", "run": "h200x4"}, {"program": "ddp-scaling", "run": "h200x4", "metric": "step_s"},
@@ -64,8 +60,9 @@ def lookup(rows: list[dict]) -> dict:
 
 def quoted_keys(readme: str) -> set[str]:
     """Keys quoted in the README (markers, templates) and in the notebooks' markdown."""
-    texts = [readme] + [cell.source for folder in ("notebooks", "solutions") for p in sorted((ROOT / folder).glob("*.ipynb"))
-                        for cell in nbformat.read(p, as_version=4).cells if cell.cell_type == "markdown"]
+    notebooks = [p for folder in ("notebooks", "solutions") for p in sorted((ROOT / folder).glob("*.ipynb"))]
+    texts = [readme] + [cell.source for p in notebooks for cell in nbformat.read(p, as_version=4).cells
+                        if cell.cell_type == "markdown"]
     return {k for t in texts for k in MARKER.findall(t)} | set(re.findall(r'(?:f|row|caption)\("([^"]+)"', readme))
 
 
@@ -76,10 +73,6 @@ def shipped(rows: list[dict], readme: str) -> list[dict]:
     def wanted(k):
         return k["key"] in keys or any(all(k[f] == v for f, v in w.items()) for w in PLOTTED)
     return [r for r in rows if any(wanted(k) for k in recorded.keyed([r]))]
-
-
-def recorded_text(rows: list[dict]) -> str:
-    return record.csv_text(rows, ["table", *record.FIELDS])
 
 
 def table_problems() -> list[str]:
@@ -96,8 +89,8 @@ def table_problems() -> list[str]:
             if record.machine(r["device"], jobs[r["run"], r["program"]]) != name.split("_")[0]:
                 problems.append(f"{where}: {r['device']} on {jobs[r['run'], r['program']]} GPU(s) "
                                 f"does not belong in {name}")
-            if r["baseline"] and abs(float(r["value"]) / float(r["baseline_value"]) - float(r["ratio"])) \
-                    > 1e-5 * abs(float(r["ratio"])):
+            ratio = float(r["value"]) / float(r["baseline_value"]) if r["baseline"] else None
+            if ratio is not None and abs(ratio - float(r["ratio"])) > 1e-5 * abs(float(r["ratio"])):
                 problems.append(f"{where}: ratio {r['ratio']} is not value / baseline_value")
             key = (r["run"], r["program"], r["variant"], r["gpus"], r["size"], r["metric"])
             if key in keys:
@@ -151,11 +144,6 @@ def fill(template: str, by_key: dict) -> str:
     return FIELD.sub(lambda m: str(eval(m.group(1), names)), template)  # noqa: S307 - our own README
 
 
-def readme_text(text: str, by_key: dict) -> str:
-    """README.md with every table made again from its template."""
-    return BLOCK.sub(lambda m: m.group(1) + fill(m.group(3), by_key) + m.group(5), text)
-
-
 # ---------------------------------------------------------------- quoted figures
 
 def number_before(text: str):
@@ -192,22 +180,6 @@ def quotes(text: str):
         yield text[:m.start()], m.group(1)
 
 
-def measured_section(text: str) -> str:
-    start = text.index("## Measured on real GPUs")
-    end = text.index("\n## ", start + 1)
-    return text[start:end]
-
-
-def quote_problems(text: str, rows_by_key: dict, where: str) -> list[str]:
-    problems = []
-    for before, key in quotes(text):
-        row = rows_by_key.get(key)
-        why = quote_problem(before, key, row) if row else f"no recorded figure {key}"
-        if why:
-            problems.append(f"{where}: {why}")
-    return problems
-
-
 # A measured figure in prose: a decimal (0.87, 5.5e-16) or a number with a unit of time, rate, bandwidth or
 # share, or a ratio (1.16×; not 5×5 nor 4× H200); not a version (4.1.6) nor a target (≥ 0.95).
 PROSE_NUMBER = re.compile(r"(?<![\w.])(?<![≥≤] )(\d+(?:\.\d+)?(?:e-?\d+)?)(?![\w.]*\.\d)(?!\w)")
@@ -235,14 +207,9 @@ def unmarked_figures(section: str) -> list[str]:
 def made() -> dict[Path, str]:
     """What recorded.csv and README.md must hold, made from the curated tables."""
     rows, text = table_rows(), README.read_text()
-    return {RECORDED: recorded_text(shipped(rows, text)), README: readme_text(text, lookup(rows))}
-
-
-def build() -> list[str]:
-    stale = {path: text for path, text in made().items() if not path.exists() or path.read_text() != text}
-    for path, text in stale.items():
-        path.write_text(text)
-    return [str(path.relative_to(ROOT)) for path in stale]
+    by_key = lookup(rows)
+    return {RECORDED: record.csv_text(shipped(rows, text), ["table", *record.FIELDS]),
+            README: BLOCK.sub(lambda m: m.group(1) + fill(m.group(3), by_key) + m.group(5), text)}
 
 
 def check() -> list[str]:
@@ -251,9 +218,12 @@ def check() -> list[str]:
         if not path.exists() or path.read_text() != text:
             problems.append(f"{what} out of date with benchmarks/results/")
     text = README.read_text()
-    section = measured_section(text)
-    by_key = lookup(table_rows())
-    problems += quote_problems(section, by_key, "README.md")
+    start = text.index("## Measured on real GPUs")
+    section, by_key = text[start:text.index("\n## ", start + 1)], lookup(table_rows())
+    for before, key in quotes(section):
+        why = quote_problem(before, key, by_key[key]) if key in by_key else f"no recorded figure {key}"
+        if why:
+            problems.append(f"README.md: {why}")
     problems += [f"README.md: {x!r} in 'Measured on real GPUs' is neither in a generated table nor quoted with its key"
                  for x in unmarked_figures(section)]
     return problems
@@ -263,7 +233,11 @@ def main(argv: list[str]) -> int:
     if argv not in (["build"], ["check"]):
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
-    print("".join(f"wrote {name}\n" for name in (build() if argv == ["build"] else [])), end="")
+    if argv == ["build"]:
+        for path, text in made().items():
+            if not path.exists() or path.read_text() != text:
+                path.write_text(text)
+                print(f"wrote {path.relative_to(ROOT)}")
     problems = check()
     print("".join(f"error: {p}\n" for p in problems), end="", file=sys.stderr)
     if problems:

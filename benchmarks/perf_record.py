@@ -1,10 +1,9 @@
-"""Record the roofline and the timelines that notebooks 02, 04, 06 and 07 show on the simulator.
+"""Record the roofline and the timelines that notebooks 02, 04, 06 and 07 show on the simulator, in the
+format of hpclab/data/roofline.csv or hpclab/data/timeline.csv (copy FILE there to show it).
 
-    python benchmarks/perf_record.py roofline FILE            # one GPU: the roofs and the notebooks' kernels
+    python benchmarks/perf_record.py roofline FILE                # one GPU: the roofs and the notebooks' kernels
     mpiexec -n 2 python benchmarks/perf_record.py timeline FILE   # a DDP step and a halo layer, with and
                                                                   # without overlap, one GPU per rank
-
-FILE takes the format of hpclab/data/roofline.csv or hpclab/data/timeline.csv (copy it there to show it).
 """
 import sys
 

@@ -1,17 +1,15 @@
 """Add a run's figures to the curated tables, benchmarks/results/<machine>_<topic>.csv.
 
-    python benchmarks/record.py build/bench         # what `make bench` wrote ($OUT/runs.jsonl names each
+    python benchmarks/record.py build/bench         # what `make bench` wrote (its runs.jsonl names each
                                                     # result file's command, date and device)
     python benchmarks/record.py FILE --command "python3 -m hpclab bench pi --json" [--date 2026-11-22]
                                      [--device "NVIDIA H200"] [--run NAME] [--note TEXT] [--into DIR]
 
-A result file is what a benchmark writes (`hpclab bench ... --json`, `hpclab bench conv|ddp` summaries,
-`hpclab scaling`'s PROGRAM_MODE.json): a JSON line whose "figures" are rows in the tables' one row format
-(``hpclab.results.recorded.figure``), with its "topic" and, where it knows them, "date", "device_name",
-"command" and "note". The machine is the GPU's short name and the job's GPU count (h200, h200x4).
-
-A new record replaces the rows of the same program, variant and run in its table (git keeps the old
-ones); --run NAME keeps it beside the record as a named run (a repeat, an experiment). Afterwards
+A result file is a benchmark's JSON line (`hpclab bench ... --json`, `hpclab scaling`'s PROGRAM_MODE.json)
+whose "figures" are rows in the tables' one row format (``hpclab.results.recorded.figure``), with its "topic"
+and, where it knows them, "date", "device_name", "command" and "note". The machine is the GPU's short name
+and the job's GPU count (h200, h200x4). A record replaces the rows of the same program, variant and run in
+its table (git keeps the old ones); --run NAME keeps it beside the record as a named run. Afterwards
 `python benchmarks/curate.py build` regenerates hpclab/data/recorded.csv and the README's tables.
 """
 from __future__ import annotations
@@ -80,9 +78,10 @@ def complete(d: dict, path: Path, given: dict, fallback: dict) -> list[dict]:
         raise RecordError(f"--run {run!r}: a short name of lower-case letters, digits, '-' and '.' "
                           "(it becomes part of keys)")
     command = re.sub(r"\s--out\s+\S+", "", meta["command"])
+    command = "python3 -m " + command if command.startswith("hpclab ") else command
     note = "; ".join(x for x in (d.get("note", ""), given.get("note") or fallback.get("note", "")) if x)
-    return [{**r, "date": date.group(0), "run": run, "device": meta["device"], "note": note, "size": number(r["size"], True),
-             "command": "python3 -m " + command if command.startswith("hpclab ") else command,
+    return [{**r, "date": date.group(0), "run": run, "device": meta["device"], "note": note,
+             "size": number(r["size"], True), "command": command,
              **{k: number(r[k]) for k in ("value", "baseline_value", "ratio")}} for r in d["figures"]]
 
 
@@ -103,15 +102,6 @@ def write(path: Path, rows: list[dict]) -> None:
     path.write_text(csv_text(rows))
 
 
-def add(rows: list[dict], table: Path) -> tuple[int, int]:
-    """Put rows into a table, replacing the rows of the same run, program and variant: (added, replaced)."""
-    old = load(table)
-    new = {(r["run"], r["program"], r["variant"]) for r in rows}
-    kept = [r for r in old if (r["run"], r["program"], r["variant"]) not in new]
-    write(table, kept + rows)
-    return len(rows), len(old) - len(kept)
-
-
 def record(path: Path, given: dict, into: Path = RESULTS, fallback: dict | None = None) -> list[tuple[Path, int, int]]:
     """Record one result file, or every file a suite folder's runs.jsonl names: [(table, added, replaced)]."""
     if path.is_dir():
@@ -123,19 +113,21 @@ def record(path: Path, given: dict, into: Path = RESULTS, fallback: dict | None 
             entry = json.loads(line)
             done += record(path / entry["file"], given, into, entry)
         return done
-    if not path.is_file():
-        raise RecordError(f"{path}: no such file")
     d = read(path)
     try:
         rows = complete(d, path, given, fallback or {})
         gpus = max(int(r["gpus"]) for r in rows)
         table = into / f"{machine(rows[0]['device'], gpus)}_{d['topic']}.csv"
+    except RecordError:
+        raise
     except (KeyError, TypeError, ValueError) as exc:
-        if isinstance(exc, RecordError):
-            raise
         raise RecordError(f"{path}: the result lacks or mangles {exc} (written by another version of its "
                           "benchmark? hpclab.results.recorded.figure says what a figure holds)") from None
-    return [(table, *add(rows, table))]
+    # The rows of the same run, program and variant are replaced.
+    old, new = load(table), {(r["run"], r["program"], r["variant"]) for r in rows}
+    kept = [r for r in old if (r["run"], r["program"], r["variant"]) not in new]
+    write(table, kept + rows)
+    return [(table, len(rows), len(old) - len(kept))]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,17 +135,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="benchmarks/record.py", description=summary, epilog=usage,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("paths", nargs="+", type=Path, help="result files, or folders written by the GPU suite")
-    for name, what in (("command", "the exact command that wrote the file"), ("date", "YYYY-MM-DD (default: the result's own)"),
-                       ("device", "the GPU's name, e.g. 'NVIDIA H200' (default: the result's own)"),
-                       ("run", "a name to keep this run beside the record (default: it is the record)"),
-                       ("note", "what a reader should know about this run")):
-        p.add_argument(f"--{name}", default="", help=what)
+    for name in ("command", "date", "device", "run", "note"):     # default: the result's own (see above)
+        p.add_argument(f"--{name}", default="")
     p.add_argument("--into", type=Path, default=RESULTS, help="folder of the tables (default benchmarks/results)")
     args = p.parse_args(argv)
-    given = {k: getattr(args, k) for k in ("command", "date", "device", "run", "note")}
     try:
         for path in args.paths:
-            for table, added, replaced in record(path, given, args.into):
+            for table, added, replaced in record(path, vars(args), args.into):
                 print(f"{table}: {added} rows" + (f" (replacing {replaced})" if replaced else ""))
     except (RecordError, OSError) as exc:
         print(f"record.py: error: {exc}", file=sys.stderr)

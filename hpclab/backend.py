@@ -1,11 +1,9 @@
 """GPU or simulator: decided once per process, before ``numba.cuda`` is imported.
 
-Numba reads ``NUMBA_ENABLE_CUDASIM`` when ``numba.cuda`` is first imported
-(numba #3075), so the choice has to be made before any kernel module loads.
-Every entry point (notebook, engine, ``hpclab`` command) calls :func:`select`
-first; kernel modules call :func:`cuda` to get the ``numba.cuda`` module.
-
-``HPCLAB_BACKEND=auto|gpu|sim`` overrides the automatic choice.
+Numba reads ``NUMBA_ENABLE_CUDASIM`` when ``numba.cuda`` is first imported (numba #3075), so every
+entry point (notebook, engine, ``hpclab`` command) calls :func:`select` before any kernel module
+loads, and kernel modules get ``numba.cuda`` from :func:`cuda`. ``HPCLAB_BACKEND=auto|gpu|sim``
+overrides the automatic choice.
 """
 from __future__ import annotations
 
@@ -24,11 +22,8 @@ class BackendError(RuntimeError):
 
 
 def count_gpus() -> int:
-    """Number of CUDA devices the driver reports (0 without a driver).
-
-    Asks the driver directly through ``libcuda`` so that nothing of Numba is
-    imported yet; honours ``CUDA_VISIBLE_DEVICES``.
-    """
+    """CUDA devices the driver reports (0 without a driver), asked from ``libcuda`` so that nothing of
+    Numba is imported yet; honours ``CUDA_VISIBLE_DEVICES``."""
     for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
         try:
             lib = ctypes.CDLL(name)
@@ -37,10 +32,8 @@ def count_gpus() -> int:
             continue
     else:
         return 0
-    if lib.cuInit(0) != 0:
-        return 0
     count = ctypes.c_int(0)
-    if lib.cuDeviceGetCount(ctypes.byref(count)) != 0:
+    if lib.cuInit(0) != 0 or lib.cuDeviceGetCount(ctypes.byref(count)) != 0:
         return 0
     return count.value
 
@@ -64,11 +57,10 @@ def _decide(requested: str) -> str:
 
 
 def select(requested: str | None = None) -> str:
-    """Choose the backend for this process and prepare Numba for it.
+    """Choose the backend for this process and prepare Numba for it: ``"gpu"`` or ``"sim"``.
 
-    Returns ``"gpu"`` or ``"sim"``. Calling again returns the same answer;
-    asking for a different one after ``numba.cuda`` has loaded is an error,
-    because Numba cannot switch once imported.
+    Calling again returns the same answer; asking for another one after ``numba.cuda`` has
+    loaded is an error, because Numba cannot switch once imported.
     """
     global _selected
     requested = (requested or os.environ.get("HPCLAB_BACKEND") or "auto").strip().lower()
@@ -93,20 +85,14 @@ def select(requested: str | None = None) -> str:
     os.environ.setdefault("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING", "1")
     # Teaching kernels launch tiny grids on purpose (one block per rank in Exercise 0).
     os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
-    os.environ["HPCLAB_BACKEND_SELECTED"] = choice
     if choice == "sim":
-        _quiet_simulator()
+        # The simulator compiles nothing, so Numba's performance hints about grid sizes and
+        # object mode (e.g. from create_xoroshiro128p_states) are noise.
+        from numba.core.errors import NumbaWarning
+
+        warnings.filterwarnings("ignore", category=NumbaWarning)
     _selected = choice
     return choice
-
-
-def _quiet_simulator() -> None:
-    # The simulator compiles nothing, so Numba's performance hints about
-    # grid sizes and object mode (e.g. from create_xoroshiro128p_states) are noise.
-    from numba.core.errors import NumbaDeprecationWarning, NumbaPerformanceWarning, NumbaWarning
-
-    for category in (NumbaPerformanceWarning, NumbaDeprecationWarning, NumbaWarning):
-        warnings.filterwarnings("ignore", category=category)
 
 
 def selected() -> str | None:
@@ -139,14 +125,12 @@ def cuda():
     return numba_cuda
 
 
-def banner(rank: int = 0, file=None) -> str:
+def banner(rank: int = 0) -> None:
     """Say once per process, on rank 0 only, which backend runs."""
     global _announced
-    text = f"hpclab backend: {describe()}"
     if not _announced and rank == 0:
-        print(text, file=file or sys.stderr, flush=True)
+        print(f"hpclab backend: {describe()}", file=sys.stderr, flush=True)
     _announced = True
-    return text
 
 
 def auto_size(gpu: int, sim: int) -> int:

@@ -1,13 +1,10 @@
 """Refuse, before it starts, work that could not finish in a day or fit in memory.
 
-``--iterations 1e30`` or ``--samples 1e18`` parse as fine numbers, then run until
-killed; ``--n 1e6`` asks for terabytes. A program's input check estimates what
-its arguments cost and calls :func:`refuse_long` / :func:`refuse_large`, which
-raise a :class:`~hpclab.options.UsageError` giving the estimate and the limit.
-
-The time estimates are lower bounds: the work divided by the fastest rate per
-rank in :data:`FASTEST` (several times what hpclab has measured), so a refused
-run could not have finished within :data:`MAX_SECONDS` anyway.
+``--samples 1e18`` parses as a fine number, then runs until killed; ``--n 1e6`` asks for terabytes. A
+program's input check estimates what its arguments cost and calls :func:`refuse_long` /
+:func:`refuse_large`, which raise a :class:`~hpclab.options.UsageError` giving the estimate and the
+limit. Time estimates are lower bounds: the work over the fastest rate per rank in :data:`FASTEST`
+(several times what hpclab has measured), so a refused run could not have finished anyway.
 """
 from __future__ import annotations
 
@@ -56,6 +53,7 @@ def require_share(option: str, value: int, shares: int, what: str) -> None:
 
 
 def duration(seconds: float) -> str:
+    """3.2 days, 1 hour, 5 s."""
     for unit, length in (("year", 365 * 86400), ("day", 86400), ("hour", 3600), ("minute", 60)):
         if seconds >= length:
             value = seconds / length
@@ -99,8 +97,7 @@ def memory_available() -> int:
 
 
 def refuse_large(option: str, value, nbytes: float, what: str, available: float | None = None) -> None:
-    """Raise if ``option value`` needs more host memory on this node than is available
-    (``available``: bytes, as ``Launch.memory``; None asks this node)."""
+    """Raise if ``option value`` needs more host memory on this node than ``available`` bytes (None: ask)."""
     available = memory_available() if available is None else available
     if nbytes > available:
         raise UsageError(

@@ -1,31 +1,19 @@
-"""Numba's CUDA simulator with thread-safe shared arrays.
+"""Two fixes to Numba's CUDA simulator (numba-cuda 0.30), installed by ``hpclab.backend.cuda()``.
 
-The simulator runs each CUDA thread of a block as a Python thread. The first
-thread to reach ``cuda.shared.array(...)`` allocates the block's array and
-stores it under the caller's file and line; the others find it there. That
-lookup and the store are not atomic (numba-cuda 0.30, ``FakeCUDAShared.array``):
-when the interpreter switches threads between them -- it may, after the
-``np.empty`` call returns, and under load it does -- a second thread allocates
-an array of its own. The threads of one block then write to different arrays,
-and a block reduction returns garbage (``np.empty``'s contents). That is how a
-Monte Carlo count with a fixed seed came out different, once in a while, in a
-full test run and never in a notebook run alone.
+Shared arrays: the simulator runs each CUDA thread as a Python thread; the first to reach
+``cuda.shared.array(...)`` allocates the block's array and stores it under the caller's file and
+line, the others look it up. Lookup and store are not atomic (``FakeCUDAShared.array``): under load
+a second thread allocates an array of its own, and a block reduction returns ``np.empty``'s garbage
+(a Monte Carlo count with a fixed seed came out different, once in a while, in full test runs). Here
+they happen under a lock, the caller found from its frame (the original walks the whole stack on
+every call), and a GPU kernel's ``alignment`` is accepted (the original refuses it).
 
-:func:`install` replaces the method by one that does the lookup and the store
-under a lock, finding the caller from its frame (the original walks the whole
-stack with ``traceback.extract_stack`` for every call, which is also slow), and
-accepts the ``alignment`` a GPU kernel asks for (the original refuses it).
-It also replaces how device functions find the simulated ``cuda`` module. Numba
-swaps a module's ``cuda`` global for the launch's fake module on every call of a
-device function and swaps it back when the last caller leaves, under one lock per
-module (numba-cuda PR #690). With 32 threads calling a device function per sample,
-that lock and the interpreter's lock hand each other over in a convoy: one block of
-32 threads counting 20,000 Monte Carlo samples took 90 s instead of 0.5 s, at
-random. Here a module is swapped once, at its first device call in a launch, and
-swapped back when the launch ends: no lock, and no thread ever sees the real module
-in the middle of a launch.
-
-``hpclab.backend.cuda()`` installs both whenever the simulator is in use.
+Device calls: Numba swaps a module's ``cuda`` global for the launch's fake module on every device
+function call and back when the last caller leaves, under one lock per module (numba-cuda PR #690);
+with 32 threads calling per sample, that lock and the interpreter's convoy (one block counting 20,000
+Monte Carlo samples took 90 s instead of 0.5 s, at random). Here a module is swapped once per launch,
+at its first device call, and back when the launch ends: no lock, and no thread sees the real module
+mid-launch.
 """
 from __future__ import annotations
 

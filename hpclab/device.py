@@ -1,17 +1,12 @@
 """Which GPU each MPI rank uses, which ranks share one, and a table of the mapping.
 
-The GPU index comes from the node-local rank (MPI's shared-memory split), not
-the global rank: rank 5 on a node of four GPUs is local rank 1 on the second
-node, so it must use GPU 1 (fbpic #523, amrex #3382).
-
-Ranks share a GPU when a node runs more ranks than it has GPUs (one GPU, two
-ranks: the usual workstation). Whether they do is decided by comparing device
-UUIDs across ranks, not indices: under Slurm's ``--gpus-per-task`` every rank
-sees its own GPU as "GPU 0". NCCL refuses two ranks of one communicator on the
-same device, so the communication backends ask :func:`sharing` first. On the
-simulator every rank of a node drives the one simulated device, whose UUID is
-``sim-<host>``: there the ranks of a node always share, which is how CI covers
-the shared-GPU path.
+The GPU is chosen by the node-local rank (MPI's shared-memory split), not the global rank: rank 5 on
+nodes of four GPUs is local rank 1 of the second node, so it uses GPU 1 (fbpic #523, amrex #3382).
+Ranks share a GPU where a node runs more ranks than it has GPUs; that is decided by comparing device
+UUIDs, not indices (under Slurm's ``--gpus-per-task`` every rank sees its GPU as "GPU 0"). NCCL refuses
+two ranks of one communicator on one device, so the communication backends ask :func:`sharing` first.
+The simulator's one device per node is ``sim-<host>``: there the ranks of a node always share, which is
+how CI covers the shared-GPU path.
 """
 from __future__ import annotations
 
@@ -36,10 +31,6 @@ class Placement:
     gpu_uuid: str
     shared_with: list[int] = field(default_factory=list)   # ranks on this rank's GPU, itself included
     max_ranks_per_gpu: int = 1                             # the most ranks on any one GPU of the job
-
-    @property
-    def ranks_per_gpu(self) -> int:
-        return max(1, len(self.shared_with))
 
     def label(self) -> str:
         return (f"rank {self.rank}/{self.size} | local_rank {self.local_rank}/{self.local_size} "
@@ -97,7 +88,7 @@ def shared_groups(uuids: list[str]) -> list[list[int]]:
 
 def select_gpu(comm=None) -> Placement:
     """Bind this rank to GPU ``local_rank % gpus_on_node`` (once per process). Collective."""
-    global _placement
+    global _placement, _told
     comm = comm or world()
     if _placement is not None and _placement.size == comm.size:
         return _placement
@@ -122,30 +113,19 @@ def select_gpu(comm=None) -> Placement:
     mine = next((g for g in groups if comm.rank in g), [comm.rank])
     _placement = Placement(comm.rank, comm.size, socket.gethostname(), lrank, lsize, gpu, ngpus,
                            name, uuid, mine, max((len(g) for g in groups), default=1))
-    _tell_sharing(comm, _placement, uuids)
-    return _placement
-
-
-def _tell_sharing(comm, placement: Placement, uuids: list[str]) -> None:
-    """On real GPUs, rank 0 says once (one line) that ranks take turns on a GPU: timings are then
-    time sharing, not scaling. On the simulator sharing is the rule and says nothing about GPUs."""
-    global _told
-    if _told or comm.rank != 0 or backend.is_simulator():
-        return
-    groups = shared_groups(uuids)
-    if groups:
+    # On real GPUs rank 0 says once that ranks take turns on a GPU (timings are time sharing, not
+    # scaling); on the simulator sharing is the rule and says nothing about GPUs.
+    if groups and not _told and comm.rank == 0 and not backend.is_simulator():
         which = "; ".join(f"ranks {', '.join(map(str, g))} share one GPU" for g in groups)
         print(f"hpclab placement: {which}: they take turns on it (time sharing), and NCCL cannot "
               "run between them", file=sys.stderr, flush=True)
-    _told = True
+    _told = _told or comm.rank == 0
+    return _placement
 
 
 def sharing(comm=None) -> list[SharedGPU]:
     """The devices that more than one rank of ``comm`` uses (empty: one GPU per rank). Collective.
-
-    Ranks are ``comm``'s own, so a sub-communicator gets its own answer: two
-    ranks of a four-rank job on different GPUs do not share, even if the job does.
-    """
+    Ranks are ``comm``'s own: two ranks of a four-rank job on different GPUs do not share, even if the job does."""
     comm = comm or world()
     return shared_devices(comm.allgather(_this_device()))
 
@@ -163,9 +143,8 @@ def _this_device() -> tuple[str, str, int, str]:
 
 def shared_devices(everyone: list[tuple[str, str, int, str]]) -> list[SharedGPU]:
     """The shared devices among every rank's (UUID, host, GPU index, name), in rank order."""
-    return [SharedGPU(ranks, everyone[ranks[0]][1], everyone[ranks[0]][2], everyone[ranks[0]][3],
-                      everyone[ranks[0]][0])
-            for ranks in shared_groups([e[0] for e in everyone])]
+    groups = shared_groups([e[0] for e in everyone])
+    return [SharedGPU(ranks, *everyone[ranks[0]][1:], everyone[ranks[0]][0]) for ranks in groups]
 
 
 def describe_sharing(shared: list[SharedGPU]) -> str:
@@ -175,8 +154,7 @@ def describe_sharing(shared: list[SharedGPU]) -> str:
 
 def ranks_per_gpu(comm=None) -> int:
     """The largest number of ranks of ``comm`` on one device (1: one GPU per rank). Collective."""
-    groups = sharing(comm)
-    return max((len(g.ranks) for g in groups), default=1)
+    return max((len(g.ranks) for g in sharing(comm)), default=1)
 
 
 def table(comm=None) -> list[dict]:

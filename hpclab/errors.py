@@ -1,10 +1,8 @@
-"""Raise one rank's exception on every rank, instead of leaving the others blocked.
+"""Raise one rank's exception on every rank, instead of leaving the others blocked in a collective (a hang).
 
-An exception on one rank while the others wait in a collective is a hang.
-Work that can fail (input checks, kernels, allocations) goes inside
-``with step(comm, "what"):``; at the end of the block every rank meets in
-one ``allgather`` of outcomes, and if any rank failed, all raise
-:class:`RankError` naming the failing ranks and their messages.
+Work that can fail goes inside ``with step(comm, "what"):``; at the end of the block every rank meets
+in one ``allgather`` of outcomes, and if any rank failed, all raise :class:`RankError` naming the
+failing ranks and their messages.
 """
 from __future__ import annotations
 
@@ -17,9 +15,7 @@ class RankError(RuntimeError):
     """Some rank failed inside a collective step; raised on every rank."""
 
     def __init__(self, what: str, failures: dict[int, str], size: int):
-        self.what = what
-        self.failures = failures
-        self.size = size
+        self.what, self.failures, self.size = what, failures, size
         ranks = ", ".join(str(r) for r in failures)
         first = next(iter(failures.values()))
         # A nested step's message already says how many other ranks failed; the same

@@ -8,11 +8,8 @@ cuda = _cuda()
 
 
 def launch_1d(total: int) -> tuple[int, int]:
-    """(blocks, threads) for a grid-stride kernel over ``total`` items.
-
-    On the simulator every CUDA thread is a Python thread, and switching between them
-    costs more than the work: one block of at most 8 threads strides over everything.
-    """
+    """(blocks, threads) for a grid-stride kernel over ``total`` items. On the simulator, where switching
+    between the Python threads that run CUDA threads costs more than the work, one block of at most 8."""
     if backend.is_simulator():
         return 1, max(1, min(8, total))
     threads = 256
@@ -30,11 +27,9 @@ def unravel4(e, C, H, W):
 
 
 def launch_2d(rows: int, cols: int) -> tuple[tuple[int, int], int]:
-    """(grid, threads) for a kernel that grid-strides over a rows x cols matrix: rows along the
-    grid's y, columns along x, so that a warp's threads take consecutive columns (coalesced).
-
-    Blocks are as wide as the columns rounded up to a warp, at most 256 threads.
-    """
+    """(grid, threads) for a kernel that grid-strides over a rows x cols matrix: rows along the grid's y,
+    columns along x (a warp's threads take consecutive columns: coalesced), blocks as wide as the
+    columns rounded up to a warp, at most 256 threads."""
     if backend.is_simulator():
         return (min(2, -(-cols // 32)), min(2, rows)), 32
     threads = min(256, 32 * -(-cols // 32))
@@ -45,14 +40,10 @@ MAX_THREADS = 1024          # CUDA's limit on threads per block
 
 
 def full_gpu(work: int, blocks: int | None = None, threads: int | None = None) -> tuple[int, int]:
-    """(blocks, threads) for a grid-stride kernel over ``work`` items that fills the GPU.
-
-    The workshop's shape: 1024 threads per block and 2 blocks per SM (2048 resident
-    threads on every SM, one wave), fewer blocks when there is little work; of the
-    shapes ``hpclab bench pi`` scans, it was the fastest on an H200 for both pi kernels.
-    On the simulator, where every thread is a Python thread, 2 blocks of 32. ``threads``
-    must be a power of two: tree reductions over a block halve it.
-    """
+    """(blocks, threads) for a grid-stride kernel over ``work`` items that fills the GPU: the workshop's
+    1024 threads per block and 2 blocks per SM (one wave of 2048 threads per SM; of the shapes ``hpclab
+    bench pi`` scans, the fastest on an H200 for both pi kernels), fewer blocks for little work; on the
+    simulator 2 blocks of 32. ``threads`` must be a power of two: tree reductions over a block halve it."""
     if threads is None:
         threads = backend.auto_size(gpu=MAX_THREADS, sim=32)
     if threads < 1 or threads > MAX_THREADS or threads & (threads - 1):

@@ -27,9 +27,8 @@ def world():
 
 @contextmanager
 def first_ranks(comm, k: int):
-    """The first ``k`` ranks of ``comm`` as a communicator of their own, None on the others;
-    freed on leaving. Collective: every rank of ``comm`` enters. Scaling sweeps on engines
-    run the same program on 1, 2, 4 ... of the ranks this way."""
+    """The first ``k`` ranks of ``comm`` as a communicator of their own (None on the others), freed on
+    leaving; every rank of ``comm`` enters. Scaling sweeps on engines run a program on 1, 2, 4 ... ranks so."""
     mpi = MPI()
     sub = comm.Split(0 if comm.rank < k else mpi.UNDEFINED, comm.rank)
     try:
@@ -45,13 +44,9 @@ def library() -> str:
 
 
 def cuda_aware() -> tuple[bool, str]:
-    """Whether MPI accepts device pointers, and how we know.
-
-    Asked without ever handing MPI a device pointer: a non-CUDA-aware MPI
-    segfaults on one (mpi4py #115). ``HPCLAB_MPI_CUDA_AWARE=0|1`` overrides.
-    Open MPI and MVAPICH answer ``MPIX_Query_cuda_support()``; an MPI that
-    has no such query is taken as not CUDA-aware.
-    """
+    """Whether MPI accepts device pointers, and how we know, asked without handing MPI one (a non-CUDA-aware
+    MPI segfaults on it, mpi4py #115): Open MPI and MVAPICH answer ``MPIX_Query_cuda_support()``, an MPI
+    without it is taken as not CUDA-aware; ``HPCLAB_MPI_CUDA_AWARE=0|1`` overrides."""
     import ctypes
     import os
 

@@ -1,26 +1,16 @@
 """Command-line input, checked once and before any work.
 
-Every ``hpclab`` command builds its parser from :class:`Parser` and the types
-below. A bad value stops the command with ONE line that names the option, the
-value and what is allowed (argparse puts ``argument --bins:`` in front of the
-type's message), exit status 2 and no traceback: :class:`Parser` raises
-:class:`UsageError` where argparse would print a usage block and exit.
-
-- ``count(lo, hi)``: a whole number in a range; ``1e10``, ``1_000_000`` and
-  ``2**20`` are accepted, ``inf``, ``nan``, ``2.5`` and ``1e400`` are not.
-- ``real(lo, hi)``: a finite number in a range (open or closed ends).
-- ``seed(hi)``: a whole number from 0 to ``hi``.
-- ``count_list`` / ``real_list`` / ``choice_list``: comma lists (``128,64``,
-  ``v1,v4``) that refuse empty items such as ``v1,``.
-- ``output_folder``: a folder this process can write into, checked before the work.
-
-Options that exclude each other go in argparse's mutually exclusive groups; help shows the defaults.
+Every ``hpclab`` command builds its parser from :class:`Parser` and the types below. A bad value
+stops the command with ONE line naming the option, the value and what is allowed (argparse puts
+``argument --bins:`` before the type's message), exit status 2 and no traceback. ``count`` takes
+``1e10``, ``1_000_000`` and ``2**20``, not ``inf``, ``nan``, ``2.5`` or ``1e400``; the comma lists
+refuse empty items such as ``v1,``. Options that exclude each other go in argparse's mutually
+exclusive groups; help shows the defaults.
 """
 from __future__ import annotations
 
 import argparse
 import math
-import os
 import re
 import tempfile
 from pathlib import Path
@@ -63,19 +53,9 @@ def _pretty(n: int) -> str:
     return str(n)
 
 
-def _whole_span(lo: int | None, hi: int | None) -> str:
-    if lo is not None and hi is not None:
-        return f"a whole number from {_pretty(lo)} to {_pretty(hi)}"
-    if lo is not None:
-        return f"a whole number of at least {_pretty(lo)}"
-    return f"a whole number of at most {_pretty(hi)}"
-
-
 def parse_whole(text: str) -> int | float:
-    """``text`` as a whole number; a power too large to compute comes back as ``math.inf``.
-
-    Raises ``ValueError`` saying what is wrong with the text itself.
-    """
+    """``text`` as a whole number (``math.inf`` for a power too large to compute), or a ``ValueError``
+    saying what is wrong with the text itself."""
     s = str(text).strip().replace("_", "").replace(" ", "")
     m = _POWER.match(s)
     if m:
@@ -100,16 +80,17 @@ def parse_whole(text: str) -> int | float:
     return int(value)
 
 
-def count(lo: int | None = 1, hi: int | None = (1 << 63) - 1):
+def count(lo: int = 1, hi: int | None = (1 << 63) - 1):
     """argparse type: a whole number with ``lo <= value <= hi`` (default 1 to 2^63 - 1)."""
-    span = _whole_span(lo, hi)
+    span = (f"a whole number from {_pretty(lo)} to {_pretty(hi)}" if hi is not None
+            else f"a whole number of at least {_pretty(lo)}")
 
     def parse(text: str) -> int:
         try:
             value = parse_whole(text)
         except ValueError as exc:
             raise argparse.ArgumentTypeError(f"{exc}; give {span} ({_EXAMPLES})") from None
-        if (lo is not None and value < lo) or (hi is not None and value > hi):
+        if value < lo or (hi is not None and value > hi):
             shown = value if abs(value) < 10 ** 21 else text      # not 300 digits of 2**1024
             raise argparse.ArgumentTypeError(f"{shown} is out of range; give {span}")
         if value > UNBOUNDED:       # no upper limit of its own, but no count is this large either
@@ -127,19 +108,12 @@ def seed(hi: int = (1 << 64) - 1):
     return parse
 
 
-def _real_span(lo, hi, lo_open, hi_open) -> str:
-    if lo is not None and hi is not None:
-        return f"a finite number with {lo:g} {'<' if lo_open else '<='} value {'<' if hi_open else '<='} {hi:g}"
-    if lo is not None:
-        return f"a finite number {'above' if lo_open else 'of at least'} {lo:g}"
+def real(lo: float, hi: float | None = None, lo_open: bool = False, hi_open: bool = False):
+    """argparse type: a finite float from ``lo`` (to ``hi``); ``lo_open``/``hi_open`` exclude the ends."""
     if hi is not None:
-        return f"a finite number {'below' if hi_open else 'of at most'} {hi:g}"
-    return "a finite number"
-
-
-def real(lo: float | None = None, hi: float | None = None, lo_open: bool = False, hi_open: bool = False):
-    """argparse type: a finite float in a range; ``lo_open``/``hi_open`` exclude the ends."""
-    span = _real_span(lo, hi, lo_open, hi_open)
+        span = f"a finite number with {lo:g} {'<' if lo_open else '<='} value {'<' if hi_open else '<='} {hi:g}"
+    else:
+        span = f"a finite number {'above' if lo_open else 'of at least'} {lo:g}"
 
     def parse(text: str) -> float:
         try:
@@ -148,8 +122,8 @@ def real(lo: float | None = None, hi: float | None = None, lo_open: bool = False
             raise argparse.ArgumentTypeError(f"{text!r} is not a number; give {span}") from None
         if not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"{text!r} is not a finite number; give {span}")
-        if lo is not None and (value < lo or (lo_open and value == lo)) or \
-                hi is not None and (value > hi or (hi_open and value == hi)):
+        too_high = hi is not None and (value > hi or (hi_open and value == hi))
+        if value < lo or (lo_open and value == lo) or too_high:
             raise argparse.ArgumentTypeError(f"{value:g} is out of range; give {span}")
         return value
 
@@ -164,15 +138,14 @@ def _items(text: str, example: str) -> list[str]:
     return items
 
 
-def count_list(lo: int | None = 1, hi: int | None = (1 << 63) - 1, example: str = "1,2,4"):
+def count_list(lo: int = 1, hi: int | None = (1 << 63) - 1, example: str = "1,2,4"):
     """argparse type: comma-separated whole numbers, each from ``lo`` to ``hi``; a tuple."""
     return _list_of(count(lo, hi), example)
 
 
-def real_list(lo: float | None = None, hi: float | None = None, lo_open: bool = False, hi_open: bool = False,
-              example: str = "1e-3,4e-3"):
-    """argparse type: comma-separated finite numbers in a range; a tuple."""
-    return _list_of(real(lo, hi, lo_open, hi_open), example)
+def real_list(lo: float, lo_open: bool = False, example: str = "1e-3,4e-3"):
+    """argparse type: comma-separated finite numbers from ``lo``; a tuple."""
+    return _list_of(real(lo, lo_open=lo_open), example)
 
 
 def _list_of(one, example: str):
@@ -210,8 +183,8 @@ def choice_list(choices, alone: tuple[str, ...] = (), noun: str = "item"):
     return parse
 
 
-def output_folder(path, option: str = "--out", prog: str = "hpclab") -> Path:
-    """Make ``path`` a folder this process can write into, or say why not (before any work)."""
+def output_folder(path, option: str, prog: str) -> Path:
+    """Make ``path`` a folder this process can write into (a file made there and removed), or say why not."""
     folder = Path(path)
     for part in [folder, *folder.parents]:
         if part.exists() and not part.is_dir():
@@ -225,6 +198,4 @@ def output_folder(path, option: str = "--out", prog: str = "hpclab") -> Path:
         reason = exc.strerror or type(exc).__name__
         raise UsageError(f"{prog}: error: {option} {path}: cannot write there ({reason}); "
                          "give a folder you can write to") from None
-    if not os.access(folder, os.W_OK):
-        raise UsageError(f"{prog}: error: {option} {path}: cannot write there; give a folder you can write to")
     return folder

@@ -1,14 +1,12 @@
 """The roofline of the GPU in use, and where each kernel of a notebook sits under it.
 
-A kernel doing F floating-point operations and moving B bytes of device memory in T seconds has
-arithmetic intensity I = F / B and attains F / T, below both roofs: the peak rate P, and I times
-the memory bandwidth W. On log-log axes min(P, I W) is the roofline, its knee at I = P / W.
-Both roofs are measured, beside the datasheet's: ``fma_kernel`` (CHAINS independent chains of
-fused multiply-adds per thread, STEPS written out per pass so that loop instructions take few
-issue slots; float32 and float64) and ``copy_kernel`` (512 MiB copied: read once, written once).
-A kernel's FLOPs and bytes are counted from its loops, assuming no cache, beside the kernel
-(``roofline_points`` of the pi, matmul and halo benches). ``benchmarks/perf_record.py`` records
-them on a GPU as ``data/roofline.csv`` holds them, which the notebooks show on the simulator.
+A kernel doing F floating-point operations and moving B bytes of device memory in T seconds has arithmetic
+intensity I = F / B and attains F / T, below min(P, I W): the peak rate P and the memory bandwidth W (the
+knee at I = P / W). Both roofs are measured beside the datasheet's: ``fma_kernel`` (CHAINS independent
+chains of fused multiply-adds per thread, STEPS written out per pass so that loop instructions take few
+issue slots) and ``copy_kernel`` (512 MiB read once, written once). A kernel's FLOPs and bytes are counted
+from its loops, assuming no cache (``roofline_points`` of the pi, matmul and halo benches);
+``benchmarks/perf_record.py`` records them on a GPU into ``data/roofline.csv``, which the simulator shows.
 """
 from __future__ import annotations
 
@@ -28,8 +26,9 @@ from hpclab.results import plot  # the figure helpers
 cuda = backend.cuda()       # module level: the simulator swaps this name inside kernels
 CHAINS, STEPS = 8, 16
 # (device name pattern, FP32 and FP64 (no tensor cores) FLOP/s, memory bytes/s, source)
-DATASHEET = [(r"H100 80GB HBM3$", 67e12, 34e12, 3.35e12, "NVIDIA H100 datasheet, SXM (nvidia.com/en-us/data-center/h100)"),
-             (r"H200$", 67e12, 34e12, 4.8e12, "NVIDIA H200 datasheet, SXM (nvidia.com/en-us/data-center/h200)")]
+DATASHEET = [
+    (r"H100 80GB HBM3$", 67e12, 34e12, 3.35e12, "NVIDIA H100 datasheet, SXM (nvidia.com/en-us/data-center/h100)"),
+    (r"H200$", 67e12, 34e12, 4.8e12, "NVIDIA H200 datasheet, SXM (nvidia.com/en-us/data-center/h200)")]
 ROOFS = ("roof: FP32 FMA", "roof: FP64 FMA", "roof: memory copy")
 
 
@@ -112,10 +111,9 @@ def measure_roofs(repeats: int = 5) -> list[Point]:
 
 
 def gemm_count(m: int, n: int, k: int, tile_m: int, tile_n: int) -> tuple[float, float]:
-    """FLOPs and bytes of a float32 C = A B computed in tile_m x tile_n tiles of C, no cache: a tile
-    reads tile_m x k of A and k x tile_n of B, mnk (1/tile_m + 1/tile_n) floats in all, and C is
-    written once. One output per thread is a 1 x 1 tile (2mnk floats); a tile of all C reads each input once.
-    A tile larger than C reads no more than all of it (e.g. 128 x 128 tiles at N = 64)."""
+    """FLOPs and bytes of a float32 C = A B in tile_m x tile_n tiles of C, no cache: a tile reads tile_m x k
+    of A and k x tile_n of B, mnk (1/tile_m + 1/tile_n) floats in all, and C is written once (one output per
+    thread: 1 x 1 tiles; a tile larger than C reads no more than all of it, e.g. 128 x 128 tiles at N = 64)."""
     tile_m, tile_n = min(tile_m, m), min(tile_n, n)
     return 2.0 * m * n * k, 4.0 * (m * n * k * (1 / tile_m + 1 / tile_n) + m * n)
 
@@ -146,7 +144,8 @@ def figure(panels: dict[str, list[Point]], title: str, note: str | None = None, 
         sheet = datasheet(device) or (None,) * 4
         for name, peak, ref, grey in ((ROOFS[0], roof.get(ROOFS[0]), sheet[0], "k"),
                                       (ROOFS[1], roof.get(ROOFS[1]), sheet[1], "0.55"))[:1 + fp64]:
-            for what, top, bw, style in (("measured", peak, roof.get(ROOFS[2]), "-"), ("datasheet", ref, sheet[2], "--")):
+            for what, top, bw, style in (("measured", peak, roof.get(ROOFS[2]), "-"),
+                                         ("datasheet", ref, sheet[2], "--")):
                 if top and bw:
                     ax.plot(span, np.minimum(top, span * bw) / 1e12, style, color=grey, lw=1.2,
                             label=f"{what} {name[6:10]} {top / 1e12:.3g} TFLOP/s, {bw / 1e12:.3g} TB/s")

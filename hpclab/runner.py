@@ -1,17 +1,14 @@
 """Run one workshop program on every MPI rank (``hpclab run NAME``).
 
-A program is a module named in :data:`hpclab.programs.PROGRAMS`. The runner does everything
-around it, the same way for all programs: input checks, backend and GPU selection, the per-rank
-lines in rank order, the FINAL RESULTS block (the workshop's format), the JSON line, and errors
-reported on every rank with a non-zero exit instead of a hang.
-
-Input is checked once, before any work, by :func:`checked` on both routes (here, and on the
-notebook's engines through ``hpclab.scaling.engine_trial``): the parser's types
-(``hpclab.options``), then the program's ``validate(args, launch)`` (ranges that depend on the
-rank count, what the arguments would cost: ``hpclab.budget``). MPI is started even when a rank's
-check failed, and one ``allgather`` of the outcomes follows: a rank whose environment or
-arguments differ from the others' (an MPMD launch, a node without a GPU) stops every rank with
-its message, instead of leaving them waiting in their first collective. Bad input exits with status 2.
+A program is a module named in :data:`hpclab.programs.PROGRAMS`; around it the runner does the same for
+every program: input checks, backend and GPU selection, the per-rank lines in rank order, the FINAL
+RESULTS block (the workshop's format), the JSON line, and errors reported on every rank with a
+non-zero exit instead of a hang. Input is checked before any work by :func:`checked`, on both routes
+(here, and on notebook engines through ``scaling.engine_trial``): the parser's types, then the
+program's ``validate(args, launch)`` (what depends on the rank count, what the run would cost:
+``hpclab.budget``). MPI starts even where a rank's check failed, and one ``allgather`` of the outcomes
+follows: a rank whose environment or arguments differ (an MPMD launch, a node without a GPU) stops every
+rank with its message instead of leaving them waiting in their first collective. Bad input exits with 2.
 """
 from __future__ import annotations
 
@@ -24,6 +21,7 @@ from dataclasses import dataclass, field
 
 from hpclab import backend
 from hpclab.budget import Launch
+from hpclab.device import local_rank, select_gpu
 from hpclab.errors import RankError, step
 from hpclab.options import Parser, UsageError
 from hpclab.programs import PROGRAMS
@@ -72,12 +70,7 @@ def checked(name: str, argv: list[str], launch: Launch | None = None):
 
 def launch_of(comm) -> Launch:
     """Ranks, ranks on this node and backend (a collective: every rank calls it)."""
-    from hpclab.mpi import MPI
-
-    local = comm.Split_type(MPI().COMM_TYPE_SHARED)
-    per_node = local.size
-    local.Free()
-    return Launch(comm.size, per_node, backend.selected() or "sim")
+    return Launch(comm.size, local_rank(comm)[1], backend.selected() or "sim")
 
 
 def agree(comm, problem: str | None) -> str | None:
@@ -93,18 +86,24 @@ def agree(comm, problem: str | None) -> str | None:
     return f"{first} (on {where} of {comm.size})"
 
 
-def _format_final(final: list[tuple[str, str]]) -> str:
-    width = max((len(k) for k, _ in final), default=0)
-    return "\n".join(["===== FINAL RESULTS =====", *(f"{k:<{width}} = {v}" for k, v in final)])
+def _problem(prog: str, exc: Exception) -> str:
+    """What stops this rank before the run, in one line."""
+    if isinstance(exc, UsageError):
+        return str(exc)
+    if isinstance(exc, backend.BackendError):
+        return f"{prog}: error: {exc}"
+    return f"{prog}: error: {type(exc).__name__}: {exc}"
 
 
 def _say(rank: int, message: str) -> None:
     print(f"[rank {rank}] error: {message}", file=sys.stderr, flush=True)
 
 
-def _error_json(name: str, size: int, message: str, **extra) -> str:
-    return json.dumps({"exercise": name, "ranks": size, "backend": backend.selected(), "result": {},
-                       "passed": False, "timings": {}, "error": message, **extra})
+def _error_json(wanted: bool, name: str, size: int, message: str, **extra) -> None:
+    """Where ``--json`` was asked for, the JSON line of a run that failed."""
+    if wanted:
+        print(json.dumps({"exercise": name, "ranks": size, "backend": backend.selected(), "result": {},
+                          "passed": False, "timings": {}, "error": message, **extra}), flush=True)
 
 
 def main(name: str, argv: list[str]) -> int:
@@ -115,14 +114,9 @@ def main(name: str, argv: list[str]) -> int:
         module, args = checked(name, argv)
         want_json = args.json
         backend.select()
-    except UsageError as exc:
-        problem = str(exc)
-    except backend.BackendError as exc:
-        problem = f"{prog}: error: {exc}"
     except Exception as exc:  # noqa: BLE001 - e.g. a module missing on one node: the others must hear of it
-        problem = f"{prog}: error: {type(exc).__name__}: {exc}"
+        problem = _problem(prog, exc)
 
-    from hpclab.device import select_gpu
     from hpclab.mpi import MPIUnavailable, world
 
     # MPI starts even when this rank's check failed: the other ranks may have passed theirs
@@ -131,24 +125,20 @@ def main(name: str, argv: list[str]) -> int:
         comm = world()
     except MPIUnavailable as exc:
         print(problem or f"{prog}: error: {exc}", file=sys.stderr, flush=True)
-        if want_json:
-            print(_error_json(name, 1, problem or str(exc)), flush=True)
+        _error_json(want_json, name, 1, problem or str(exc))
         return 2
     rank = comm.rank
     launch = launch_of(comm)
     if problem is None:
         try:
             checked(name, argv, launch)
-        except UsageError as exc:
-            problem = str(exc)
         except Exception as exc:  # noqa: BLE001 - whatever stops this rank must reach the others
-            problem = f"{prog}: error: {type(exc).__name__}: {exc}"
+            problem = _problem(prog, exc)
     problem = agree(comm, problem)
     if problem is not None:
         if rank == 0:
             print(problem, file=sys.stderr, flush=True)
-            if want_json:
-                print(_error_json(name, comm.size, problem), flush=True)
+            _error_json(want_json, name, comm.size, problem)
         return 2
 
     try:
@@ -160,8 +150,7 @@ def main(name: str, argv: list[str]) -> int:
         lines = comm.gather(report.rank_line, root=0)
     except RankError as exc:  # raised on every rank alike: all exit cleanly
         _say(rank, str(exc))
-        if rank == 0 and want_json:
-            print(_error_json(name, comm.size, str(exc)), flush=True)
+        _error_json(rank == 0 and want_json, name, comm.size, str(exc))
         return 1
     except Exception as exc:  # this rank alone may have failed: never leave the rest waiting
         if isinstance(exc, (ValueError, backend.BackendError)):
@@ -169,9 +158,8 @@ def main(name: str, argv: list[str]) -> int:
         else:
             traceback.print_exc()
             _say(rank, f"{type(exc).__name__}: {exc}")
-        if want_json:   # rank 0 may be waiting in a collective: the failing rank writes the line
-            print(_error_json(name, comm.size, f"{type(exc).__name__} on rank {rank}: {exc}", rank=rank),
-                  flush=True)
+        # rank 0 may be waiting in a collective: the failing rank writes the JSON line
+        _error_json(want_json, name, comm.size, f"{type(exc).__name__} on rank {rank}: {exc}", rank=rank)
         _say(rank, "aborting all ranks")
         sys.stderr.flush()
         comm.Abort(1)
@@ -181,7 +169,9 @@ def main(name: str, argv: list[str]) -> int:
             if line:
                 print(line)
         print()
-        print(_format_final([*report.final, ("Check", "PASSED" if report.passed else "FAILED")]))
+        final = [*report.final, ("Check", "PASSED" if report.passed else "FAILED")]
+        width = max(len(k) for k, _ in final)
+        print("\n".join(["===== FINAL RESULTS =====", *(f"{k:<{width}} = {v}" for k, v in final)]))
         for note in report.notes:
             print(f"note: {note}")
         if args.json:

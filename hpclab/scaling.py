@@ -1,26 +1,15 @@
 """Strong and weak scaling sweeps of any ``hpclab run`` program, over rank counts.
 
-Two routes, one record format:
+Two routes, one record format: ``sweep_mpiexec`` runs ``mpiexec -n N python -m hpclab run PROGRAM
+... --json`` per rank count and trial (``hpclab scaling``); ``sweep_engines`` splits a notebook's
+engines into sub-communicators of sizes 1..n and runs the program's ``run(args, ctx)`` on each.
+Both check every run's arguments first, as ``hpclab run`` does. A program reports
+``timings["wall_s"]`` (``timing.wall``); its work is the value of its size option
+(``Program.work``, or ``--work-arg``), which a weak sweep multiplies by the rank count.
 
-- ``sweep_mpiexec``: one ``mpiexec -n N python -m hpclab run PROGRAM ... --json``
-  per rank count and trial (the ``hpclab scaling`` command); reads the JSON line.
-- ``sweep_engines``: on connected ipyparallel MPI engines (a notebook), the
-  engines' COMM_WORLD is split into sub-communicators of sizes 1..n and the
-  program's ``run(args, ctx)`` runs on each, with ``ctx.comm`` the sub-communicator.
-
-Both check every run's arguments first, as ``hpclab run`` does (``runner.checked``). A program
-takes part by reporting ``timings["wall_s"]`` (``timing.wall``); the work size is the value of
-its size option (``Program.work`` in ``hpclab.programs``, or ``--work-arg``), which a weak sweep
-multiplies by the rank count.
-
-Strong scaling: speedup S(n) = T(1)/T(n), efficiency E(n) = S(n)/n, and the
-Amdahl serial fraction f from S(n) = 1 / (f + (1 - f)/n). Weak scaling:
-efficiency E(n) = T(1)/T(n), scaled speedup n E(n), and the Gustafson serial
-fraction f from n E(n) = n - f (n - 1).
-
-Every record carries ``ranks_per_gpu`` (the most ranks on one device) and
-``shared_gpu``: where ranks share a GPU, more ranks do not bring more GPU, so
-such a sweep measures time sharing, not scaling, and its figure says so.
+Strong: S(n) = T(1)/T(n), E(n) = S(n)/n, Amdahl's S(n) = 1 / (f + (1 - f)/n).
+Weak: E(n) = T(1)/T(n), scaled speedup n E(n), Gustafson's n E(n) = n - f (n - 1).
+A record's ``ranks_per_gpu`` > 1 (``shared_gpu``) means ranks took turns on a GPU: time sharing, not scaling.
 """
 from __future__ import annotations
 
@@ -37,6 +26,8 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from hpclab import backend, runner
 from hpclab.budget import Launch
@@ -60,22 +51,13 @@ def speedups(ranks: list[int], seconds: list[float], mode: str = "strong") -> li
 
 
 def serial_fraction(ranks: list[int], speedups: list[float], mode: str = "strong") -> float:
-    """Least-squares serial fraction, clipped to [0, 1] (nan with fewer than two rank counts).
-
-    Strong (Amdahl): 1/S - 1/n = f (1 - 1/n).  Weak (Gustafson): n - S = f (n - 1).
-    Both are linear in f through the origin: f = sum(a b) / sum(a a).
-    """
-    pairs = [(n, s) for n, s in zip(ranks, speedups) if n > 1 and s > 0]
-    if not pairs:
+    """Least-squares serial fraction, clipped to [0, 1] (nan with fewer than two rank counts). Strong
+    (Amdahl): 1/S - 1/n = f (1 - 1/n); weak (Gustafson): n - S = f (n - 1); both a = f b through the origin."""
+    n, s = np.array([(n, s) for n, s in zip(ranks, speedups) if n > 1 and s > 0], float).reshape(-1, 2).T
+    if not n.size:
         return float("nan")
-    if mode == "strong":
-        a = [1 - 1 / n for n, _ in pairs]
-        b = [1 / s - 1 / n for n, s in pairs]
-    else:
-        a = [n - 1 for n, _ in pairs]
-        b = [n - s for n, s in pairs]
-    f = sum(x * y for x, y in zip(a, b)) / sum(x * x for x in a)
-    return min(1.0, max(0.0, f))
+    a, b = (1 - 1 / n, 1 / s - 1 / n) if mode == "strong" else (n - 1, n - s)
+    return float(np.clip(a @ b / (a @ a), 0.0, 1.0))
 
 
 def amdahl_speedup(n: float, f: float) -> float:
@@ -84,21 +66,16 @@ def amdahl_speedup(n: float, f: float) -> float:
 
 @dataclass
 class Sweep:
-    """Every trial of a sweep, and what follows from their medians."""
+    """Every trial of a sweep (ranks, trial, work, wall_s, passed, backend, ranks_per_gpu, shared_gpu),
+    and what follows from their medians."""
 
     program: str
     mode: str                                   # "strong" or "weak"
-    records: list[dict] = field(default_factory=list)   # ranks, trial, work, wall_s, passed, backend,
-    #                                                     ranks_per_gpu, shared_gpu
-
-    @property
-    def shared_gpu(self) -> bool:
-        """Whether any run had ranks sharing a GPU (then it measured time sharing, not scaling)."""
-        return any(r.get("shared_gpu") for r in self.records)
+    records: list[dict] = field(default_factory=list)
 
     def sharing_note(self) -> str:
-        """One line for a figure or table: empty when every rank had a GPU of its own."""
-        if not self.shared_gpu:
+        """One line for a figure or table where ranks shared a GPU (time sharing, not scaling), else empty."""
+        if not any(r.get("shared_gpu") for r in self.records):
             return ""
         most = max(r.get("ranks_per_gpu") or 1 for r in self.records)
         return f"up to {most} ranks shared one GPU: this measures time sharing, not scaling"
@@ -117,43 +94,34 @@ class Sweep:
         rows = self.summary()
         return serial_fraction([r["ranks"] for r in rows], [r["speedup"] for r in rows], self.mode)
 
-    def rows(self) -> list[dict]:
-        """The CSV rows: each trial, with its rank count's summary beside it."""
-        by_n = {r["ranks"]: r for r in self.summary()}
-        f = self.serial_fraction
-        return [{"program": self.program, "mode": self.mode, **{k: rec.get(k) for k in
-                 ("ranks", "trial", "work", "wall_s", "passed", "backend", "ranks_per_gpu", "shared_gpu")},
-                 "median_wall_s": by_n[rec["ranks"]]["median_wall_s"], "speedup": by_n[rec["ranks"]]["speedup"],
-                 "efficiency": by_n[rec["ranks"]]["efficiency"], "serial_fraction": f}
-                for rec in sorted(self.records, key=lambda r: (r["ranks"], r["trial"]))]
-
     def write_csv(self, path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
+        """Each trial, with its rank count's summary beside it."""
+        by_n, f = {r["ranks"]: r for r in self.summary()}, self.serial_fraction
+        with Path(path).open("w", newline="") as fh:
+            writer = csv.DictWriter(fh, CSV_FIELDS, extrasaction="ignore")
             writer.writeheader()
-            writer.writerows(self.rows())
-        return path
+            writer.writerows({**rec, "program": self.program, "mode": self.mode, "serial_fraction": f,
+                              **{k: by_n[rec["ranks"]][k] for k in ("median_wall_s", "speedup", "efficiency")}}
+                             for rec in sorted(self.records, key=lambda r: (r["ranks"], r["trial"])))
+        return Path(path)
 
-    def figure(self, title: str | None = None):
+    def figure(self):
         from hpclab.results import plot       # matplotlib: only when a figure is asked for
 
-        title = title or f"{self.program}: {self.mode} scaling"
-        if self.shared_gpu:
-            title += f"\n({self.sharing_note()})"
-        return plot.scaling_figure(self.summary(), mode=self.mode, serial_fraction=self.serial_fraction,
-                                   title=title)
+        note = self.sharing_note()
+        title = f"{self.program}: {self.mode} scaling" + (f"\n({note})" if note else "")
+        return plot.scaling_figure(self.summary(), self.mode, self.serial_fraction, title)
 
     def table(self) -> str:
-        lines = [f"{'ranks':>5}  {'work':>16}  {'median wall (s)':>15}  {'speedup':>8}  {'efficiency':>10}  trials  check"]
+        lines = [f"{'ranks':>5}  {'work':>16}  {'median wall (s)':>15}  {'speedup':>8}  {'efficiency':>10}  "
+                 "trials  check"]
         for r in self.summary():
             lines.append(f"{r['ranks']:>5}  {r['work'] if r['work'] is not None else '-':>16}  "
                          f"{r['median_wall_s']:>15.6f}  {r['speedup']:>8.3f}  {r['efficiency']:>10.3f}  "
                          f"{r['trials']:>6}  {'PASSED' if r['passed'] else 'FAILED'}")
         law = "Amdahl" if self.mode == "strong" else "Gustafson"
         lines.append(f"serial fraction ({law} fit): {self.serial_fraction:.4f}")
-        if self.shared_gpu:
+        if self.sharing_note():
             lines.append(f"note: {self.sharing_note()}")
         return "\n".join(lines)
 
@@ -200,10 +168,9 @@ def _work_plan(program, argv, ranks, weak, work_arg):
 def check_plan(program: str, plan: dict) -> None:
     """Every run of the sweep passes ``hpclab run``'s checks before the first starts (both routes).
 
-    The runs may land elsewhere (``--mpiexec srun`` from a login node), so this check is the
-    lenient one: GPU speed and no memory limit; each run checks again where it runs. Where
-    this node cannot even choose a backend (HPCLAB_BACKEND=gpu on a login node), only the
-    options' types and ranges are checked here.
+    The runs may land elsewhere (``--mpiexec srun`` from a login node): this is the lenient check
+    (GPU speed, no memory limit), and each run checks again where it runs. Where this node cannot
+    choose a backend (HPCLAB_BACKEND=gpu on a login node), only the options' types and ranges count.
     """
     try:
         backend.select()
@@ -216,26 +183,21 @@ def check_plan(program: str, plan: dict) -> None:
 
 # ---------------------------------------------------------------- route 1: mpiexec
 
-def default_mpiexec() -> list[str]:
-    """``$HPCLAB_MPIEXEC`` (a whole command line), else the mpiexec beside this Python, else on PATH."""
-    if os.environ.get("HPCLAB_MPIEXEC", "").strip():
+def launcher(text: str | None = None) -> list[str]:
+    """The launcher command: --mpiexec's, else ``$HPCLAB_MPIEXEC`` (a whole command line), else the
+    mpiexec beside this Python, else on PATH; its program must exist."""
+    if text is None and os.environ.get("HPCLAB_MPIEXEC", "").strip():
         return shlex.split(os.environ["HPCLAB_MPIEXEC"])
-    here = Path(sys.executable).parent / "mpiexec"
-    found = str(here) if here.exists() else shutil.which("mpiexec") or shutil.which("mpirun")
-    if not found:
-        raise UsageError("hpclab scaling: error: no mpiexec beside this Python or on PATH: install MPI "
-                         "(pip install 'hpclab[mpi]', or module load openmpi) or name the launcher with "
-                         "--mpiexec")
-    return [found]
-
-
-def launcher(text: str | list[str] | None) -> list[str]:
-    """The launcher command from --mpiexec (default: mpiexec beside this Python, else on PATH);
-    its program must exist."""
     if text is None:
-        return default_mpiexec()
+        here = Path(sys.executable).parent / "mpiexec"
+        found = str(here) if here.exists() else shutil.which("mpiexec") or shutil.which("mpirun")
+        if not found:
+            raise UsageError("hpclab scaling: error: no mpiexec beside this Python or on PATH: install MPI "
+                             "(pip install 'hpclab[mpi]', or module load openmpi) or name the launcher with "
+                             "--mpiexec")
+        return [found]
     try:
-        cmd = shlex.split(text) if isinstance(text, str) else list(text)
+        cmd = shlex.split(text)
     except ValueError as exc:
         raise UsageError(f"hpclab scaling: error: --mpiexec {text!r}: {exc}") from None
     if not cmd or not (shutil.which(cmd[0]) or Path(cmd[0]).is_file()):
@@ -245,11 +207,9 @@ def launcher(text: str | list[str] | None) -> list[str]:
     return cmd
 
 
-def run_once(program: str, argv: list[str], ranks: int, mpiexec: list[str] | None = None,
-             timeout: float = 600) -> dict:
+def run_once(program: str, argv: list[str], ranks: int, mpiexec: list[str], timeout: float = 600) -> dict:
     """One ``mpiexec -n ranks python -m hpclab run program argv --json``; its JSON record."""
-    cmd = [*(mpiexec or default_mpiexec()), "-n", str(ranks), sys.executable, "-m", "hpclab", "run",
-           program, *argv, "--json"]
+    cmd = [*mpiexec, "-n", str(ranks), sys.executable, "-m", "hpclab", "run", program, *argv, "--json"]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -271,7 +231,7 @@ def run_once(program: str, argv: list[str], ranks: int, mpiexec: list[str] | Non
 
 
 def sweep_mpiexec(program: str, argv: list[str], ranks: list[int], weak: bool = False, trials: int = 3,
-                  mpiexec: list[str] | str | None = None, work_arg: str | None = None,
+                  mpiexec: str | None = None, work_arg: str | None = None,
                   timing: str = "wall_s", timeout: float = 600, progress: bool = True) -> Sweep:
     """Run the program under mpiexec for each rank count, ``trials`` times each."""
     from tqdm.auto import tqdm
@@ -303,11 +263,8 @@ def _record(rec: dict, ranks: int, trial: int, work, timing: str, option: str | 
 # ---------------------------------------------------------------- route 2: ipyparallel engines
 
 def engine_trial(program: str, argv: list[str], ranks: int):
-    """Run on every engine: the first ``ranks`` engines run the program on a sub-communicator,
-    after the same checks as ``hpclab run`` for that launch (bad input raises on every one of them).
-
-    Returns the report's record on the sub-communicator's rank 0, None elsewhere.
-    """
+    """Run on every engine: the first ``ranks`` engines run the program on a sub-communicator after the
+    checks of ``hpclab run`` for that launch (bad input raises on each). The record on its rank 0, else None."""
     from hpclab.device import ranks_per_gpu, select_gpu
     from hpclab.mpi import first_ranks, world
 
@@ -327,39 +284,22 @@ def engine_trial(program: str, argv: list[str], ranks: int):
                 "passed": bool(report.passed), "timings": report.timings, "ranks_per_gpu": per_gpu}
 
 
-def sweep_engines(view, program: str, argv: list[str] | str = (), sizes: list[int] | None = None,
-                  weak: bool = False, trials: int = 3, work_arg: str | None = None,
-                  timing: str = "wall_s", progress: bool = True, timeout: float | None = None) -> Sweep:
-    """The sweep on the engines of ``view`` (a DirectView on all of them, ordered by MPI rank).
-
-    ``sizes`` defaults to 1, 2, 4, ... up to the number of engines (and that number).
-    All trials are queued at once; ``wait_interactive`` shows their progress.
-    """
+def sweep_engines(view, program: str, argv: str, trials: int = 3) -> Sweep:
+    """The strong sweep on the engines of ``view`` (a DirectView on all of them), on 1, 2, 4, ... and all of
+    them; the trials are queued at once and ``wait_interactive`` shows their progress."""
     from ipyparallel.client.asyncresult import AsyncResult
 
-    argv = shlex.split(argv) if isinstance(argv, str) else list(argv)
     n_engines = len(view.targets) if isinstance(view.targets, (list, tuple)) else len(view.client.ids)
-    sizes = sorted(set(sizes or _powers_of_two(n_engines)))
-    if sizes[0] < 1 or sizes[-1] > n_engines:
-        raise ValueError(f"sub-communicator sizes must be 1..{n_engines} (the engines), not {sizes}")
-    plan = _work_plan(program, argv, sizes, weak, work_arg)
+    sizes = [2 ** k for k in range(n_engines.bit_length()) if 2 ** k < n_engines] + [n_engines]
+    plan = _work_plan(program, shlex.split(argv), sizes, False, None)
     check_plan(program, plan)          # before anything is queued on the engines
     jobs = [(n, t, view.apply_async(engine_trial, program, plan[n][0], n)) for n in sizes for t in range(trials)]
     everything = AsyncResult(view.client, [f for _, _, ar in jobs for f in ar._children],
-                             fname=f"{program} {'weak' if weak else 'strong'} scaling")
-    if progress:
-        everything.wait_interactive(timeout=-1 if timeout is None else timeout)
-    everything.get(timeout)
-    sweep = Sweep(program, "weak" if weak else "strong")
+                             fname=f"{program} strong scaling")
+    everything.wait_interactive()
+    everything.get()
+    sweep = Sweep(program, "strong")
     for n, t, ar in jobs:
         rec = next(r for r in ar.get() if r is not None)
-        sweep.records.append(_record(rec, n, t, plan[n][1], timing, work_arg_for(program, work_arg)))
+        sweep.records.append(_record(rec, n, t, plan[n][1], "wall_s", work_arg_for(program)))
     return sweep
-
-
-def _powers_of_two(n: int) -> list[int]:
-    out, k = [], 1
-    while k < n:
-        out.append(k)
-        k *= 2
-    return [*out, n]

@@ -1,12 +1,10 @@
 """Per-rank timelines from CUDA events: what each stream of each rank did, and when.
 
-A :class:`Timeline` records an event on a stream where a piece of work begins and one where it
-ends, read against an origin recorded just after a barrier: the ranks share a time zero (up to
-the barrier's skew, microseconds). The DDP trainer and the halo exchange take one; ``spans``
-brings every rank's to rank 0, ``figure`` draws a row per rank and stream. The simulator's
-events keep no time and its streams run in turn: there a mark is the host's clock, which keeps
-the order (the tests check it), not GPU time. ``benchmarks/perf_record.py timeline`` records a DDP
-step and a halo layer (``ddp.trainer.timeline_step``, ``halo.versions.timeline_layer``) on GPUs.
+A :class:`Timeline` records an event on a stream where a piece of work begins and one where it ends,
+against an origin recorded just after a barrier (the ranks share a time zero, up to the barrier's skew).
+The DDP trainer and the halo exchange take one; ``spans`` brings every rank's to rank 0, ``figure`` draws
+a row per rank and stream. The simulator's events keep no time: there a mark is the host's clock, which
+keeps the order, not GPU time. ``benchmarks/perf_record.py timeline`` records them on GPUs.
 """
 from __future__ import annotations
 
@@ -82,9 +80,7 @@ def write(runs: dict[str, list[dict]], device: str, fh) -> None:
 
 def read(text: str | None = None) -> dict[str, list[dict]]:
     """Runs of a CSV written by :func:`write` (default: the recorded ``data/timeline.csv``), by run name."""
-    if text is None:
-        path = resources.files("hpclab").joinpath("data/timeline.csv")
-        text = path.read_text() if path.is_file() else ""
+    text = text if text is not None else resources.files("hpclab").joinpath("data/timeline.csv").read_text()
     runs: dict[str, list[dict]] = {}
     for r in csv.DictReader(io.StringIO(text)):
         r.update(rank=int(r["rank"]), start_ms=float(r["start_ms"]), end_ms=float(r["end_ms"]))

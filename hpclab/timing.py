@@ -1,12 +1,6 @@
-"""Timing that means something on many ranks and on a GPU.
-
-- ``wall``: barrier, MPI.Wtime around the work (device synchronised before
-  the clock is read), and the maximum over ranks: the job is as slow as its
-  slowest rank.
-- ``Phases``: accumulate compute / transfer / communication time per phase.
-- ``median_time``: warm up (Numba compiles on first call), then repeat;
-  ``median_times`` does it for several functions in turns (a kernel and its baseline).
-"""
+"""Timing that means something on many ranks and on a GPU: ``wall`` (the job is as slow as its
+slowest rank), ``Phases`` (time per named phase), ``median_time(s)`` (after a warm-up: Numba
+compiles on first call)."""
 from __future__ import annotations
 
 import statistics
@@ -23,7 +17,8 @@ def _sync() -> None:
 
 
 def wall(fn, comm=None, sync: bool = True):
-    """Run ``fn()`` on every rank; return (result, this rank's seconds, max over ranks)."""
+    """Run ``fn()`` on every rank between a barrier and MPI.Wtime (the device synchronised before the
+    clock is read); return (result, this rank's seconds, max over ranks)."""
     comm = comm or world()
     from mpi4py import MPI
 
@@ -93,5 +88,4 @@ def median_times(*fns, repeats: int = 5, warmup: int = 1, sync: bool = True) -> 
 
 
 def median_time(fn, repeats: int = 5, warmup: int = 1, sync: bool = True) -> float:
-    """Median wall seconds of ``fn()`` over ``repeats`` after ``warmup`` calls."""
     return median_times(fn, repeats=repeats, warmup=warmup, sync=sync)[0]

@@ -1,17 +1,4 @@
-"""The ``hpclab`` command (also ``python -m hpclab``).
-
-  hpclab info                      backend, GPUs, MPI, NCCL, ipyparallel
-  hpclab doctor [--engines]        pre-flight: PASS/WARN/FAIL per requirement, with its fix
-  hpclab run NAME [options]        a workshop program (under mpiexec/srun, or alone)
-  hpclab bench NAME [options]      a benchmark (its topic's bench.py: hpclab.programs)
-  hpclab scaling NAME [options]    strong/weak scaling sweep, CSV + PNG
-  hpclab exercises build|check     exercises/ generated from solutions/ (cells shared with notebooks/ filled in)
-  hpclab exercises link [NB ...]   mark the solution cells that copy a lesson cell (--dry-run: only count them)
-  hpclab exercises copy            your working copies in my-work/ (never overwritten)
-  hpclab workbook [--engines N]    execute every notebook on MPI engines into build/
-  hpclab cluster init --slurm ...  a profile whose engines are a Slurm job
-  hpclab cluster start|status|stop the profile's MPI engines outside notebooks (hpclab.cluster)
-"""
+"""The ``hpclab`` command (also ``python -m hpclab``); ``hpclab COMMAND -h`` for each command's options."""
 from __future__ import annotations
 
 import importlib
@@ -53,7 +40,7 @@ def _main(argv: list[str] | None) -> int:
                                  ("bench", BENCHMARKS, "run a benchmark")):
         named = sub.add_parser(name, help=what, add_help=False)      # NAME's own options follow, -h among them
         named.add_argument("name", nargs="?", help=", ".join(sorted(registry)))
-        named.set_defaults(handler=_run if name == "run" else _bench)
+        named.set_defaults(handler=_named)
     sub.add_parser("scaling", help="strong/weak scaling sweep over rank counts (see hpclab scaling -h)",
                    add_help=False).set_defaults(handler=lambda args, rest: _command("scaling").main(rest))
     ex = sub.add_parser("exercises", help="generate or check exercises/ from solutions/, or copy them to my-work/")
@@ -99,28 +86,19 @@ def _unknown(rest: list[str]) -> int:
 
 
 def _info(args, rest) -> int:
-    return _command("info").info() if not rest else _unknown(rest)
+    return _command("doctor").info() if not rest else _unknown(rest)
 
 
-def _named(args, registry: dict) -> int | None:
-    """``hpclab run|bench`` without a NAME, or with -h: the list of names (exit status 0 with -h, else 2)."""
+def _named(args, rest) -> int:
+    """``hpclab run|bench NAME ...``; without a NAME, or with -h, the list of names (exit status 0 with -h, else 2)."""
+    registry = PROGRAMS if args.command == "run" else BENCHMARKS
     if not args.name or args.name in ("-h", "--help"):
         print(f"usage: hpclab {args.command} NAME [options]\n\navailable: {', '.join(sorted(registry))}")
         return 0 if args.name else 2
-    return None
+    if args.command == "run":
+        from hpclab import runner
 
-
-def _run(args, rest) -> int:
-    from hpclab import runner
-
-    listed = _named(args, PROGRAMS)
-    return runner.main(args.name, rest) if listed is None else listed
-
-
-def _bench(args, rest) -> int:
-    listed = _named(args, BENCHMARKS)
-    if listed is not None:
-        return listed
+        return runner.main(args.name, rest)
     if args.name not in BENCHMARKS:
         raise UsageError(f"hpclab bench: error: unknown benchmark {args.name!r}; choose one of: "
                          f"{', '.join(sorted(BENCHMARKS))}")

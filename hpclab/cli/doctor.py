@@ -1,7 +1,8 @@
 """``hpclab doctor [--engines [-n 4]] [--backend nccl]``: a pre-flight of what the notebooks need,
 here (under mpiexec: every rank) or on every engine a notebook would use. One line per requirement:
 PASS, WARN, FAIL or SKIP, what was found and the fix; exit status 1 on a FAIL. On the simulator (a
-supported place to run the workbook) the GPU lines say SKIP and why."""
+supported place to run the workbook) the GPU lines say SKIP and why. Also ``hpclab info``: the facts
+alone (backend, GPUs and which ranks use them, MPI, NCCL, versions)."""
 from __future__ import annotations
 
 import argparse
@@ -16,10 +17,11 @@ from importlib.metadata import distributions
 
 import numpy as np
 
-from hpclab import backend, cluster, mpi
+from hpclab import backend, mpi
 from hpclab.comm.select import BACKENDS
-from hpclab.device import describe_sharing, select_gpu, sharing
+from hpclab.device import describe_sharing, identity, select_gpu, sharing
 from hpclab.errors import RankError, step
+from hpclab.runner import env_rank
 from hpclab.slurm.mpi import choose as srun_mpi, family as mpi_family, srun_flavours  # Slurm helpers
 
 STACK = {12: "cu12", 13: "cu13"}    # CUDA major -> the extra with its stack (tools/gpu_stack.py)
@@ -39,6 +41,10 @@ class Line:
 
 def _version(dist: str) -> str | None:
     return next((d.version for d in distributions(name=dist)), None)
+
+
+def _nccl(version: int) -> str:
+    return f"NCCL {version // 10000}.{version // 100 % 100}.{version % 100}"
 
 
 def _first(exc: Exception) -> str:
@@ -164,8 +170,7 @@ def nccl_line(simulator: bool, asked: bool, driver) -> Line:
         v = nccl.get_version()
     except Exception as exc:  # noqa: BLE001
         return Line("FAIL", "NCCL", _first(exc), install)
-    return Line("PASS", "NCCL", f"NCCL {v // 10000}.{v // 100 % 100}.{v % 100} through cupy.cuda.nccl "
-                "all-reduced on this rank's GPU")
+    return Line("PASS", "NCCL", f"{_nccl(v)} through cupy.cuda.nccl all-reduced on this rank's GPU")
 
 
 def mpi_line(library: str, launcher: str | None, launcher_version: str) -> Line:
@@ -279,6 +284,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--backend", choices=BACKENDS, default="auto", help="what you will ask for")
     args = parser.parse_args(argv)
     if args.engines:
+        from hpclab import cluster
+
         try:
             with cluster.connect(n=args.n, profile=args.profile, activate=False) as session:
                 return report(session, args.backend)
@@ -290,3 +297,79 @@ def main(argv: list[str]) -> int:
     except Exception:  # noqa: BLE001 - no MPI: this process alone (its MPI line says why)
         everyone = [mine]
     return 0 if everyone is None else report(per_rank=everyone)   # under mpiexec rank 0 speaks
+
+
+# ---------------------------------------------------------------- hpclab info
+
+def info() -> int:
+    """``hpclab info``: one line per fact, on rank 0; exit status 2 when no backend can be chosen."""
+    rows, problem, choice, comm = [], None, None, None
+    try:
+        choice = backend.select()
+        rows.append(("backend", backend.describe(choice)))
+    except backend.BackendError as exc:
+        rows.append(("backend", f"ERROR: {exc}"))
+        problem = f"hpclab info: error: {exc}"
+    rows.append(("GPUs (driver)", str(backend.count_gpus())))
+    if choice == "gpu":
+        cuda = backend.cuda()
+        for i, gpu in enumerate(cuda.gpus):
+            with gpu:
+                dev, (name, uuid) = cuda.get_current_device(), identity()
+                cc = ".".join(map(str, dev.compute_capability))
+                rows.append((f"  GPU {i}", f"{name} (compute {cc}, {dev.MULTIPROCESSOR_COUNT} SMs) {uuid}"))
+    try:
+        comm = mpi.world()
+        rows += [("MPI", mpi.library()), ("MPI ranks", str(comm.size))]
+        aware, how = mpi.cuda_aware()
+        rows.append(("CUDA-aware MPI", f"{'yes' if aware else 'no'} ({how})"))
+    except Exception as exc:  # noqa: BLE001 - info reports, it does not fail
+        rows.append(("MPI", f"not available: {exc}"))
+    if comm is not None and choice is not None:
+        rows += _placement_rows(comm)
+    rows.append(("NCCL", _nccl_status()))
+    rows += [(pkg, _version(pkg) or "not installed") for pkg in ("numba", "numba_cuda", "numpy", "mpi4py",
+                                                                 "ipyparallel")]
+    width = max(len(k) for k, _ in rows)
+    if env_rank() == 0:
+        print("\n".join(f"{k:<{width}}  {v}" for k, v in rows))
+        if problem:
+            print(problem, file=sys.stderr)
+    return 2 if problem else 0
+
+
+def _placement_rows(comm) -> list[tuple[str, str]]:
+    """Which ranks use which GPU (how many share each) and what ``auto`` picks. Collective: a failure on
+    one rank is reported by all."""
+    from hpclab.comm import choose
+
+    try:
+        with step(comm, "GPU selection"):
+            select_gpu(comm)
+        everyone = comm.allgather(select_gpu(comm))
+        choice, why = choose(comm)
+    except RankError as exc:
+        return [("GPU placement", f"ERROR: {exc}")]
+    devices = dict.fromkeys(tuple(p.shared_with) for p in everyone)     # each GPU's ranks, in rank order
+    rows = []
+    for ranks in devices:
+        p = everyone[ranks[0]]
+        ident = "simulated device" if p.gpu_uuid.startswith("sim-") else f"{p.gpu_name}, {p.gpu_uuid}"
+        share = f" ({len(ranks)} ranks share it)" if len(ranks) > 1 else ""
+        rows.append((f"  {p.host} GPU {p.gpu}", f"rank{'s' if len(ranks) > 1 else ''} "
+                     f"{', '.join(map(str, ranks))}{share}; {ident}"))
+    most = max(len(ranks) for ranks in devices)
+    head = (f"{len(devices)} GPU(s) used by {comm.size} rank(s)"
+            + (f", up to {most} ranks per GPU" if most > 1 else ", one rank per GPU"))
+    return [("ranks per GPU", head), *rows, ("comm backend (auto)", f"{choice}: {why}")]
+
+
+def _nccl_status() -> str:
+    try:
+        from cupy.cuda import nccl
+    except Exception as exc:  # noqa: BLE001 - ImportError or a CUDA library missing
+        return f"not importable (cupy.cuda.nccl: {type(exc).__name__}); pip install 'hpclab[gpu]'"
+    try:
+        return f"cupy.cuda.nccl, {_nccl(nccl.get_version())}"
+    except Exception:  # noqa: BLE001
+        return "cupy.cuda.nccl importable"

@@ -1,29 +1,17 @@
-"""Build ``exercises/`` from ``solutions/``, and check that it is current.
+"""Build ``exercises/`` from ``solutions/``, check that it is current, link solution cells to lessons.
 
-In a solution notebook, the answer sits between two marker lines inside a
-code cell::
+A solution's answer sits inside a code cell between ``### BEGIN SOLUTION`` and ``### END SOLUTION``
+lines; the exercise keeps everything else, puts a line raising ``NotImplementedError`` at the answer's
+indentation, and drops outputs. ``copy`` puts the exercises into ``my-work/`` (ignored by git), never
+overwriting a notebook already there.
 
-    ### BEGIN SOLUTION
-    ... the answer ...
-    ### END SOLUTION
+One source per cell: a solution cell that repeats a cell of its lesson (``notebooks/`` notebook of the
+same name) carries that cell's id in its metadata, ``{"hpclab": {"from": "<cell id>"}}``; ``build`` fills
+it from the lesson and ``check`` fails on a copy that differs. ``link`` adds the metadata to the cells
+identical to a lesson cell (giving the lesson's cells ids, nbformat 4.5, where they have none).
 
-The exercise keeps everything else and puts, at the answer's indentation, a
-line that raises ``NotImplementedError`` telling the learner what to write.
-Outputs are dropped. ``exercises/`` is generated (``build`` rewrites it), so a
-learner works on a copy: ``copy`` puts the exercises into ``my-work/`` (ignored
-by git) and never overwrites a notebook already there.
-
-One source per cell: a solution cell that repeats a cell of the lesson notebook
-of the same name (``notebooks/NN_name.ipynb``) carries, instead of a hand-kept
-copy, the lesson cell's id in its metadata, ``{"hpclab": {"from": "<cell id>"}}``;
-``build`` fills its source from that cell before making the exercise, and
-``check`` fails when a copy differs from its lesson cell. ``link`` finds the
-solution cells that are identical to a lesson cell and adds that metadata
-(giving the lesson's cells ids, nbformat 4.5, where they have none).
-
-Not nbgrader: its ClearSolutions preprocessor clears the same markers, but it comes with a grading
-system (a database through SQLAlchemy and alembic, Jupyter server extensions) for what
-:func:`strip_solution` does in twenty lines; linking lesson cells is this module's own.
+Not nbgrader: its ClearSolutions preprocessor clears the same markers, but it comes with a grading system
+(a database, Jupyter server extensions) for what :func:`strip_solution` does in twenty lines.
 """
 from __future__ import annotations
 
@@ -46,11 +34,7 @@ class MarkerError(ValueError):
 
 
 class NotebookError(ValueError):
-    """A notebook that cannot be read, or an output that cannot be written."""
-
-
-class LinkError(ValueError):
-    """A solution cell copied from a lesson cell that cannot be found."""
+    """A notebook that cannot be read or written, or a link to a lesson cell that cannot be followed."""
 
 
 def strip_solution(source: str, where: str = "cell") -> str:
@@ -113,50 +97,24 @@ def filled(solution: Path, root: Path) -> nbformat.NotebookNode:
         return nb
     lesson_path = root / LESSONS / solution.name
     if not lesson_path.is_file():
-        raise LinkError(f"{solution} has cells copied from {lesson_path}, which does not exist; restore it, "
-                        "or remove the cells' hpclab.from metadata")
+        raise NotebookError(f"{solution} has cells copied from {lesson_path}, which does not exist; restore it, "
+                            "or remove the cells' hpclab.from metadata")
     lesson = {cell.get("id"): cell for cell in _read(lesson_path).cells}
     for index, cell, cell_id in links:
         origin = lesson.get(cell_id)
         if origin is None:
-            raise LinkError(f"{solution} cell {index} is a copy of cell {cell_id!r} of {lesson_path}, which has "
+            raise NotebookError(f"{solution} cell {index} is a copy of cell {cell_id!r} of {lesson_path}, which has "
                             "no cell with that id; link it again (hpclab exercises link) or remove its hpclab.from "
                             "metadata")
         if origin.cell_type != cell.cell_type:
-            raise LinkError(f"{solution} cell {index} is a {cell.cell_type} cell copied from a {origin.cell_type} cell "
-                            f"({cell_id!r} in {lesson_path})")
+            raise NotebookError(f"{solution} cell {index} is a {cell.cell_type} cell copied from a "
+                                f"{origin.cell_type} cell ({cell_id!r} in {lesson_path})")
         cell.source = origin.source
     return nb
 
 
-def render_solution(solution: Path, root: Path) -> str:
-    return nbformat.writes(filled(solution, root)) + "\n"
-
-
-def render(solution: Path, root: Path | None = None) -> str:
-    nb = exercise_notebook(filled(solution, root if root is not None else solution.parent.parent), solution.name)
-    return nbformat.writes(nb) + "\n"
-
-
-def _folder(path: Path) -> Path:
-    """exercises/, made if missing; a file in its place is an error that says so."""
-    if path.exists() and not path.is_dir():
-        raise NotebookError(f"{path} is a file, but exercises are written into a folder of that name; "
-                            "move the file away")
-    try:
-        path.mkdir(exist_ok=True)
-    except OSError as exc:
-        raise NotebookError(f"cannot make the folder {path}: {exc.strerror or exc}") from None
-    return path
-
-
-def _write(path: Path, text: str) -> None:
-    if path.is_dir():
-        raise NotebookError(f"{path} is a folder where the exercise notebook goes; move it away")
-    try:
-        path.write_text(text)
-    except OSError as exc:
-        raise NotebookError(f"cannot write {path}: {exc.strerror or exc}") from None
+def render(solution: Path, root: Path) -> str:
+    return nbformat.writes(exercise_notebook(filled(solution, root), solution.name)) + "\n"
 
 
 def check_root(root: Path, source: str = "solutions") -> Path:
@@ -174,16 +132,20 @@ def check_root(root: Path, source: str = "solutions") -> Path:
 
 
 def build(root: Path) -> list[Path]:
-    _folder(root / "exercises")
+    folder = root / "exercises"
+    if folder.exists() and not folder.is_dir():
+        raise NotebookError(f"{folder} is a file, but exercises are written into a folder of that name; "
+                            "move the file away")
+    folder.mkdir(exist_ok=True)
     written = []
     for solution, exercise in _pairs(root):
-        text = render_solution(solution, root)
+        text = nbformat.writes(filled(solution, root)) + "\n"
         if solution.read_text() != text:
-            _write(solution, text)
+            solution.write_text(text)
             written.append(solution)
         text = render(solution, root)
         if not exercise.exists() or exercise.is_dir() or exercise.read_text() != text:
-            _write(exercise, text)
+            exercise.write_text(text)
             written.append(exercise)
     known = {s.name for s, _ in _pairs(root)}
     for stale in (root / "exercises").glob("*.ipynb"):
@@ -230,7 +192,7 @@ def link(solution: Path, root: Path, write: bool = True) -> list[tuple[int, str,
     """
     lesson_path = root / LESSONS / solution.name
     if not lesson_path.is_file():
-        raise LinkError(f"{solution} has no lesson notebook {lesson_path} to link to")
+        raise NotebookError(f"{solution} has no lesson notebook {lesson_path} to link to")
     nb, lesson = _read(solution), _read(lesson_path)
     ids_added = any("id" not in cell for cell in lesson.cells)
     if ids_added:
@@ -250,8 +212,8 @@ def link(solution: Path, root: Path, write: bool = True) -> list[tuple[int, str,
         found.append((index, origin.id, len(cell.source.splitlines())))
     if write and found:
         if ids_added:
-            _write(lesson_path, nbformat.writes(lesson) + "\n")
-        _write(solution, nbformat.writes(nb) + "\n")
+            lesson_path.write_text(nbformat.writes(lesson) + "\n")
+        solution.write_text(nbformat.writes(nb) + "\n")
     return found
 
 
@@ -261,7 +223,7 @@ def _link_all(root: Path, names: list[str], dry_run: bool) -> int:
     total_cells = total_lines = linked_cells = linked_lines = 0
     for solution in solutions:
         if not solution.is_file():
-            raise LinkError(f"{solution}: no such solution notebook")
+            raise NotebookError(f"{solution}: no such solution notebook")
         cells = _read(solution).cells
         found = link(solution, root, write=not dry_run)
         lines = sum(len(c.source.splitlines()) for c in cells)
@@ -279,22 +241,21 @@ def _link_all(root: Path, names: list[str], dry_run: bool) -> int:
 MY_WORK = "my-work"
 
 
-def copy(root: Path, dest: str = MY_WORK) -> list[tuple[Path, bool]]:
-    """Copy each exercise into ``dest`` unless a notebook of that name is there: (path, copied)."""
-    folder = root / dest
-    folder.mkdir(exist_ok=True)
+def copy(root: Path) -> list[tuple[Path, bool]]:
+    """Copy each exercise into my-work/ unless a notebook of that name is there: (path, copied)."""
+    (root / MY_WORK).mkdir(exist_ok=True)
     done = []
     for exercise in sorted((root / "exercises").glob("*.ipynb")):
-        target = folder / exercise.name
-        copied = not target.exists()
-        if copied:
+        target = root / MY_WORK / exercise.name
+        done.append((target, not target.exists()))
+        if done[-1][1]:
             target.write_bytes(exercise.read_bytes())
-        done.append((target, copied))
     return done
 
 
 def main(action: str, root: str = ".", notebooks: list[str] | None = None, dry_run: bool = False) -> int:
-    path = check_root(Path(root), "exercises" if action == "copy" else "solutions")  # UsageError: the hpclab command says it and exits with 2
+    # A UsageError: the hpclab command says it and exits with 2.
+    path = check_root(Path(root), "exercises" if action == "copy" else "solutions")
     if notebooks and action != "link":
         raise UsageError(f"hpclab exercises {action}: error: notebooks are named only for link")
     try:
@@ -311,7 +272,7 @@ def main(action: str, root: str = ".", notebooks: list[str] | None = None, dry_r
             print("exercises/ is up to date")
             return 0
         problems = check(path)
-    except (MarkerError, NotebookError, LinkError) as exc:
+    except (MarkerError, NotebookError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     for p in problems:

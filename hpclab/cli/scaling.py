@@ -10,13 +10,13 @@ from hpclab.programs import PROGRAMS
 
 
 def figures(sweep) -> dict:
-    """The sweep's medians, speedups and efficiencies (and its serial fraction) as recorded figures."""
+    """The sweep's medians, speedups, efficiencies and serial fraction as recorded figures."""
     from hpclab.results.recorded import figure
 
     summary, unit = sweep.summary(), PROGRAMS[sweep.program].unit
-    rows = [figure(sweep.program, sweep.mode, r["ranks"], r["work"], unit, metric, r[key], "1" if metric != "wall_s" else "s")
-            for r in summary for metric, key in (("wall_s", "median_wall_s"), ("speedup", "speedup"),
-                                                 ("efficiency", "efficiency"))]
+    metrics = (("wall_s", "median_wall_s", "s"), ("speedup", "speedup", "1"), ("efficiency", "efficiency", "1"))
+    rows = [figure(sweep.program, sweep.mode, r["ranks"], r["work"], unit, metric, r[key], metric_unit)
+            for r in summary for metric, key, metric_unit in metrics]
     if len(summary) > 1:
         top = summary[-1]
         rows.append(figure(sweep.program, sweep.mode, top["ranks"], top["work"], unit, "serial_fraction",
@@ -50,21 +50,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds allowed per run, up to a week (default 600)")
     parser.add_argument("--out", default="build/scaling", help="directory for the CSV and PNG")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    args, program_argv = parser.parse_known_args(argv)      # a UsageError: the hpclab command says it
+    runner.load(args.program)
+    out = output_folder(args.out, "--out", "hpclab scaling")     # before hours of runs, not after
     try:
-        args, program_argv = parser.parse_known_args(argv)
-        ranks = sorted(set(args.ranks))
-        runner.load(args.program)
-        out = output_folder(args.out, "--out", "hpclab scaling")     # before hours of runs, not after
-        mpiexec = scaling.launcher(args.mpiexec)
-    except UsageError as exc:
-        print(exc, file=sys.stderr)
-        return 2
-    try:
-        sweep = scaling.sweep_mpiexec(args.program, program_argv, ranks, args.weak, args.trials, mpiexec,
-                                      args.work_arg, args.timing, args.timeout, progress=not args.no_progress)
-    except UsageError as exc:
-        print(exc, file=sys.stderr)
-        return 2
+        sweep = scaling.sweep_mpiexec(args.program, program_argv, sorted(set(args.ranks)), args.weak, args.trials,
+                                      args.mpiexec, args.work_arg, args.timing, args.timeout,
+                                      progress=not args.no_progress)
+    except UsageError:
+        raise
     except (ValueError, RuntimeError) as exc:
         print(f"hpclab scaling: error: {exc}", file=sys.stderr)
         return 1

@@ -1,11 +1,9 @@
 """Execute every notebook on MPI engines, headless (``make run`` / ``hpclab workbook``).
 
-Starts the profile's shared cluster of MPI engines once (or uses the one already
-running), runs the notebooks in order with nbclient (each claims the engines with
-``cluster.connect`` and gives them back with ``session.close``), writes executed
-copies into ``build/`` and figures into ``build/figures/``, prints a summary, and
-stops the engines only if it started them. A notebook passes when every cell ran and every
-figure came out as an image (:func:`missing_image`; the test suite applies the same rule).
+Starts the profile's shared cluster once (or uses the one running), runs the notebooks in order with
+nbclient (each claims the engines with ``cluster.connect`` and gives them back), writes executed copies
+into ``build/`` and figures into ``build/figures/``, prints a summary, and stops the engines only if it
+started them. A notebook passes when every cell ran and every figure came out as an image.
 """
 from __future__ import annotations
 
@@ -27,14 +25,9 @@ ENCRYPTED = Config(KernelManager={"transport_encryption": "auto"})  # CurveZMQ: 
 
 
 def missing_image(source: str, outputs: list[dict]) -> str | None:
-    """Why a cell's figure is not shown as an image, or None when it is (or the cell makes none).
-
-    A cell makes a figure when its code calls something named ``...figure(`` or
-    ``...subplots(`` (``Figure(...)``, ``bands_figure``, ``plt.subplots``), or
-    when an output is matplotlib's text stand-in ``<Figure size ...>``. Such a
-    cell must leave an ``image/png`` output. ``%%px`` cells run on the engines
-    and are not judged.
-    """
+    """Why a cell's figure is not shown as an image, or None when it is (or the cell makes none). A cell
+    makes a figure when its code calls ``...figure(`` or ``...subplots(``, or an output is matplotlib's text
+    stand-in ``<Figure size ...>``; it must leave an ``image/png`` output. ``%%px`` cells are not judged."""
     if source.lstrip().startswith("%%px"):
         return None
     code = "\n".join(line.split("#", 1)[0] for line in source.splitlines())
@@ -54,14 +47,6 @@ def figure_problems(nb) -> list[str]:
             if cell.cell_type == "code" and (why := missing_image(cell.source, cell.get("outputs", [])))]
 
 
-def _first_error(nb) -> str:
-    for cell in nb.cells:
-        for out in cell.get("outputs", []):
-            if out.get("output_type") == "error":
-                return f"{out.get('ename')}: {out.get('evalue')}"[:200]
-    return ""
-
-
 def execute(path: Path, out_dir: Path, timeout: int) -> tuple[bool, float, str]:
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", config=ENCRYPTED,
@@ -71,7 +56,8 @@ def execute(path: Path, out_dir: Path, timeout: int) -> tuple[bool, float, str]:
     try:
         client.execute()
     except (CellExecutionError, CellTimeoutError, DeadKernelError) as exc:
-        ok, why = False, _first_error(nb) or str(exc).splitlines()[0][:200]
+        ename = getattr(exc, "ename", None)       # a cell's error: its name and value, as the cell shows them
+        ok, why = False, (f"{ename}: {exc.evalue}" if ename else str(exc).splitlines()[0])[:200]
     seconds = time.perf_counter() - t0
     nbformat.write(nb, out_dir / path.name)
     if ok and (problems := figure_problems(nb)):

@@ -1,81 +1,57 @@
 """Figures: where they are saved, how a notebook shows them, the scaling figures.
 
-Figures are built as ``matplotlib.figure.Figure`` objects without pyplot, so
-nothing here picks a GUI backend: the command line writes PNGs, and a notebook
-shows a figure with :func:`show`, which hands Jupyter the PNG itself. (A bare
-``Figure`` at the end of a cell is shown as text, ``<Figure size 1000x400 with 2
-Axes>``, unless pyplot's inline backend happens to be active.)
+Figures are ``matplotlib.figure.Figure`` objects made without pyplot, so nothing here picks a GUI
+backend; a notebook shows one with :func:`show`, which hands Jupyter the PNG itself (a bare
+``Figure`` ending a cell shows as the text ``<Figure size 1000x400 with 2 Axes>``).
 """
 from __future__ import annotations
 
 import io
+import math
 import os
 import sys
 import textwrap
 from pathlib import Path
 
-FIGURES_ENV = "HPCLAB_FIGURES"
 
-
-def figures_dir() -> Path:
-    """``$HPCLAB_FIGURES``, else ``build/figures`` (created)."""
-    path = Path(os.environ.get(FIGURES_ENV) or "build/figures")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def save(fig, name: str, directory=None, dpi: int = 120) -> Path:
-    """Write ``fig`` as ``<directory>/<name>.png`` and return the path.
-
-    ``directory`` defaults to :func:`figures_dir`; missing folders are created.
-    """
-    folder = Path(directory) if directory is not None else figures_dir()
+def save(fig, name: str, directory=None) -> Path:
+    """Write ``fig`` as ``<directory>/<name>.png`` (default: ``$HPCLAB_FIGURES``, else ``build/figures``,
+    made if missing) and return the path."""
+    folder = Path(directory or os.environ.get("HPCLAB_FIGURES") or "build/figures")
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / (name if str(name).endswith(".png") else f"{name}.png")
-    fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     return path
 
 
-def png(fig, dpi: int = 100) -> bytes:
+def png(fig) -> bytes:
     """The figure as PNG bytes."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
     return buf.getvalue()
 
 
-def show(fig, name: str | None = None, dpi: int = 100):
-    """Show ``fig`` in the notebook as a PNG image; with ``name``, also save it (:func:`save`).
-
-    The image is sent as ``image/png`` display data, which JupyterLab, the
-    executed copies under ``build/`` and nbval all keep, whatever matplotlib
-    backend is active (Agg included). A figure made through pyplot is closed
-    afterwards, so that the inline backend does not show it a second time.
-    Outside IPython nothing is displayed. Returns None, so that a cell ending in
-    ``plot.show(...)`` shows the figure and nothing else (``save`` returns the path).
-    """
+def show(fig, name: str | None = None):
+    """Show ``fig`` in the notebook as ``image/png`` display data, which JupyterLab, the executed copies
+    and nbval keep whatever matplotlib backend is active; with ``name``, also save it. A pyplot figure is
+    closed afterwards, so that the inline backend does not show it twice. Returns None, so that a cell
+    ending in ``plot.show(...)`` shows the figure and nothing else."""
     from IPython import get_ipython
     from IPython.display import Image, display
 
     if get_ipython() is not None:
-        display(Image(data=png(fig, dpi), format="png"))
+        display(Image(data=png(fig), format="png"))
     if "matplotlib.pyplot" in sys.modules and getattr(fig.canvas, "manager", None) is not None:
         sys.modules["matplotlib.pyplot"].close(fig)
     if name:
         save(fig, name)
 
 
-def machine_note(records=(), backend_name: str | None = None) -> str:
-    """One sentence on what a sweep on this machine can and cannot show.
-
-    Uses the records' ``ranks_per_gpu`` / ``shared_gpu`` (ranks that share one
-    GPU) where a sweep records them, else their ``backend`` (or ``backend_name``,
-    else the backend in use): the simulator shows the machinery, not speed.
-    """
-    records = list(records)
+def machine_note(records) -> str:
+    """One sentence on what a sweep on this machine can show, from its records' ``ranks_per_gpu`` and
+    ``backend`` (else the backend in use): on the simulator the machinery, not speed."""
     sharing = max([int(r.get("ranks_per_gpu") or 1) for r in records] or [1])
-    if sharing == 1 and any(r.get("shared_gpu") for r in records):
-        sharing = 2
-    name = backend_name or next((r["backend"] for r in records if r.get("backend")), None)
+    name = next((r["backend"] for r in records if r.get("backend")), None)
     if name is None:
         from hpclab import backend
 
@@ -98,40 +74,32 @@ def _figure(width=10.0, height=4.0, panels=2):
     return fig, fig.subplots(1, panels)
 
 
-def scaling_figure(summary: list[dict], mode: str = "strong", serial_fraction: float | None = None,
-                   title: str | None = None, label: str = "measured"):
-    """Speedup on log-log axes with the ideal line (and the fitted law), and parallel efficiency.
-
-    ``summary``: rows with ranks, speedup, efficiency (``Sweep.summary()``).
-    """
-    import math
-
+def scaling_figure(summary: list[dict], mode: str, serial_fraction: float, title: str):
+    """Speedup on log-log axes with the ideal line and the fitted law, and parallel efficiency
+    (``summary``: ``Sweep.summary()`` rows with ranks, speedup, efficiency)."""
     ranks = [r["ranks"] for r in summary]
     fig, (ax_s, ax_e) = _figure()
     span = [min(ranks), max(ranks)]
     ax_s.plot(span, span, "k--", lw=1, label="ideal")
-    if serial_fraction is not None and not math.isnan(serial_fraction) and len(ranks) > 1:
+    if not math.isnan(serial_fraction) and len(ranks) > 1:
         dense = [span[0] + (span[1] - span[0]) * i / 50 for i in range(51)]
-        if mode == "strong":
-            law = [1 / (serial_fraction + (1 - serial_fraction) / n) for n in dense]
-            name = "Amdahl"
-        else:
-            law = [n - serial_fraction * (n - 1) for n in dense]
-            name = "Gustafson"
-        ax_s.plot(dense, law, ":", color="tab:gray", label=f"{name} fit, serial fraction {serial_fraction:.4f}")
-    ax_s.plot(ranks, [r["speedup"] for r in summary], "o-", color="tab:blue", label=label)
+        f = serial_fraction
+        law = [1 / (f + (1 - f) / n) if mode == "strong" else n - f * (n - 1) for n in dense]
+        name = "Amdahl" if mode == "strong" else "Gustafson"
+        ax_s.plot(dense, law, ":", color="tab:gray", label=f"{name} fit, serial fraction {f:.4f}")
+    ax_s.plot(ranks, [r["speedup"] for r in summary], "o-", color="tab:blue", label="measured")
     ax_s.set(xscale="log", yscale="log", xlabel="GPUs (MPI ranks)",
              ylabel="speedup T(1)/T(n)" if mode == "strong" else "scaled speedup n T(1)/T(n)")
     _rank_ticks(ax_s, ranks)
     _rank_ticks(ax_s, ranks, axis="y")
     ax_s.legend(fontsize=8)
     ax_e.axhline(1.0, color="k", ls="--", lw=1, label="ideal")
-    ax_e.plot(ranks, [r["efficiency"] for r in summary], "o-", color="tab:blue", label=label)
+    ax_e.plot(ranks, [r["efficiency"] for r in summary], "o-", color="tab:blue", label="measured")
     ax_e.set(xscale="log", xlabel="GPUs (MPI ranks)", ylabel="parallel efficiency",
              ylim=(0, max(1.1, max(r["efficiency"] for r in summary) * 1.05)))
     _rank_ticks(ax_e, ranks)
     ax_e.legend(fontsize=8)
-    fig.suptitle(title or f"{mode} scaling")
+    fig.suptitle(title)
     return fig
 
 
@@ -149,18 +117,12 @@ def _note(fig, note: str | None) -> None:
         fig.text(0.5, -0.01, textwrap.fill(note, 130), ha="center", va="top", fontsize=9, style="italic")
 
 
-def beside_recorded(live, recorded: list, note: str | None = None, title: str | None = None,
-                    unit: str | None = None):
-    """A sweep measured here beside recorded GPU runs of the same program: speedup and throughput.
-
-    ``live``: a Curve (``hpclab.results.recorded.from_sweep``), a list of them, or None;
-    ``recorded``: Curves from ``hpclab.results.recorded.curves``. Left, speedup against
-    the ideal line (curves with one point have none); right, work per second,
-    where a GPU's rate and the simulator's sit decades apart. ``note`` (one
-    sentence under the figure) defaults to :func:`machine_note` of the live records.
-    """
-    import math
-
+def beside_recorded(live, recorded: list, note: str | None = None, title: str | None = None):
+    """A sweep measured here beside recorded GPU runs of the same program: speedup (left, against the
+    ideal line; one-point curves have none) and work per second (right, where a GPU's rate and the
+    simulator's sit decades apart). ``live``: a Curve (``recorded.from_sweep``), a list of them, or None;
+    ``recorded``: ``recorded.curves(...)``; ``note`` defaults to :func:`machine_note` of the live records."""
+    from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
 
     lives = [] if live is None else list(live) if isinstance(live, (list, tuple)) else [live]
@@ -174,8 +136,6 @@ def beside_recorded(live, recorded: list, note: str | None = None, title: str | 
     # Below the two panels, a caption row: one legend for both (inside either it would hide curves), the note.
     rows = math.ceil((len(styles) + 1) / 2)
     caption = 0.2 * rows + (0.5 if note else 0.0) + 0.15
-    from matplotlib.figure import Figure
-
     fig = Figure(figsize=(11.0, 4.0 + caption), layout="constrained")
     grid = fig.add_gridspec(2, 2, height_ratios=[4.0, caption])
     ax_s, ax_r, cap = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1]), fig.add_subplot(grid[1, :])
@@ -192,7 +152,7 @@ def beside_recorded(live, recorded: list, note: str | None = None, title: str | 
         if rated:
             ax_r.plot(*zip(*rated), color=colour, **style)
         handles.append(Line2D([], [], color=colour, label=curve.label, **style))
-    units = sorted({unit or c.unit for c, _ in styles})
+    units = sorted({c.unit for c, _ in styles})
     modes = {c.mode for c, _ in styles if c.speedups()}
     speedup = {frozenset({"strong"}): "speedup T(1) / T(n)", frozenset({"weak"}): "scaled speedup n T(1) / T(n)"}
     ax_s.set(xscale="log", yscale="log", xlabel="GPUs (MPI ranks)",
@@ -213,14 +173,10 @@ def beside_recorded(live, recorded: list, note: str | None = None, title: str | 
     return fig
 
 
-def allreduce_figure(rows: list[dict], recorded: dict, note: str | None = None,
-                     backends=("mpi-host", "mpi-cuda", "nccl")):
-    """All-reduce time and bus bandwidth against message size: measured here (solid) and recorded (dashed).
-
-    ``rows``: ``hpclab.comm.bench.run`` rows (backend, size_bytes, time_us,
-    busbw_GBps); ``recorded``: label -> ``hpclab.results.recorded.allreduce(run)``. One
-    colour per backend, one line style per run.
-    """
+def allreduce_figure(rows: list[dict], recorded: dict, note: str | None = None):
+    """All-reduce time and bus bandwidth against message size, one colour per backend: measured here
+    (solid; ``hpclab.comm.bench.run`` rows) and recorded (a line style per run; label ->
+    ``recorded.allreduce(run)``, its raw NCCL left out)."""
     fig, (ax_t, ax_bw) = _figure(11.0, 4.4)
     colour = {name: f"C{i}" for i, name in enumerate(("mpi-host", "nccl", "mpi-cuda", "raw-nccl"))}
     for name in dict.fromkeys(r["backend"] for r in rows):
@@ -231,7 +187,7 @@ def allreduce_figure(rows: list[dict], recorded: dict, note: str | None = None,
         ax_bw.loglog(sizes, [r["busbw_GBps"] for r in mine], **style)
     for (label, by_backend), ls, marker in zip(recorded.items(), ("--", ":", "-."), ("s", "^", "v")):
         for name, points in by_backend.items():
-            if name not in backends:
+            if name not in ("mpi-host", "mpi-cuda", "nccl"):
                 continue
             sizes, seconds, busbw = zip(*points)
             style = dict(color=colour.get(name), marker=marker, ls=ls, lw=1.3, ms=4, label=f"{name}, {label}")

@@ -1,16 +1,11 @@
-"""Recorded GPU results: this project's runs on H200 and H100 GPUs (``data/recorded.csv``) and the workshop's A100 runs.
+"""Recorded GPU results: this project's runs on H200 and H100 GPUs and the workshop's A100 runs.
 
-``data/recorded.csv`` holds the rows of the curated tables in ``benchmarks/results/`` (one per
-machine and topic, in their one row format, with a ``table`` column naming the table) that the
-notebooks and the README quote or plot; ``benchmarks/curate.py`` writes it. :func:`keyed` names
-each figure ``program/variant/run/<gpus>gpu/<size>/metric`` (run = the machine, h200x4, or
-machine-name for a named run) and adds, for a figure measured against a baseline in the same run,
-its ratio (``.../vs_cublas`` for a throughput, ``.../METRIC_vs_BASELINE`` otherwise). Notebooks
-draw these curves beside the sweep that runs live (on a laptop that is the simulator, which cannot
-show GPU speed) and quote these numbers; ``tests/test_recorded.py`` checks the quotes.
-
-The workshop's A100 timings (``data/fasrc_a100.csv``: :func:`fasrc_a100`) are offered in the
-same form, under keys ``a100/<exercise>/<gpus>gpu/wall_s``.
+``data/recorded.csv`` holds the rows of the curated tables in ``benchmarks/results/`` that the notebooks
+and the README quote or plot (``benchmarks/curate.py`` writes it), with a ``table`` column naming the
+table. :func:`keyed` names each figure ``program/variant/run/<gpus>gpu/<size>/metric`` (run = the machine,
+h200x4, or machine-name for a named run) and adds the ratio of a figure measured against a baseline in the
+same run (``.../vs_cublas`` for a throughput, ``.../METRIC_vs_BASELINE`` otherwise). The workshop's A100
+timings (``data/fasrc_a100.csv``) come in the same form, keyed ``a100/<exercise>/<gpus>gpu/wall_s``.
 """
 from __future__ import annotations
 
@@ -30,8 +25,7 @@ RUN_NAMES = {"h200": "1× H200", "h200x2": "2× H200 (NVLink)", "h200x4": "4× H
 
 
 THROUGHPUT = {"tflops", "busbw", "rate"}          # their ratio to a baseline is "vs_BASELINE"
-# The one row format of a measured figure: what benchmarks emit ("figures" in their JSON), what the curated
-# tables in benchmarks/results/ hold and what data/recorded.csv carries (with its table's name).
+# The one row format of a measured figure: benchmarks' JSON "figures", the curated tables, data/recorded.csv.
 FIELDS = ["date", "run", "device", "gpus", "program", "variant", "size", "size_unit", "metric", "value", "unit",
           "baseline", "baseline_value", "ratio", "command", "note"]
 
@@ -73,12 +67,8 @@ def _table() -> tuple[dict, ...]:
 
 
 def fasrc_a100(exercise: str | None = None) -> list[dict]:
-    """The workshop's published A100 runs (numbers converted), optionally of one exercise, e.g. ``ex2_pi_mc``.
-
-    Source: the Harvard FASRC "Distributed GPU Computing" workshop, fasrc/User_Codes,
-    Training/Distributed_GPU_Computing (each row's ``source`` names the file; ``date`` is the day
-    the output holding the timing was committed there, as the runs carry no date).
-    """
+    """The workshop's published A100 runs, optionally of one exercise (``ex2_pi_mc``). Each row's ``source``
+    names its file in fasrc/User_Codes; ``date`` is the day its output was committed (the runs carry none)."""
     rows = []
     for row in csv.DictReader(io.StringIO(resources.files("hpclab").joinpath("data/fasrc_a100.csv").read_text())):
         if exercise in (None, row["exercise"]):
@@ -111,9 +101,9 @@ def rows(**where) -> list[dict]:
 
 def get(key: str) -> dict:
     """The row with this key; a KeyError names close keys when there is none."""
-    for r in _table():
-        if r["key"] == key:
-            return dict(r)
+    found = next((r for r in _table() if r["key"] == key), None)
+    if found is not None:
+        return dict(found)
     stem = key.rsplit("/", 2)[0]
     near = [r["key"] for r in _table() if r["key"].startswith(stem)][:8]
     raise KeyError(f"no recorded result {key!r}" + (f"; keys beginning {stem!r}: {near}" if near else ""))
@@ -127,18 +117,13 @@ def value(key: str) -> float:
 
 @dataclass
 class Curve:
-    """One run's figures over GPU counts, labelled with device, date and problem size.
-
-    ``points``: dicts with ranks, rate (work per second) and, where timed,
-    seconds and work. ``mode`` is strong (fixed total work) or weak (fixed work per GPU).
-    """
+    """One run's figures over GPU counts, labelled with device, date and problem size. ``points``: dicts with
+    ranks, rate (work per second) and, where timed, seconds and work; ``mode``: strong or weak."""
 
     label: str
     mode: str
     unit: str                                  # what the work counts: samples, bins, rows ...
     points: list[dict] = field(default_factory=list)
-    source: str = ""
-    live: bool = False
     records: list[dict] = field(default_factory=list)   # a live sweep's raw records (for the machine note)
 
     def _timed(self) -> tuple[list[int], list[tuple[float, float]]]:
@@ -147,7 +132,6 @@ class Curve:
         return (ranks, speedups(ranks, [p["seconds"] for p in timed], self.mode)) if len(timed) > 1 else ([], [])
 
     def speedups(self) -> list[tuple[int, float]]:
-        """(ranks, speedup) from the timed points (:func:`hpclab.scaling.speedups`)."""
         ranks, se = self._timed()
         return [(n, s) for n, (s, _) in zip(ranks, se)]
 
@@ -169,10 +153,8 @@ def _run_name(run: str, device: str) -> str:
 
 
 def scaling(program: str, run: str, variant: str = "strong", metric: str = "wall_s", what: str = "") -> Curve:
-    """A recorded sweep over GPU counts as a Curve (``metric`` is the time per run or per step).
-
-    ``what`` starts the label, e.g. "strong, NCCL halos", where one figure shows several variants.
-    """
+    """A recorded sweep over GPU counts as a Curve (``metric``: the time per run or per step); ``what``
+    starts the label (e.g. "strong, NCCL halos") where one figure shows several variants."""
     found = sorted(rows(program=program, run=run, variant=variant, metric=metric), key=lambda r: r["gpus"])
     if not found:
         raise KeyError(f"no recorded {metric} for {program} {variant} on {run}; runs: "
@@ -184,7 +166,7 @@ def scaling(program: str, run: str, variant: str = "strong", metric: str = "wall
     label = f"{what + ': ' if what else ''}{_run_name(run, first['device'])}, {first['date']}, {size}"
     points = [{"ranks": r["gpus"], "seconds": r["value"], "work": r["size"], "rate": r["size"] / r["value"]}
               for r in found]
-    return Curve(label, mode, first["size_unit"], points, first["source"])
+    return Curve(label, mode, first["size_unit"], points)
 
 
 def a100(program: str) -> Curve:
@@ -194,20 +176,14 @@ def a100(program: str) -> Curve:
     return curve
 
 
-def bench_rate(program: str) -> Curve:
-    """One GPU's throughput from ``hpclab bench`` as a one-point Curve (no time, no sweep)."""
-    r = get(f"{program}/bench/h200/1gpu/rate")
-    unit = r["unit"].split("/")[0]
-    return Curve(f"1× H200, {r['date']}, one GPU's rate (hpclab bench)", "strong", unit,
-                 [{"ranks": 1, "rate": r["value"]}], r["source"])
-
-
 def curves(program: str) -> list[Curve]:
     """Every recorded curve of ``program`` to draw beside a live sweep of it."""
     if program == "pi-mc":
         return [scaling("pi-mc", "h200x4"), scaling("pi-mc", "h200x2"), a100("pi-mc")]
     if program == "pi-midpoint":          # no multi-GPU sweep was recorded: one GPU's rate, and the A100 point
-        return [bench_rate("pi-midpoint"), a100("pi-midpoint")]
+        r = get("pi-midpoint/bench/h200/1gpu/rate")
+        return [Curve(f"1× H200, {r['date']}, one GPU's rate (hpclab bench)", "strong", r["unit"].split("/")[0],
+                      [{"ranks": 1, "rate": r["value"]}]), a100("pi-midpoint")]
     if program == "conv-halo":
         halos = {"mpi-host": "host-staged halos (V4)", "nccl": "NCCL halos (V5)"}
         return [scaling("conv-halo", "h200x4", f"{mode}-{comm}", what=f"{mode}, {halos[comm]}")
@@ -226,8 +202,7 @@ def live(summary: list[dict], unit: str, label: str, mode: str = "strong", recor
     points = [{"ranks": r["ranks"], "seconds": r["median_wall_s"], "work": r.get("work"),
                "rate": (r["work"] * (r["ranks"] if mode == "weak" else 1)) / r["median_wall_s"]
                if r.get("work") else None} for r in summary]
-    return Curve(f"{label}, {datetime.date.today().isoformat()}{size}", mode, unit, points, live=True,
-                 records=list(records))
+    return Curve(f"{label}, {datetime.date.today().isoformat()}{size}", mode, unit, points, list(records))
 
 
 def here(backend_name: str, ranks: int) -> str:
@@ -236,23 +211,20 @@ def here(backend_name: str, ranks: int) -> str:
     return f"here: {device}, {ranks} ranks"
 
 
-def from_sweep(sweep, unit: str, label: str | None = None) -> Curve:
-    """A :class:`hpclab.scaling.Sweep` as a live Curve, its records kept for :func:`hpclab.results.plot.machine_note`."""
-    if label is None:
-        backends = {r.get("backend") for r in sweep.records} - {None}
-        label = here("/".join(sorted(backends)) or "?", max(r["ranks"] for r in sweep.records))
+def from_sweep(sweep, unit: str) -> Curve:
+    """A :class:`hpclab.scaling.Sweep` as a live Curve, its records kept for ``plot.machine_note``."""
+    backends = {r.get("backend") for r in sweep.records} - {None}
+    label = here("/".join(sorted(backends)) or "?", max(r["ranks"] for r in sweep.records))
     return live(sweep.summary(), unit, label, sweep.mode, sweep.records)
 
 
 def from_points(points: list[dict], unit: str, label: str, records=()) -> list[Curve]:
-    """Live sweeps given as points (mode, ranks, height or work, wall_s): one Curve per mode present."""
+    """Live halo-exchange sweeps given as points (mode, ranks, height, wall_s): one Curve per mode present."""
     out = []
     for mode in ("strong", "weak"):
-        mine = sorted((p for p in points if p["mode"] == mode), key=lambda p: p["ranks"])
-        if mine:
-            summary = [{"ranks": p["ranks"], "median_wall_s": p["wall_s"],
-                        "work": p.get("work", p.get("height")) // (p["ranks"] if mode == "weak" else 1)}
-                       for p in mine]
+        summary = [{"ranks": p["ranks"], "median_wall_s": p["wall_s"],
+                    "work": p["height"] // (p["ranks"] if mode == "weak" else 1)} for p in points if p["mode"] == mode]
+        if summary:
             out.append(live(summary, unit, f"{mode}, {label}", mode, records))
     return out
 
