@@ -55,4 +55,4 @@ else
 fi
 HPCLAB_LAUNCH="$HPCLAB_MPIEXEC -n $HPCLAB_RANKS"
 echo "hpclab job ${SLURM_JOB_ID:-(no Slurm)} on ${SLURM_JOB_NODELIST:-$(hostname)}: $HPCLAB_PYTHON," \
-     "backend $HPCLAB_BACKEND, launch: $HPCLAB_LAUNCH"
+     "backend $HPCLAB_BACKEND, launch: $HPCLAB_LAUNCH, NCCL_NVLS_ENABLE ${NCCL_NVLS_ENABLE-unset}"

@@ -191,6 +191,7 @@ def start_shared(n: int = 4, profile: str = "default", timeout: float | None = N
     files.remove(files.connection_files(pdir, SHARED_ID))  # a new controller must not be taken for an old one
     cluster = _new_cluster(pdir, SHARED_ID, n, log)
     how = routes.plan(cluster, n)
+    say(f"starting the shared cluster of profile {profile!r}: {how}")
     idle = (routes.profile.settings(pdir) or {}).get("idle") if routes.profile_is_slurm(pdir) else None
     client = _launch(cluster, n, timeout or (None if routes.profile_is_slurm(pdir) else 120), log,
                      started=lambda c: idle and reaper.start(c.cluster_file, idle_s=idle * 60))
@@ -198,7 +199,7 @@ def start_shared(n: int = 4, profile: str = "default", timeout: float | None = N
                                          "idle_minutes": idle})
     client.close()
     job = jobs.job_of(cluster)
-    say(f"started the shared cluster of profile {profile!r}: {how}, {n} of {n} up"
+    say(f"started the shared cluster of profile {profile!r}: {n} of {n} up"
         + (f" in Slurm job {job} (it ends at its time limit, after {idle} min without a notebook, or at "
            "`hpclab cluster stop`)" if job else "") + ". Notebooks claim it one at a time (others start their own "
         "engines); `hpclab cluster stop` stops it.")
