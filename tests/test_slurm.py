@@ -517,7 +517,7 @@ INSIDE = """#!/bin/bash
 #SBATCH --gpus-per-node=4
 #SBATCH --job-name=lab
 cd {root}
-exec {python} -c "$RUNNER" {nb} {out} {root}
+exec {step}{python} -c "$RUNNER" {nb} {out} {root}
 """
 IN_JOB = ["from hpclab import cluster\nsession = cluster.connect(n=4, timeout=120)",
           "%%px\nimport os\nfrom mpi4py import MPI\n"
@@ -526,15 +526,17 @@ IN_JOB = ["from hpclab import cluster\nsession = cluster.connect(n=4, timeout=12
           "print('ENGINES', session.view.pull('where'))\nsession.close()"]
 
 
-def test_a_notebook_inside_an_allocation_runs_on_engines_of_that_job(slurm, tmp_path):
-    """JupyterLab inside a job (Open OnDemand, salloc + make lab): connect() starts an srun step in it."""
+@pytest.mark.parametrize("step", ["", "srun --overlap -n 1 --pty "], ids=["in-the-batch-step", "in-an-srun-step"])
+def test_a_notebook_inside_an_allocation_runs_on_engines_of_that_job(slurm, tmp_path, step):
+    """JupyterLab inside a job: in its batch script (Open OnDemand) or in a step of it (salloc, then
+    srun --pty bash, then make lab). connect() starts another srun step in it."""
     from .test_cluster import RUNNER
 
     init_profile(slurm, tmp_path)  # a Slurm profile too: still no second job
     nb, out = tmp_path / "in_job.ipynb", tmp_path / "in_job.out.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in IN_JOB]), nb)
     script = tmp_path / "lab.sbatch"
-    script.write_text(INSIDE.format(root=ROOT, python=sys.executable, nb=nb, out=out))
+    script.write_text(INSIDE.format(root=ROOT, python=sys.executable, nb=nb, out=out, step=step))
     known = set(re.findall(r"JobId=(\d+)", slurm.run(["scontrol", "show", "job", "-o"], timeout=20).stdout))
     job = slurm.sbatch([f"--output={tmp_path}/lab.out", str(script)], env=job_env(slurm, tmp_path, RUNNER=RUNNER),
                        cwd=tmp_path)
@@ -542,7 +544,8 @@ def test_a_notebook_inside_an_allocation_runs_on_engines_of_that_job(slurm, tmp_
     log = (tmp_path / "lab.out").read_text(errors="replace")
     assert info["JobState"] == "COMPLETED" and out.exists(), f"{completed(info)}\n{log[-3000:]}"
     text = "\n".join(o.get("text", "") for c in nbformat.read(out, as_version=4).cells for o in c.get("outputs", []))
-    assert f"4 MPI engines in this Slurm job {job} (srun --mpi=pmi2 --kill-on-bad-exit=1 -n 4, one rank per GPU); " \
+    assert f"4 MPI engines in this Slurm job {job} (srun --mpi=pmi2 --kill-on-bad-exit=1 --overlap -n 4, one rank " \
+           "per GPU); " \
            "no second job" in text, text
     engines = eval(re.search(r"ENGINES (\[.*\])", text).group(1))  # noqa: S307 - our own notebook's output
     assert [e[:2] for e in engines] == [(r, job) for r in range(4)], engines

@@ -409,13 +409,16 @@ def test_inside_a_job_with_gpus_the_engines_are_an_srun_step_of_that_job(tmp_pat
         monkeypatch.setenv(name, value)
     (tmp_path / prof.SETTINGS_FILE).write_text("{}")  # even with a Slurm profile: no second job
     cluster = ipp.Cluster(profile_dir=str(tmp_path), load_profile=False)
-    assert guard.plan(cluster, 4) == ("4 MPI engines in this Slurm job 77 (srun --mpi=pmi2 --kill-on-bad-exit=1 -n 4, "
-                                      "one rank per GPU); no second job")
+    assert guard.plan(cluster, 4) == ("4 MPI engines in this Slurm job 77 (srun --mpi=pmi2 --kill-on-bad-exit=1 "
+                                      "--overlap -n 4, one rank per GPU); no second job")
     launcher = cluster.engine_launcher_class(parent=cluster, profile_dir=str(tmp_path), cluster_id="")
-    assert isinstance(launcher, MPIEngineSetLauncher) and launcher.mpi_cmd == flavour.srun_command("pmi2")
+    assert isinstance(launcher, MPIEngineSetLauncher) and launcher.mpi_cmd == [*flavour.srun_command("pmi2"), "--overlap"]
     assert cluster.controller_ip == "*"  # two nodes: ranks on the other node reach the controller here
     monkeypatch.setenv("SLURM_GPUS_ON_NODE", "2")
     assert "4 ranks on its 2 GPUs of this node" in guard.plan(cluster, 4)
+    monkeypatch.delenv("SLURM_GPUS_ON_NODE")  # salloc's shell has only what was asked for
+    monkeypatch.setenv("SLURM_GPUS_PER_NODE", "h100:4")
+    assert guard.job_gpus() == 4
     monkeypatch.setenv(guard.ALLOW, "1")  # the test suite's own engines stay local
     assert guard.plan(ipp.Cluster(profile_dir=str(tmp_path / "x"), load_profile=False), 4) == \
         "4 MPI engines on this machine (mpiexec)"

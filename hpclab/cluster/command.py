@@ -1,4 +1,4 @@
-"""``hpclab cluster init|start|status|stop``: the command line's cluster subcommands (hpclab.cli adds them)."""
+"""``hpclab cluster init|start|status|stop``: the subcommands hpclab's command line adds."""
 from __future__ import annotations
 
 import argparse
@@ -15,39 +15,33 @@ def _positive(text: str) -> int:
 
 
 def add_parser(subparsers) -> None:
-    actions = subparsers.add_parser(
-        "cluster", help="start, list or stop the MPI engines of an IPython profile; init --slurm: engines from Slurm"
-    ).add_subparsers(dest="action", required=True)
+    actions = subparsers.add_parser("cluster", help="start, list or stop the MPI engines of an IPython profile; "
+                                    "init --slurm: engines from Slurm").add_subparsers(dest="action", required=True)
     start = actions.add_parser("start", help="start the shared cluster that notebooks claim one at a time")
     start.add_argument("-n", "--engines", type=_positive, default=4, help="number of MPI engines (default 4)")
-    start.add_argument("--timeout", type=float, default=None,
-                       help="seconds to wait for all engines (default 120; for a Slurm profile's job 600)")
+    start.add_argument("--timeout", type=float, help="seconds to wait for the engines (default 120; Slurm job: 600)")
     status = actions.add_parser("status", help="list the profile's clusters, their engines, owners and jobs")
     stop = actions.add_parser("stop", help="stop the shared cluster and clusters left by notebooks that are gone")
     stop.add_argument("--all", action="store_true", help="also stop private clusters of notebooks still open")
-    init = actions.add_parser(
-        "init", help="write an ipyparallel profile whose engines are a Slurm job (--slurm)",
-        description="Write an ipyparallel profile whose MPI engines run as one Slurm job on GPU nodes, one engine "
-                    "per GPU: the first notebook's connect() starts it, the next ones claim it in turn.")
+    init = actions.add_parser("init", help="write an ipyparallel profile whose engines are a Slurm job (--slurm)",
+                              description="Write a profile whose MPI engines are one Slurm job, one engine per GPU: "
+                              "the first notebook's connect() starts it, the next ones claim it in turn.")
     init.add_argument("--slurm", action="store_true", help="engines from Slurm (the only kind)")
     init.add_argument("--partition", "-p", help="the GPU partition (sinfo lists them)")
     init.add_argument("--gpus-per-node", type=_positive, help="GPUs per node to use; one engine per GPU")
-    init.add_argument("--nodes", "-N", type=_positive, default=None, help="nodes (default: as the engines need)")
-    init.add_argument("--engines", "--ntasks", "-n", dest="engines", type=_positive, default=None,
-                      help="engines (MPI ranks) in all (default: nodes x GPUs per node)")
+    init.add_argument("--nodes", "-N", type=_positive, help="nodes (default: as many as the engines need)")
+    init.add_argument("--engines", "--ntasks", "-n", type=_positive, help="engines in all (default: nodes x GPUs)")
     init.add_argument("--time", "-t", default="01:00:00", help="time limit of the engines job (default 01:00:00)")
-    for option, what in (("account", "Slurm account to charge"), ("reservation", "a reservation (e.g. the "
-                         "workshop's)"), ("qos", "quality of service"), ("constraint", "node features, e.g. h100")):
-        init.add_argument(f"--{option}", default="", help=what)
-    init.add_argument("--idle", type=_positive, default=30,
-                      help="minutes without a notebook after which the engines job ends (default 30)")
-    init.add_argument("--cpus-per-task", type=_positive, default=None, help="CPU cores per engine")
-    init.add_argument("--mpi", default="auto", help="srun --mpi flavour: auto (from the MPI in use and srun "
-                                                   "--mpi=list), pmi2, pmix, ...")
-    init.add_argument("--setup", action="append", default=[],
-                      help="a shell line run in the job before the engines, e.g. 'module load cuda' (repeatable)")
-    init.add_argument("--controller-location", default="",
-                      help="host name or address at which the nodes reach this machine (default: its host name)")
+    for option in profile.SITE_OPTIONS:
+        init.add_argument(f"--{option}", default="", help=f"sbatch --{option} for the engines job")
+    init.add_argument("--idle", type=_positive, default=30, help="minutes without a notebook after which the "
+                      "engines job ends (default 30)")
+    init.add_argument("--cpus-per-task", type=_positive, help="CPU cores per engine")
+    init.add_argument("--mpi", default="auto", help="srun --mpi flavour: auto (from the MPI in use), pmi2, pmix, ...")
+    init.add_argument("--setup", action="append", default=[], help="a shell line the job runs first, e.g. "
+                      "'module load cuda' (repeatable)")
+    init.add_argument("--controller-location", default="", help="the name or address at which the nodes reach this "
+                      "machine (default: its host name)")
     init.add_argument("--force", action="store_true", help="replace an ipcluster_config.py not written by hpclab")
     for action in (start, status, stop, init):
         action.add_argument("--profile", default="default", help="IPython profile (default: default)")
@@ -65,19 +59,16 @@ def status_lines(pdir: str, log) -> list[str]:
             client = found.connect(timeout=3)
             up = str(len(client.ids))
             client.close()
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - e.g. "Hub connection request timed out"
             up = "? (the controller does not answer)"
         holder = files.read_record(pdir, cluster_id).get("owner")
-        if holder is None:
-            who = "free" if cluster_id == SHARED_ID else "no owner recorded"
-        else:
-            state = {True: "", False: " - gone: an orphan", None: " (on another host)"}[files.alive(holder)]
-            who = f"{'claimed by' if cluster_id == SHARED_ID else 'started by'} {files.describe_owner(holder)}{state}"
+        who = ("free" if cluster_id == SHARED_ID else "no owner recorded") if holder is None else \
+            f"{'claimed by' if cluster_id == SHARED_ID else 'started by'} {files.describe_owner(holder)}" + \
+            {True: "", False: " - gone: an orphan", None: " (on another host)"}[files.alive(holder)]
         job = jobs.job_of(found.cluster)
-        found_job = jobs.info(job) if job else None
-        left = f" ({found_job.left()})" if found_job and found_job.left() else ""
-        lines.append(f"{name}: {up} of {found.expected or '?'} engines up; {who}" + (f"; {jobs.report(job)}{left}"
-                                                                                     if job else ""))
+        left = (jobs.info(job) or jobs.JobInfo(job, "")).left() if job else ""
+        lines.append(f"{name}: {up} of {found.expected or '?'} engines up; {who}"
+                     + (f"; {jobs.report(job)}" + (f" ({left})" if left else "") if job else ""))
     return lines or [f"no clusters in {pdir}"]
 
 
@@ -96,7 +87,7 @@ def stop_lines(pdir: str, log, everything: bool = False) -> list[str]:
             files.stop(found.cluster, log)
             lines.append(f"stopped {'the shared cluster' if cluster_id == SHARED_ID else cluster_id}"
                          + (f" (cancelled Slurm job {job})" if job else ""))
-        elif found.state == "stale":
+        elif found.message:
             lines.append(found.message)
     return lines or [f"no clusters in {pdir}"]
 

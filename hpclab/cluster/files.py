@@ -1,17 +1,15 @@
 """The clusters of one IPython profile, as files: where they are, who owns them, which are stale.
 
-ipyparallel records each cluster in ``<profile>/security/cluster-<id>.json`` and drops one whose
-processes are gone when it reads the file back (``Cluster.from_file``). Kept here, as it lacks them:
-an owner record beside each cluster (``hpclab-cluster-<id>.json``: the notebook's host, kernel pid
-and start time, a token), so that the *shared* cluster (id ``""``) serves one notebook at a time and
-a *private* one (``hpclab-<pid>-<token>``) is stopped once its notebook is gone; and stopping the
-processes a killed controller leaves behind (its schedulers), which ipyparallel does not know of.
+ipyparallel records each cluster in ``<profile>/security/cluster-<id>.json`` and drops what has stopped
+when it reads one back (``Cluster.from_file``). Kept here, as it lacks them: an owner record beside each
+cluster (``hpclab-cluster-<id>.json``: the notebook's host, kernel pid and start time, a token), so that
+the *shared* cluster (id ``""``) serves one notebook at a time and a *private* one (``hpclab-<pid>-...``)
+ends with its notebook; and the processes a killed controller leaves behind (its schedulers).
 """
 from __future__ import annotations
 
 import glob
 import json
-import logging
 import logging.handlers
 import os
 import re
@@ -25,12 +23,11 @@ import psutil
 
 from hpclab.cluster import jobs
 
-SHARED_ID = ""
-PRIVATE_PREFIX = "hpclab-"
+SHARED_ID, PRIVATE_PREFIX = "", "hpclab-"
 
 
 def profile_dir(profile: str = "default") -> str:
-    """The profile's folder (created with its security/ and log/ folders if missing)."""
+    """The profile's folder (made, with its security/ and log/ folders, if missing)."""
     from IPython.core.profiledir import ProfileDir
     from IPython.paths import get_ipython_dir
 
@@ -42,8 +39,8 @@ def log_path(pdir: str) -> str:
 
 
 def quiet_log(pdir: str) -> logging.Logger:
-    """A logger into ``<profile>/log/hpclab-clusters.log``: what ipyparallel's launchers say, and the
-    output of controllers and engines, goes there instead of into the notebook."""
+    """A logger into ``log_path``: ipyparallel's launchers log there what controllers and engines print,
+    instead of into the notebook."""
     log = logging.getLogger(f"hpclab.clusters.{pdir}")
     if not log.handlers:
         handler = logging.handlers.RotatingFileHandler(log_path(pdir), maxBytes=4_000_000, backupCount=1)
@@ -58,18 +55,13 @@ def cluster_file(pdir: str, cluster_id: str) -> str:
     return os.path.join(pdir, "security", f"cluster-{cluster_id}.json")
 
 
-def record_file(pdir: str, cluster_id: str) -> str:
-    return os.path.join(pdir, "security", f"hpclab-cluster-{cluster_id}.json")
-
-
 def connection_files(pdir: str, cluster_id: str) -> list[str]:
     stem = "ipcontroller" + (f"-{cluster_id}" if cluster_id else "")
     return [os.path.join(pdir, "security", f"{stem}-{kind}.json") for kind in ("client", "engine")]
 
 
-def all_files(pdir: str, cluster_id: str) -> list[str]:
-    return [cluster_file(pdir, cluster_id), record_file(pdir, cluster_id), *connection_files(pdir, cluster_id),
-            os.path.join(pdir, "log", f"engines{cluster_id}.json")]  # (ipyparallel never removes this one)
+def _record_file(pdir: str, cluster_id: str) -> str:
+    return os.path.join(pdir, "security", f"hpclab-cluster-{cluster_id}.json")
 
 
 def cluster_ids(pdir: str) -> list[str]:
@@ -78,14 +70,14 @@ def cluster_ids(pdir: str) -> list[str]:
 
 def read_record(pdir: str, cluster_id: str) -> dict:
     try:
-        with open(record_file(pdir, cluster_id)) as f:
+        with open(_record_file(pdir, cluster_id)) as f:
             return json.load(f)
     except (OSError, ValueError):
         return {}
 
 
 def write_record(pdir: str, cluster_id: str, record: dict) -> None:
-    path = record_file(pdir, cluster_id)
+    path = _record_file(pdir, cluster_id)
     with open(f"{path}.{os.getpid()}.tmp", "w") as f:
         json.dump(record, f, indent=1)
     os.replace(f"{path}.{os.getpid()}.tmp", path)
@@ -98,8 +90,6 @@ def remove(paths: list[str]) -> None:
         except FileNotFoundError:
             pass
 
-
-# --- owners ---------------------------------------------------------------------------------------
 
 def this_process() -> dict:
     return {"host": socket.gethostname(), "pid": os.getpid(), "started": psutil.Process().create_time()}
@@ -133,38 +123,33 @@ def orphaned(pdir: str, cluster_id: str) -> dict | None:
     return owner if alive(owner) is False else None
 
 
-# --- clusters --------------------------------------------------------------------------------------
-
-def _here(host: str | None) -> bool:
-    return not host or host in (socket.gethostname(), socket.getfqdn(), "localhost") or host.startswith("127.")
-
-
-def _controller_host(pdir: str, cluster_id: str) -> str | None:
+def _runs(process: psutil.Process | None) -> bool:
     try:
-        with open(connection_files(pdir, cluster_id)[0]) as f:
-            return json.load(f).get("location") or None
-    except (OSError, ValueError):
-        return None
+        return process is not None and process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def running(launcher) -> bool:
+    """Whether a launcher's local process runs (not a zombie): ipyparallel notices an exit only while its event
+    loop runs, which in a script is only during its own calls."""
+    return _runs(getattr(launcher, "process", None))
 
 
 @dataclass
 class Found:
-    """One cluster file: ``state`` "none", "stale" (its controller is gone: files removed, ``message``
-    says so) or "running". A controller on another host (in a batch job) has ``cluster`` None: the pids
-    in its file are that host's, so ipyparallel must not check them here; its job says how it is."""
+    """One cluster file: ``state`` "none", "stale" (its controller is gone: files removed, ``message`` says
+    so) or "running"."""
 
     cluster_id: str
     state: str
     cluster: ipp.Cluster | None = None
     raw: dict = field(default_factory=dict)
     message: str = ""
-    host: str | None = None
     profile_dir: str = ""
 
     def connect(self, timeout: float) -> ipp.Client:
-        if self.cluster is not None:
-            return self.cluster.connect_client_sync(timeout=timeout)
-        return ipp.Client(profile_dir=self.profile_dir, cluster_id=self.cluster_id, timeout=timeout)
+        return self.cluster.connect_client_sync(timeout=timeout)
 
     @property
     def engine_sets(self) -> list:
@@ -172,67 +157,41 @@ class Found:
 
     @property
     def expected(self) -> int | None:
-        """How many engines its engine sets started; for an engine job (no set recorded), the job's."""
-        counts = [s.n for s in self.engine_sets if s.state == "running"] or [self.raw.get("cluster", {}).get("n")]
-        return sum(counts) if all(isinstance(c, int) for c in counts) else None
+        """How many engines its engine sets started."""
+        return sum(s.n for s in self.engine_sets) or None
 
     @property
     def engines_gone(self) -> bool:
-        """The file lists engine sets but none of them runs any more (a Slurm job's: by its state)."""
-        sets = self.raw.get("engines", {}).get("sets", {})
-        return bool(sets) and not any(map(alive_launcher, self.engine_sets))
+        """The file lists engine sets and none of them runs (a batch job's: by its Slurm state)."""
+        return bool(self.raw.get("engines", {}).get("sets")) and not any(
+            jobs.active(s.job_id) if getattr(s, "job_id", "") else running(s) for s in self.engine_sets)
 
 
 def load(pdir: str, cluster_id: str, log: logging.Logger) -> Found:
-    """Read one cluster file through ipyparallel, which drops what has stopped; a cluster whose
-    controller is gone is stale: whatever of it still runs is stopped and its files are removed."""
+    """Read one cluster file through ipyparallel, which drops what has stopped; a cluster whose controller
+    is gone is stale: what still runs of it is stopped and its files are removed."""
     path = cluster_file(pdir, cluster_id)
     try:
         with open(path) as f:
             raw = json.load(f)
+        cluster = ipp.Cluster.from_file(path, log=log, profile_dir=pdir)
     except FileNotFoundError:
         return Found(cluster_id, "none")
-    except (OSError, ValueError) as exc:
-        remove(all_files(pdir, cluster_id))
+    except (OSError, ValueError, ImportError) as exc:
+        remove([path, _record_file(pdir, cluster_id), *connection_files(pdir, cluster_id)])
         return Found(cluster_id, "stale", message=f"removed the unreadable cluster file {path} ({exc})")
-    host = _controller_host(pdir, cluster_id)
-    if not _here(host):
-        return Found(cluster_id, "running", None, raw, host=host, profile_dir=pdir)
-    cluster = ipp.Cluster.from_file(path, log=log, profile_dir=pdir)
     cluster.cluster_file = ""  # a copy for reading: its watcher threads must not rewrite the file later
-    if cluster.controller is not None and cluster.controller.state == "running":
+    if running(cluster.controller):  # (not a zombie, which ipyparallel counts as running)
         return Found(cluster_id, "running", cluster, raw, profile_dir=pdir)
-    job = raw.get("controller", {}).get("state", {}).get("job_id")
     stop(cluster, log, polite=False)
-    why = f"its controller's {jobs.report(job)}" if job else \
-        f"its controller (pid {raw.get('controller', {}).get('state', {}).get('pid', '?')}) is no longer running"
-    return Found(cluster_id, "stale", raw=raw, profile_dir=pdir, message=f"removed the stale cluster file {path}: {why}")
-
-
-def _processes(launcher) -> list[psutil.Process]:
-    """The local processes of a launcher (none for batch jobs)."""
-    process = getattr(launcher, "process", None)
-    return [process] if process is not None else []
-
-
-def running(launcher) -> bool:
-    """Whether a launcher's local process runs (not a zombie): ipyparallel notices an exit only while its
-    event loop runs, which in a script is only during its own calls."""
-    try:
-        return any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in _processes(launcher))
-    except psutil.NoSuchProcess:
-        return False
-
-
-def alive_launcher(launcher) -> bool:
-    """A batch job's launcher by its job's state (ipyparallel cannot poll it), a local one by its process."""
-    job = getattr(launcher, "job_id", "")
-    return jobs.active(job) if job else running(launcher)
+    pid = raw.get("controller", {}).get("state", {}).get("pid", "?")
+    return Found(cluster_id, "stale", raw=raw, profile_dir=pdir,
+                 message=f"removed the stale cluster file {path}: its controller (pid {pid}) is no longer running")
 
 
 def _leftovers(pdir: str, cluster_id: str) -> list[psutil.Process]:
-    """This user's processes of one cluster, wherever their parent is (the schedulers of a controller
-    that was killed): ipyparallel gives each process it starts IPP_PROFILE_DIR and IPP_CLUSTER_ID."""
+    """This user's processes of one cluster, wherever their parent is (the schedulers of a killed controller):
+    ipyparallel gives each process it starts IPP_PROFILE_DIR and IPP_CLUSTER_ID."""
     found = []
     for process in psutil.process_iter(["uids", "cmdline"]):
         try:
@@ -246,40 +205,24 @@ def _leftovers(pdir: str, cluster_id: str) -> list[psutil.Process]:
     return found
 
 
-def terminate(processes: list[psutil.Process], grace: float) -> None:
-    """TERM, and KILL what still runs after ``grace`` seconds."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for process in processes:
-            try:
-                process.send_signal(sig)
-            except psutil.NoSuchProcess:
-                pass
-        _, left = psutil.wait_procs(processes, timeout=grace)
-        if not left:
-            return
-
-
 def stop(cluster: ipp.Cluster, log: logging.Logger, grace: float = 2.0, polite: bool = True) -> None:
-    """Stop a cluster and remove its files. Politely first (engines and controller exit cleanly),
-    then TERM and KILL. Batch jobs are cancelled through ipyparallel's launchers (scancel: the job
-    ends CANCELLED, not FAILED as after a polite shutdown of its engines); local processes are
-    signalled here, as ipyparallel's launchers wait a minute for a zombie that is not their child."""
-    pdir, cluster_id = cluster.profile_dir, cluster.cluster_id
+    """Stop a cluster and remove its files: politely first (no signal handlers printing), then TERM and, after
+    ``grace`` s, KILL. A Slurm job is cancelled through ipyparallel (scancel: it ends CANCELLED, not FAILED as
+    after a polite shutdown); local processes are signalled here, as ipyparallel's launchers wait a minute
+    for a zombie that is not their child."""
+    pdir, cluster_id, path = cluster.profile_dir, cluster.cluster_id, cluster.cluster_file
     cluster.cluster_file = ""
     launchers = [launcher for launcher in [cluster.controller, *cluster.engines.values()] if launcher]
-    processes = [p for launcher in launchers for p in _processes(launcher)]
+    processes = [launcher.process for launcher in launchers if getattr(launcher, "process", None)]
     processes += [p for p in _leftovers(pdir, cluster_id) if p not in processes]
-    # Batch jobs are cancelled through ipyparallel (scancel); their logs are named in messages: kept.
     batch = [set_id for set_id, s in cluster.engines.items() if getattr(s, "job_id", "")]
-    controller_job = bool(getattr(cluster.controller, "job_id", "")) and not _processes(cluster.controller)
     for set_id in batch:
-        cluster.engines[set_id].output_file = ""
+        cluster.engines[set_id].output_file = ""  # a job's log is named in messages: kept
         try:
             cluster.stop_engines_sync(set_id)
         except Exception as exc:  # noqa: BLE001 - e.g. a job that has ended already
             log.info("cancelling engine set %s of %r: %s", set_id, cluster_id, exc)
-    if polite and not batch and not controller_job and cluster.controller is not None \
-            and cluster.controller.state == "running":
+    if polite and not batch and cluster.controller is not None and cluster.controller.state == "running":
         try:
             client = cluster.connect_client_sync(timeout=3)
             client.shutdown(targets="all", hub=True, block=False)
@@ -287,18 +230,20 @@ def stop(cluster: ipp.Cluster, log: logging.Logger, grace: float = 2.0, polite: 
             psutil.wait_procs(processes, timeout=3)
         except Exception as exc:  # noqa: BLE001 - busy or dead engines: the signals below end them
             log.info("polite shutdown of %r failed: %s", cluster_id, exc)
-    terminate([p for p in processes if p.is_running()], grace)
-    if controller_job:  # a controller inside a batch job: scancel, through its launcher
-        cluster.controller.output_file = ""
-        try:
-            cluster.stop_controller_sync()
-        except Exception as exc:  # noqa: BLE001
-            log.info("cancelling the controller job of %r: %s", cluster_id, exc)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        left = [p for p in processes if _runs(p)]
+        for process in left:
+            try:
+                process.send_signal(sig)
+            except psutil.NoSuchProcess:
+                pass
+        if not psutil.wait_procs(left, timeout=grace)[1]:
+            break
     for launcher in launchers:
         text = launcher.get_output(remove=True) if getattr(launcher, "output_file", "") else ""
-        if text:
-            log.info("output of %s:\n%s", type(launcher).__name__, text[-20000:])
-    remove(all_files(pdir, cluster_id))
+        log.info("output of %s:\n%s", type(launcher).__name__, text[-20000:]) if text else None
+    remove([path or cluster_file(pdir, cluster_id), _record_file(pdir, cluster_id), *connection_files(pdir, cluster_id),
+            os.path.join(pdir, "log", f"engines{cluster_id}.json")])  # (ipyparallel never removes the last one)
 
 
 def _read(path: str) -> str:
@@ -317,13 +262,13 @@ def dead_rank(pdir: str, cluster_id: str, rank_of: dict[int, int]) -> str | None
             raw = json.load(f)
     except (OSError, ValueError):
         return None
-    engine_output = "\n".join(_read(s.get("output_file", "")) for s in raw.get("engines", {}).get("sets", {}).values())
-    controller_output = _read(raw.get("controller", {}).get("state", {}).get("output_file", ""))
-    ompi = re.search(r"process rank (\d+) with PID (\d+)[^\n]*?(exited on signal \d+[^\n]*)?\n", engine_output)
+    engines = "\n".join(_read(s.get("output_file", "")) for s in raw.get("engines", {}).get("sets", {}).values())
+    ompi = re.search(r"process rank (\d+) with PID (\d+)[^\n]*?(exited on signal \d+[^\n]*)?\n", engines)
     if ompi:
-        how = f" ({ompi.group(3).strip()})" if ompi.group(3) else ""
-        return f"rank {ompi.group(1)} (pid {ompi.group(2)}) died{how} and MPI ended the other ranks"
-    for engine in re.findall(r"unregister_engine\((\d+)\)", controller_output):
+        return f"rank {ompi.group(1)} (pid {ompi.group(2)}) died" + (f" ({ompi.group(3).strip()})" if ompi.group(3)
+                                                                     else "") + " and MPI ended the other ranks"
+    for engine in re.findall(r"unregister_engine\((\d+)\)", _read(raw.get("controller", {}).get("state", {})
+                                                                   .get("output_file", ""))):
         if int(engine) in rank_of:
             return f"rank {rank_of[int(engine)]} died first and MPI ended the other ranks"
     return None

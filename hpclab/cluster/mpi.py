@@ -1,18 +1,10 @@
 """Which ``srun --mpi=`` flavour starts this Python's MPI as one job, and the one srun line.
 
-Slurm and the MPI library must speak the same PMI interface. The wrong one fails loudly
-(``--mpi=pmix`` with the PyPI ``mpich`` wheel: "unsupported PMI version PMIx", exit 16) or quietly
-(``--mpi=none``, a common site default: N separate one-rank jobs), so the flavour is chosen from the
-MPI that mpi4py loads and intersected with ``srun --mpi=list``:
-
-    MPICH (the mpich wheel, or any MPICH without PMIx)   pmi2
-    MPICH configured with PMIx                           pmix
-    Open MPI                                             pmix (else pmi2)
-    Intel MPI, MVAPICH                                   pmi2 (else pmix)
-    Cray MPICH                                           cray_shasta (else pmi2)
-
-``srun_command()`` is the launch line every route uses (the engine job's batch script, the engines
-inside an allocation, and through ``python -m hpclab.cluster srun`` the slurm/ templates).
+Slurm and the MPI must speak the same PMI: the wrong one fails loudly (``--mpi=pmix`` with the PyPI mpich
+wheel: "unsupported PMI version PMIx") or quietly (``--mpi=none``, a common default: N one-rank jobs). So
+the flavour comes from the MPI mpi4py loads (``SUPPORTED``, best first) and what ``srun --mpi=list``
+offers. ``srun_command()`` is the launch line of every route: the engines job, the engines inside an
+allocation, and (``python -m hpclab.cluster srun``) the slurm/ templates.
 """
 from __future__ import annotations
 
@@ -25,7 +17,7 @@ from dataclasses import dataclass
 
 FLAVOURS = ("pmi2", "pmix", "cray_shasta", "none")
 SUPPORTED = {"mpich": ["pmi2"], "mpich-pmix": ["pmix"], "openmpi": ["pmix", "pmi2"], "intel": ["pmi2", "pmix"],
-             "mvapich": ["pmi2"], "cray": ["cray_shasta", "pmi2"], "unknown": ["pmix", "pmi2"]}
+             "mvapich": ["pmi2"], "cray": ["cray_shasta", "pmi2"], "unknown": ["pmix", "pmi2"]}  # best first
 # Asked in a child process with initialize=False: asking never starts MPI in the caller.
 _PROBE = ("import mpi4py; mpi4py.rc.initialize = False; mpi4py.rc.finalize = False\n"
           "from mpi4py import MPI; print(MPI.Get_library_version())")

@@ -1,9 +1,7 @@
 """Which notebook owns this engine: runs on the engines (ipyparallel has no notion of an owner).
 
-A notebook that uses the shared cluster claims every engine with an owner record (host, kernel pid
-and start time, a token). An engine handles one request at a time, so a claim is atomic per engine:
-of two notebooks claiming at once, exactly one gets it. Claiming and releasing empty the engine's
-namespace, so no name of one notebook is seen by the next.
+An engine handles one request at a time, so a claim is atomic per engine: of two notebooks claiming at
+once, one gets it. Claiming and releasing empty the namespace: no name of one notebook reaches the next.
 """
 from __future__ import annotations
 

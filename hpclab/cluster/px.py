@@ -1,10 +1,9 @@
-"""What a notebook shows when a ``%%px`` cell fails or hangs (installed by connect()).
+"""What a notebook shows when a ``%%px`` cell fails or hangs (connect() installs it).
 
-ipyparallel shows one traceback per rank and, for a cell interrupted while its engines still run,
-"result not ready". Kept here: the same error on several ranks shown once, with its ranks ("on all
-4 ranks"; for an unfilled exercise stub, the cell to fill in); a NameError for a name an earlier
-failed ``%%px`` cell would have bound names that cell; an interrupted or overdue cell (the stop
-button, or ``session.deadline``) says how to go on: ``session.restart()``.
+ipyparallel shows one traceback per rank, and "result not ready" for a cell interrupted while its engines
+still run. Kept here: one message per distinct error with the ranks it happened on (for an unfilled exercise
+stub, the cell to fill in); for a NameError, the earlier failed cell that would have bound the name; for an
+interrupted or overdue cell (``session.deadline``), why cells hang and ``session.restart()``.
 """
 from __future__ import annotations
 
@@ -21,7 +20,6 @@ RESTART_HINT = ("The engines are still busy with it: run `session.restart()` (it
 DEADLOCK_HINT = ("Ranks that wait for each other forever are the usual cause: a Recv whose matching "
                  "Send never comes (every rank calling Recv before Send, or the wrong source/dest), "
                  "or a collective that not every rank calls.")
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class _State:
@@ -51,9 +49,9 @@ def _is_px(source: str) -> bool:
 
 def _ranks(engine_ids: list[int]) -> str:
     ranks = sorted(_State.rank_of.get(e, e) for e in engine_ids)
-    if len(ranks) == len(_State.rank_of) and len(ranks) > 1:
+    if len(ranks) == len(_State.rank_of) > 1:
         return f"on all {len(ranks)} ranks"
-    return f"on rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+    return f"on rank{'s' * (len(ranks) > 1)} {', '.join(map(str, ranks))}"
 
 
 def _show_error(shell, etype, value, tb, tb_offset=None):
@@ -67,17 +65,12 @@ def _show_error(shell, etype, value, tb, tb_offset=None):
             groups.setdefault((ename, evalue), []).append((info.get("engine_id"), lines))
         out = []
         for (ename, evalue), members in groups.items():
-            where = _ranks([engine for engine, _ in members])
-            if ename != "NotImplementedError":
-                out.extend(members[0][1] or [f"{ename}: {evalue}"])
-            out.append(f"{ename} {where}: {evalue}")
-            if ename == "NotImplementedError":
-                out.append(_stub_hint(raw, members[0][1]))
-            elif ename == "NameError":
-                out.extend(_name_hint(evalue))
-            elif ename == "EngineError":
-                out.append("The engines died: run `session.restart()` for new ones, then run this section's cells "
-                           "again from its first %%px cell.")
+            stub = ename == "NotImplementedError"
+            out += ([] if stub else members[0][1] or [f"{ename}: {evalue}"]) + [
+                f"{ename} {_ranks([engine for engine, _ in members])}: {evalue}"]
+            out += [_stub_hint(raw, members[0][1])] if stub else _name_hint(evalue) if ename == "NameError" else \
+                ["The engines died: run `session.restart()` for new ones, then run this section's cells again from "
+                 "its first %%px cell."] if ename == "EngineError" else []
         if _is_px(source):
             _State.failed.append((number, _bound_names(source)))
         return shell._showtraceback(etype, value, out)
@@ -91,7 +84,7 @@ def _show_error(shell, etype, value, tb, tb_offset=None):
 
 def _stub_hint(raw: list[str], traceback: list[str]) -> str:
     """Where the unfilled stub is: the earlier cell that defines the function that raised."""
-    frames = re.findall(r", in (\w+)\(", _ANSI.sub("", "\n".join(traceback)))
+    frames = re.findall(r", in (\w+)\(", re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(traceback)))
     for cell in range(len(raw) - 2, 0, -1) if frames else ():
         if re.search(rf"^\s*def {frames[-1]}\(", raw[cell], re.M) and "NotImplementedError" in raw[cell]:
             return (f"Fill in the part marked `raise NotImplementedError` in cell [{cell}] (where `{frames[-1]}` is "
@@ -118,8 +111,7 @@ def _bound_names(source: str) -> set[str]:
 
     def visit(node):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-            return  # what a function binds inside is its own
+            return names.add(node.name)  # what a function binds inside is its own
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             names.add(node.id)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -150,13 +142,12 @@ def _after_cell(result) -> None:
         _State.timer = None
     if _State.hinted or not _is_px(result.info.raw_cell):
         return
-    if _State.expired:
-        print(f"hpclab: this %%px cell ran past the deadline of {_State.deadline:g} s and was interrupted. "
-              f"{DEADLOCK_HINT} {RESTART_HINT}", file=sys.stderr)
-        return
     from IPython import get_ipython
 
     last = getattr(get_ipython().magics_manager.registry.get("ParallelMagics"), "last_result", None)
-    if last is not None and not last.ready():
+    if _State.expired:
+        print(f"hpclab: this %%px cell ran past the deadline of {_State.deadline:g} s and was interrupted. "
+              f"{DEADLOCK_HINT} {RESTART_HINT}", file=sys.stderr)
+    elif last is not None and not last.ready():
         print(f"hpclab: this %%px cell was interrupted but has not finished on the engines. {RESTART_HINT} "
               f"{DEADLOCK_HINT}", file=sys.stderr)

@@ -1,19 +1,11 @@
 """Where a notebook's engines come from: a Slurm job, this allocation, or this machine.
 
-ipyparallel starts engines wherever its launcher is told to, login nodes included. Kept here, as
-it has no such rule: which route applies, decided in this order (first match wins):
-
-1. ``HPCLAB_ALLOW_LOCAL_ENGINES=1``: MPI engines here under mpiexec (the learner, or the test suite,
-   says so); ``=0`` refuses them.
-2. Inside a Slurm job with GPUs (JupyterLab in an allocation: ``salloc``, an sbatch job, Open
-   OnDemand): the engines run in that job, ``srun`` one rank per GPU; no second job.
-3. A profile from ``hpclab cluster init --slurm`` (or an ``ipcluster_config.py`` naming a Slurm
-   launcher): the engines are that profile's Slurm job.
-4. Inside a Slurm job without GPUs: MPI engines on the allocated node.
-5. ``sbatch`` is here, Slurm has a configuration (``scontrol ping`` finds one) and no GPU is: a login
-   node, refused (the engines would get no GPU). Slurm's commands without a cluster to talk to do not
-   make a login node.
-6. Otherwise (a laptop, a GPU workstation): MPI engines here under mpiexec.
+ipyparallel starts engines wherever its launcher says, login nodes included. Kept here, as it has no
+such rule, the route, first match wins: (1) ``HPCLAB_ALLOW_LOCAL_ENGINES=1``: mpiexec here (``=0``
+refuses it); (2) inside a Slurm job with GPUs (JupyterLab in an allocation): ``srun`` in that job, one
+rank per GPU, no second job; (3) a Slurm profile (``hpclab cluster init --slurm``): its engines job;
+(4) inside a job without GPUs: mpiexec on the allocated node; (5) ``sbatch`` here, a Slurm that
+``scontrol ping`` finds, and no GPU: a login node, refused; (6) otherwise (a laptop, a GPU node): mpiexec.
 """
 from __future__ import annotations
 
@@ -36,29 +28,26 @@ class ClusterError(RuntimeError):
 
 
 def profile_is_slurm(pdir: str) -> bool:
-    if os.path.exists(os.path.join(pdir, profile.SETTINGS_FILE)):
-        return True
+    """A profile of ``hpclab cluster init --slurm``, or an ``ipcluster_config.py`` naming a Slurm launcher."""
     try:
         with open(os.path.join(pdir, profile.CONFIG_FILE), errors="replace") as f:
             text = f.read()
     except OSError:
-        return False
-    return bool(re.search(r"^\s*c\.Cluster\.engine_launcher_class\s*=\s*['\"][\w.]*slurm", text, re.I | re.M))
+        text = ""
+    return os.path.exists(os.path.join(pdir, profile.SETTINGS_FILE)) or bool(
+        re.search(r"^\s*c\.Cluster\.engine_launcher_class\s*=\s*['\"][\w.]*slurm", text, re.I | re.M))
 
 
 def job_gpus() -> int:
-    """GPUs on this node of the Slurm job this process runs in (0 outside a job, or in one without)."""
-    if not os.environ.get("SLURM_JOB_ID"):
-        return 0
-    if os.environ.get("SLURM_GPUS_ON_NODE"):
-        return int(os.environ["SLURM_GPUS_ON_NODE"])
-    return len(os.environ["SLURM_JOB_GPUS"].split(",")) if os.environ.get("SLURM_JOB_GPUS") else 0
+    """GPUs per node of the Slurm job this process runs in (0 outside a job, or in one without)."""
+    listed = os.environ.get("SLURM_JOB_GPUS", "")
+    gpus = os.environ.get("SLURM_GPUS_ON_NODE") or (len(listed.split(",")) if listed else 0) or \
+        os.environ.get("SLURM_GPUS_PER_NODE", "0").split(":")[-1]  # (salloc's shell: only what was asked, e.g. a100:4)
+    return int(gpus) if os.environ.get("SLURM_JOB_ID") and str(gpus).isdigit() else 0
 
 
 def _gpus() -> int:
-    from hpclab.backend import count_gpus
-
-    return count_gpus()
+    return __import__("hpclab.backend").backend.count_gpus()
 
 
 def _slurm_configured() -> bool:
@@ -79,7 +68,7 @@ def login_node_guard(pdir: str) -> str | None:
     if profile_is_slurm(pdir):
         return (f"profile {os.path.basename(pdir)[8:]!r} starts its engines through Slurm (hpclab cluster init "
                 "--slurm); they are not started on this machine: hpclab.cluster.connect() or `hpclab cluster start` "
-                f"submits them as a job, or set {ALLOW}=1 to run engines here instead")
+                "submits them as a job")
     if os.environ.get("SLURM_JOB_ID"):
         return None
     if shutil.which("sbatch") and _gpus() == 0 and _slurm_configured():
@@ -96,15 +85,15 @@ def plan(cluster: ipp.Cluster, n: int) -> str:
     pdir = cluster.profile_dir
     gpus = job_gpus() if os.environ.get(ALLOW) != "1" else 0
     if gpus:
-        srun = mpi.srun_command()
+        srun = [*mpi.srun_command(), "--overlap"]  # (a step beside the one the kernel may run in: salloc + srun --pty)
         cluster.engine_launcher_class = "mpi"
         cluster.config.MPIEngineSetLauncher.mpi_cmd = srun
-        if int(os.environ.get("SLURM_JOB_NUM_NODES", "1")) > 1:  # ranks on other nodes reach the controller here
-            cluster.controller_ip, cluster.controller_location = "*", socket.gethostname()
+        if not os.environ.get("SLURMD_NODENAME") or int(os.environ.get("SLURM_JOB_NUM_NODES", "1")) > 1:
+            cluster.controller_ip, cluster.controller_location = "*", socket.gethostname()  # ranks on other nodes
         share = "one rank per GPU" if n == gpus else f"{n} ranks on its {gpus} GPUs of this node"
         return (f"{n} MPI engines in this Slurm job {os.environ['SLURM_JOB_ID']} ({shlex.join(srun)} -n {n}, "
                 f"{share}); no second job")
-    if profile_is_slurm(pdir) and os.environ.get(ALLOW) != "1":
+    if profile_is_slurm(pdir):
         s = profile.settings(pdir)
         if s is None:
             return f"{n} engines as a Slurm job, through the profile's own Slurm launcher configuration"

@@ -1,9 +1,8 @@
 """A notebook's MPI engines: claim the profile's shared cluster, or start a private one.
 
-ipyparallel starts clusters (``ipp.Cluster``), restarts and signals their engines, gives MPI
-engines their rank as id and raises ``EngineError`` once an engine set has stopped. What it lacks,
-kept here: an owner for a shared cluster (one notebook at a time; its namespace emptied on claim
-and release), a private cluster's end when its kernel is killed (:mod:`.reaper`), a wait that
+ipyparallel starts clusters (``ipp.Cluster``), restarts their engines, gives MPI engines their rank
+as id and raises ``EngineError`` once mpiexec fails. Kept here, as it lacks them: an owner for a
+shared cluster (one notebook at a time, its namespace emptied on claim and release), a wait that
 watches a Slurm job's state (:mod:`.jobs`), and errors that name the cause and the fix.
 """
 from __future__ import annotations
@@ -36,10 +35,8 @@ def say(message: str) -> None:
 
 
 def _interactive() -> bool:
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
+    from IPython import get_ipython
+
     return get_ipython() is not None
 
 
@@ -48,19 +45,12 @@ def _mpi_env() -> None:
     Python first (mpi4py here was built for it); hpclab importable by the engines."""
     os.environ.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
     if os.geteuid() == 0:
-        os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    for var, path in (("PATH", os.path.dirname(sys.executable)),
-                      ("PYTHONPATH", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))):
+        os.environ.update({k: os.environ.get(k, "1") for k in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM")})
+    here, root = os.path.dirname(sys.executable), os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+    for var, path in (("PATH", here), ("PYTHONPATH", os.path.abspath(root))):
         if path not in os.environ.get(var, "").split(os.pathsep) and (var == "PYTHONPATH" or
-                                                                     os.path.exists(os.path.join(path, "mpiexec"))):
-            os.environ[var] = path + (os.pathsep + os.environ[var] if os.environ.get(var) else "")
-
-
-def _new_cluster(pdir: str, cluster_id: str, n: int, log) -> ipp.Cluster:
-    cluster = ipp.Cluster(profile_dir=pdir, cluster_id=cluster_id, n=n, log=log, shutdown_atexit=False, delay=0)
-    cluster.controller_args = [*cluster.controller_args, f"--HeartMonitor.period={HEARTBEAT_MS}"]
-    return cluster
+                                                                     os.path.exists(os.path.join(here, "mpiexec"))):
+            os.environ[var] = os.pathsep.join(filter(None, [path, os.environ.get(var)]))
 
 
 def _wait(client: ipp.Client, n: int, timeout: float | None, job: jobs.EngineJob | None = None, sets=()) -> None:
@@ -89,60 +79,52 @@ def _wait(client: ipp.Client, n: int, timeout: float | None, job: jobs.EngineJob
         bar.close()
 
 
-def _launch(cluster: ipp.Cluster, n: int, timeout: float | None, log, started=None) -> ipp.Client:
-    """Start ``cluster``'s controller and n engines, and wait for them; ``started(cluster)`` runs as
-    soon as they are started (a Slurm job may queue for minutes before its engines register)."""
+def _launch(cluster: ipp.Cluster, n: int, timeout: float | None, log, started=lambda c: None) -> ipp.Client:
+    """Start ``cluster`` with n engines and wait for them; ``started(cluster)`` runs once they are started
+    (a Slurm job may queue for minutes before its engines register)."""
     _mpi_env()
     job = None
     try:
         if not issubclass(cluster.engine_launcher_class, ipp.cluster.launcher.BatchSystemLauncher):
-            cluster.engine_timeout = int(timeout or LOCAL_TIMEOUT_S)  # ipyparallel's wait: EngineError once mpiexec fails
+            cluster.engine_timeout = int(timeout or LOCAL_TIMEOUT_S)  # ipyparallel: EngineError once mpiexec fails
             client = cluster.start_and_connect_sync(n)
-            if started is not None:
-                started(cluster)
+            started(cluster)
             return client
         cluster.start_cluster_sync(n)
-        if started is not None:
-            started(cluster)
+        started(cluster)
         job = jobs.EngineJob.of(cluster)
         say(f"submitted Slurm job {job.job_id} for the engines; waiting up to {timeout or job.deadline_s:.0f} s "
             "for them (the job may queue first)")
         client = cluster.connect_client_sync()
         _wait(client, n, timeout, job)
-    except subprocess.CalledProcessError as exc:  # sbatch refused the job
-        why = jobs.submit_failure(cluster)
-        files.stop(cluster, log, polite=False)
-        raise ClusterError(f"{n} engines did not start: {why}") from exc
-    except jobs.JobEnded as exc:
-        files.stop(cluster, log, polite=False)
-        raise ClusterError(f"{n} engines did not start: {exc}") from None
-    except (ipp.error.EngineError, TimeoutError, OSError) as exc:
-        why = job.at_deadline(str(exc)) if job is not None else None  # asked before the job is cancelled
+        return client
+    except (subprocess.CalledProcessError, jobs.JobEnded, ipp.error.EngineError, TimeoutError, OSError) as exc:
+        error = exc
+        why = jobs.submit_failure(cluster) if isinstance(exc, subprocess.CalledProcessError) else \
+            job.at_deadline(str(exc)) if job and not isinstance(exc, jobs.JobEnded) else str(exc)  # (job still there)
         tail = "\n".join(line for s in cluster.engines.values() for line in str(s.get_output()).splitlines()[-30:])
         files.stop(cluster, log, polite=False)
-        if why:
-            raise ClusterError(f"{n} engines did not start: {why}") from None
-        raise ClusterError(
-            f"{n} MPI engines did not start ({exc}).\n--- engine log (last lines) ---\n"
-            f"{tail or '(the engines wrote no output)'}\n---\nFull log: {files.log_path(cluster.profile_dir)}\n"
-            "Check that `mpiexec -n 2 python -c 'from mpi4py import MPI'` works in this environment (install MPI "
-            "with `pip install \"hpclab[mpi]\"` or `module load openmpi`), or start engines yourself: "
-            "`hpclab cluster start -n 4` (or `ipcluster start --engines=MPI -n 4 --daemonize`).") from exc
-    return client
+    if job is not None or isinstance(error, (subprocess.CalledProcessError, jobs.JobEnded)):
+        raise ClusterError(f"{n} engines did not start: {why}") from None
+    raise ClusterError(
+        f"{n} MPI engines did not start ({error}).\n--- engine log (last lines) ---\n{tail or '(no output)'}\n---\n"
+        f"Full log: {files.log_path(cluster.profile_dir)}\nCheck that `mpiexec -n 2 python -c 'from mpi4py import "
+        "MPI'` works in this environment (install MPI with `pip install \"hpclab[mpi]\"` or `module load openmpi`), "
+        "or start engines yourself: `hpclab cluster start -n 4` (or `ipcluster start --engines=MPI -n 4 --daemonize`).")
 
 
 def _describe(client: ipp.Client, ids: list[int], timeout: float) -> dict[int, dict]:
-    """Each engine's rank, pid, host and owner; engines that do not answer in time are left out."""
+    """Each engine's rank, size, pid, host and owner; engines that do not answer in time are left out."""
     pending = {eid: client[eid].apply_async(owner.describe) for eid in ids}
     end, infos = time.monotonic() + timeout, {}
     for eid, result in pending.items():
         try:
             infos[eid] = result.get(timeout=max(0.1, end - time.monotonic()))
         except ipp.error.RemoteError as exc:
-            if exc.ename in ("ImportError", "ModuleNotFoundError"):
-                raise ClusterError(f"the engines cannot import mpi4py or hpclab ({exc.evalue}); install hpclab's "
-                                   "environment where the engines run") from None
-            raise
+            if exc.ename not in ("ImportError", "ModuleNotFoundError"):
+                raise
+            raise ClusterError(f"the engines cannot import mpi4py or hpclab ({exc.evalue}); install hpclab's "
+                               "environment where the engines run") from None
         except TimeoutError:
             client.abort(jobs=result.msg_ids, targets=[eid], block=False)
     return infos
@@ -152,75 +134,70 @@ def _table(infos: dict[int, dict]) -> dict[str, dict]:
     return {str(eid): {k: info[k] for k in ("rank", "pid", "host")} for eid, info in infos.items()}
 
 
-def _one_mpi_job(infos: dict[int, dict]) -> bool:
-    return sorted(i["rank"] for i in infos.values()) == list(range(len(infos))) \
-        and {i["size"] for i in infos.values()} == {len(infos)}
+def _not_one_job(infos: dict[int, dict]) -> str:
+    ranks = sorted((i["rank"], i["size"]) for i in infos.values())
+    return "" if ranks == [(r, len(infos)) for r in range(len(infos))] else f"not one MPI job (ranks/sizes {ranks})"
 
 
 # --- the shared cluster -----------------------------------------------------------------------------
 
 @dataclass
 class SharedCluster:
-    """The profile's shared cluster as ``start_shared`` left it; ``stop`` stops it only if it started it."""
+    """The shared cluster as ``start_shared`` left it; ``stop`` stops it only if ``start_shared`` started it."""
 
     cluster: ipp.Cluster | None
     started: bool
 
     def stop(self) -> None:
-        if self.started and self.cluster is not None:
+        if self.started:
             files.stop(self.cluster, files.quiet_log(self.cluster.profile_dir))
             self.started = False
 
 
 def start_shared(n: int = 4, profile: str = "default", timeout: float | None = None) -> SharedCluster:
-    """Start the profile's shared cluster, which notebooks claim one at a time and which outlives
-    this process (``hpclab cluster start``); or find it running. Waits up to ``timeout`` s (default
-    120; for a Slurm job 600, it may queue). A Slurm job ends by itself after the profile's idle period."""
-    pdir = files.profile_dir(profile)
+    """Start the profile's shared cluster, which notebooks claim one at a time and which outlives this
+    process (``hpclab cluster start``), or find it running. Waits up to ``timeout`` s (default 120; for a
+    Slurm job 600, it may queue); a Slurm job also ends after the profile's idle period."""
+    pdir, where = files.profile_dir(profile), f"the shared cluster of profile {profile!r}"
     log = files.quiet_log(pdir)
     found = files.load(pdir, SHARED_ID, log)
-    if found.state == "stale":
-        say(found.message)
-    elif found.state == "running":
+    if found.state == "running":
         if found.engines_gone:
-            raise ClusterError(f"the shared cluster of profile {profile!r} is running but its engines have exited; "
-                               "stop it with `hpclab cluster stop`, then start it again")
-        say(f"the shared cluster of profile {profile!r} is already running ({found.expected or '?'} engines); "
-            "`hpclab cluster stop` stops it")
+            raise ClusterError(f"{where} is running but its engines have exited; stop it with `hpclab cluster "
+                               "stop`, then start it again")
+        say(f"{where} is already running ({found.expected or '?'} engines); `hpclab cluster stop` stops it")
         return SharedCluster(found.cluster, started=False)
+    if found.message:
+        say(found.message)
     files.remove(files.connection_files(pdir, SHARED_ID))  # a new controller must not be taken for an old one
-    cluster = _new_cluster(pdir, SHARED_ID, n, log)
-    how = routes.plan(cluster, n)
-    say(f"starting the shared cluster of profile {profile!r}: {how}")
+    cluster = ipp.Cluster(profile_dir=pdir, cluster_id=SHARED_ID, n=n, log=log, shutdown_atexit=False, delay=0)
+    cluster.controller_args = [*cluster.controller_args, f"--HeartMonitor.period={HEARTBEAT_MS}"]
+    say(f"starting {where}: {routes.plan(cluster, n)}")
     idle = (routes.profile.settings(pdir) or {}).get("idle") if routes.profile_is_slurm(pdir) else None
-    client = _launch(cluster, n, timeout or (None if routes.profile_is_slurm(pdir) else 120), log,
-                     started=lambda c: idle and reaper.start(c.cluster_file, idle_s=idle * 60))
-    files.write_record(pdir, SHARED_ID, {"owner": None, "engines": _table(_describe(client, client.ids, 30)),
-                                         "idle_minutes": idle})
+    client = _launch(cluster, n, timeout or (None if idle else 120), log,
+                     lambda c: idle and reaper.start(c.cluster_file, idle_s=idle * 60))
+    files.write_record(pdir, SHARED_ID, {"owner": None, "engines": _table(_describe(client, client.ids, 30))})
     client.close()
     job = jobs.job_of(cluster)
-    say(f"started the shared cluster of profile {profile!r}: {n} of {n} up"
-        + (f" in Slurm job {job} (it ends at its time limit, after {idle} min without a notebook, or at "
-           "`hpclab cluster stop`)" if job else "") + ". Notebooks claim it one at a time (others start their own "
-        "engines); `hpclab cluster stop` stops it.")
+    say(f"started {where}: {n} of {n} up" + (f" in Slurm job {job} (it ends at its time limit, after {idle:g} min "
+        "without a notebook, or at `hpclab cluster stop`)" if job else "") + ". Notebooks claim it one at a time "
+        "(others start their own engines); `hpclab cluster stop` stops it.")
     return SharedCluster(cluster, started=True)
 
 
 def _claim_shared(n: int, pdir: str, profile: str, record: dict, timeout: float | None, log):
-    """Claim the shared cluster if it is free and sound: (found, client, infos, job); else None,
-    after saying why not. On a Slurm profile, a first connect() starts it (one job per learner)."""
+    """(client, infos, job) once the shared cluster is claimed; None, after saying why, when it is not
+    free or not sound. On a Slurm profile, the first connect() starts it: one engines job per learner."""
     where, instead = f"the shared cluster of profile {profile!r}", "starting a private cluster for this notebook instead"
     found = files.load(pdir, SHARED_ID, log)
-    job = jobs.EngineJob.of(found.cluster, found.raw) if found.state == "running" else None
-    if found.state == "running" and job is not None and found.engines_gone and found.cluster is not None:
+    job = jobs.EngineJob.of(found.cluster) if found.cluster is not None else None
+    if job is not None and found.engines_gone:  # its job has ended (time limit, scancel): stop what is left
         say(f"{where} has ended: {jobs.diagnose(job.job_id)} Stopping its controller")
         files.stop(found.cluster, log, polite=False)
         found = files.Found(SHARED_ID, "none")
-    if found.state == "stale":
-        say(f"{found.message}; going on")
     if found.state != "running":
+        say(found.message + "; going on" if found.message else f"no shared cluster is running in profile {profile!r}")
         if not routes.profile_is_slurm(pdir) or routes.job_gpus():
-            say(f"no shared cluster is running in profile {profile!r} (`hpclab cluster start` starts one)")
             return None
         say(f"no engines job is running for profile {profile!r}: starting one that this notebook and the next ones "
             "claim in turn")
@@ -231,55 +208,47 @@ def _claim_shared(n: int, pdir: str, profile: str, record: dict, timeout: float 
     prior = files.read_record(pdir, SHARED_ID)
     holder = prior.get("owner")  # asked before the engines, which may be busy with the holder's cell
     if holder and holder["token"] != record["token"] and files.alive(holder) is not False:
-        say(f"{where} is in use by {files.describe_owner(holder)}; {instead}")
-        return None
+        return say(f"{where} is in use by {files.describe_owner(holder)}; {instead}")
     problem, client, infos = _sound(found, prior, timeout, job)
     if problem:
-        say(f"{where} {problem}; {instead}")
-        return None
-    others = {i["owner"]["token"]: i["owner"] for i in infos.values()
-              if i["owner"] and i["owner"]["token"] != record["token"]}
+        return say(f"{where} {problem}; {instead}")
+    others = {i["owner"]["token"]: i["owner"] for i in infos.values() if (i["owner"] or record)["token"] != record["token"]}
     live = [o for o in others.values() if files.alive(o) is not False]
     held = live[0] if live else _claim(client, infos, record, tuple(others))
     if held is not None:
-        say(f"{where} is in use by {files.describe_owner(held)}; {instead}")
         client.close()
-        return None
+        return say(f"{where} is in use by {files.describe_owner(held)}; {instead}")
     for gone in others.values():
         say(f"took over {where} from {files.describe_owner(gone)}, which is gone")
     files.write_record(pdir, SHARED_ID, {**prior, "owner": record, "engines": _table(infos)})
-    asked = "" if len(infos) == n else f" (asked for {n}; it has {len(infos)})"
-    say(f"claimed {where} for this notebook{asked}; its namespace starts empty")
-    return found, client, infos, job
+    say(f"claimed {where} for this notebook" + ("" if len(infos) == n else f" (asked for {n}; it has {len(infos)})")
+        + "; its namespace starts empty")
+    return client, infos, job
 
 
 def _sound(found: files.Found, prior: dict, timeout: float | None, job):
-    """(problem, client, infos): problem None when every engine runs, answers and they are one MPI job."""
+    """(problem, client, infos): problem "" when every engine runs, answers, and they are one MPI job."""
+    rank_of = {int(e): i["rank"] for e, i in prior.get("engines", {}).items()}
     if found.engines_gone:
-        why = files.dead_rank(found.profile_dir, SHARED_ID, {int(e): i["rank"] for e, i in prior.get("engines", {}).items()})
-        return f"cannot be used: {why or 'its engines have exited'}. It is left as it is (`hpclab cluster stop` stops " \
-               "it)", None, {}
+        why = files.dead_rank(found.profile_dir, SHARED_ID, rank_of) or "its engines have exited"
+        return f"cannot be used: {why}. It is left as it is (`hpclab cluster stop` stops it)", None, {}
     try:
         client = found.connect(timeout=PROBE_S)
     except Exception as exc:  # noqa: BLE001 - e.g. "Hub connection request timed out"
         return f"does not answer ({exc}); stop it with `hpclab cluster stop`", None, {}
-    problem, infos = None, {}
+    problem, infos = "", {}
     try:
-        _wait(client, found.expected or len(client.ids) or 1, timeout, job, [s for s in found.engine_sets
-                                                                             if not getattr(s, "job_id", "")])
+        local = [s for s in found.engine_sets if not getattr(s, "job_id", "")]
+        _wait(client, found.expected or len(client.ids) or 1, timeout, job, local)
         infos = _describe(client, client.ids, timeout=PROBE_S)
     except (TimeoutError, ipp.error.EngineError) as exc:
         problem = f"is not ready: {exc}" + (f" ({jobs.report(job.job_id)})" if job else "")
     except jobs.JobEnded as exc:
         problem = f"cannot be used: {exc}"
-    silent = [eid for eid in client.ids if eid not in infos]
+    silent = [f"rank {rank_of[e]}" if e in rank_of else f"engine {e}" for e in client.ids if e not in infos]
     if not problem and silent:
-        known = prior.get("engines", {})
-        names = ", ".join(f"rank {known[str(e)]['rank']}" if str(e) in known else f"engine {e}" for e in silent)
-        problem = f"cannot be used: {names} did not answer within {PROBE_S} s (dead, or stuck in a cell)"
-    if not problem and not _one_mpi_job(infos):
-        problem = f"cannot be used: its engines are not one MPI job (ranks/sizes " \
-                  f"{sorted((i['rank'], i['size']) for i in infos.values())})"
+        problem = f"cannot be used: {', '.join(silent)} did not answer within {PROBE_S} s (dead, or stuck in a cell)"
+    problem = problem or (f"cannot be used: its engines are {_not_one_job(infos)}" if _not_one_job(infos) else "")
     if problem:
         client.close()
     return problem, client, infos
@@ -290,12 +259,10 @@ def _claim(client: ipp.Client, infos: dict[int, dict], record: dict, gone: tuple
     None when claimed, else the owner that holds them."""
     order = sorted(infos, key=lambda eid: infos[eid]["rank"])
     held = client[order[0]].apply_sync(owner.claim, record, gone)
-    if held is None and len(order) > 1:
-        refused = [h for h in client[order[1:]].apply_sync(owner.claim, record, gone) if h]
-        if refused:
-            client[order].apply_sync(owner.release, record["token"])
-            held = refused[0]
-    return held
+    refused = [h for h in client[order[1:]].apply_sync(owner.claim, record, gone) if h] if held is None else []
+    if refused:
+        client[order].apply_sync(owner.release, record["token"])
+    return held or (refused[0] if refused else None)
 
 
 # --- sessions ---------------------------------------------------------------------------------------
@@ -308,7 +275,7 @@ class Session:
     view: ipp.DirectView
     ranks: list[int]
     kind: str                      # "shared" (claimed) or "private" (started for this notebook)
-    cluster: ipp.Cluster | None
+    cluster: ipp.Cluster | None    # a private cluster's
     profile: str
     record: dict                   # the owner record (host, pid, start time, token)
     requested: int
@@ -333,8 +300,8 @@ class Session:
         return self.view.apply_sync(fn, *args, **kwargs)
 
     def deadline(self, seconds: float | None) -> None:
-        """Interrupt any later ``%%px`` cell that runs longer than ``seconds`` (None: never), with a hint
-        about ranks waiting for each other and how to recover."""
+        """Interrupt any later ``%%px`` cell that runs longer than ``seconds`` (None: never), saying why such
+        cells hang (ranks waiting for each other) and how to recover."""
         px.set_deadline(seconds)
 
     def close(self, quiet: bool = False) -> None:
@@ -346,9 +313,9 @@ class Session:
         _SESSIONS.pop(self.profile_dir, None)
         if self.kind == "shared":
             try:
-                registered = [e for e in self.view.targets if e in self.client.ids]
-                if registered:  # (engines that have stopped hold no claim)
-                    self.client[registered].apply_async(owner.release, self.record["token"]).get(timeout=PROBE_S)
+                registered = [e for e in self.view.targets if e in self.client.ids]  # (stopped engines hold no claim)
+                self.client[registered].apply_async(owner.release, self.record["token"]).get(PROBE_S) if registered \
+                    else None
                 self._drop_claim()
                 message = f"released the shared cluster's {self.n} engines; they keep running for the next notebook"
             except (TimeoutError, ipp.error.RemoteError, OSError) as exc:
@@ -372,81 +339,62 @@ class Session:
         if self.reaper is not None:
             self.reaper.terminate()
             self.reaper.wait()
-            self.reaper = None
         files.stop(self.cluster, files.quiet_log(self.profile_dir), grace=KILL_GRACE_S, polite=polite)
 
     def restart(self) -> None:
-        """Kill the engines (SIGKILL after a short grace: engines stuck in MPI ignore interrupts), start
-        as many again through the cluster's own launcher (a new job, for a Slurm job) and set them up.
-        The way out of a ``%%px`` cell that hangs."""
+        """Kill the engines (SIGKILL after a short grace: engines stuck in MPI ignore interrupts) and start
+        as many again through the cluster's own launcher (for a Slurm job: a new job), set up and, for the
+        shared cluster, claimed. The way out of a ``%%px`` cell that hangs."""
         t0, log = time.monotonic(), files.quiet_log(self.profile_dir)
         say(f"restarting: cancelling Slurm job {self.job} with its {self.n} engines; a new job is submitted (it may "
-            "queue) ..." if self.job else f"restarting: stopping the {self.n} engines (SIGKILL after {KILL_GRACE_S} s) ...")
-        cluster = self.cluster
-        if self.kind == "shared":
-            found = files.load(self.profile_dir, SHARED_ID, log)
-            cluster = found.cluster if found.cluster is not None and found.cluster.engines else None
-            if cluster is not None:
-                cluster.cluster_file = files.cluster_file(self.profile_dir, SHARED_ID)  # records the new engine set
+            "queue) ..." if self.job else f"restarting: stopping the {self.n} engines (SIGKILL after {KILL_GRACE_S} s)")
+        cluster = self.cluster or files.load(self.profile_dir, SHARED_ID, log).cluster
+        if cluster is None:
+            raise ClusterError("the shared cluster is gone: run connect() again")
+        cluster.cluster_file = files.cluster_file(self.profile_dir, cluster.cluster_id)  # records the new engine set
         old = list(self.client.ids)
         for sig in (signal.SIGTERM, signal.SIGKILL):  # through each engine's nanny, wherever the engines run
             try:
-                alive = [e for e in old if e in self.client.ids]
-                self.client.send_signal(sig, targets=alive, block=True) if alive else None
+                self.client.send_signal(sig, targets=[e for e in old if e in self.client.ids] or None, block=True)
             except Exception as exc:  # noqa: BLE001 - nannies gone too: the engines are gone
                 log.info("signalling the engines: %s", exc)
             end = time.monotonic() + KILL_GRACE_S
             while time.monotonic() < end and any(e in self.client.ids for e in old):
                 time.sleep(0.2)
-        if cluster is None:  # the engines of an engine job end with it
-            self._drop_claim()
-            self.client.close()
+        for engine_set in cluster.engines.values():
+            engine_set.stop_seconds_until_kill = KILL_GRACE_S
+        try:
+            cluster.restart_engines_sync()
+            _wait(self.client, self.requested, self.timeout, jobs.EngineJob.of(cluster))
+            infos = _describe(self.client, self.client.ids, timeout=30)
+            if self.kind == "shared" and _claim(self.client, infos, self.record, ()) is not None:
+                raise ClusterError("another notebook claimed the new engines first")
+        except (ipp.error.EngineError, TimeoutError, jobs.JobEnded, OSError, ClusterError) as exc:
             self.closed = True
             _SESSIONS.pop(self.profile_dir, None)
-            say("the shared cluster's engines cannot be started again from here (an engine job ends with them: "
-                "submit a new one); starting a private cluster for this notebook instead")
-            self._take(_open_private(self.requested, self.profile, self.record, self.timeout, log))
-        else:
-            for engine_set in cluster.engines.values():
-                engine_set.stop_seconds_until_kill = KILL_GRACE_S
-            try:
-                cluster.restart_engines_sync()
-                job = jobs.EngineJob.of(cluster)
-                self.client.wait_for_engines(0)
-                _wait(self.client, self.requested, self.timeout, job)
-                infos = _describe(self.client, self.client.ids, timeout=30)
-                if self.kind == "shared" and _claim(self.client, infos, self.record, ()) is not None:
-                    raise ClusterError("another notebook claimed the new engines first")
-            except (ipp.error.EngineError, TimeoutError, jobs.JobEnded, OSError) as exc:
-                self.closed = True
-                _SESSIONS.pop(self.profile_dir, None)
-                raise ClusterError(f"restarting the engines failed: {exc}") from None
-            self._take(_session(self.kind, cluster if self.kind == "private" else None, self.client, infos,
-                                self.profile, self.record, self.requested, self.timeout))
-            self.job = jobs.job_of(cluster)
-            files.write_record(self.profile_dir, cluster.cluster_id, {**files.read_record(self.profile_dir, cluster.cluster_id),
-                                                                      "engines": _table(infos)})
+            raise ClusterError(f"restarting the engines failed: {exc}") from None
+        self._take(_session(self.kind, self.cluster, self.client, infos, self.profile, self.record, self.requested,
+                            self.timeout))
+        self.job = jobs.job_of(cluster)
+        files.write_record(self.profile_dir, cluster.cluster_id,
+                           {**files.read_record(self.profile_dir, cluster.cluster_id), "engines": _table(infos)})
         say(f"restarted in {time.monotonic() - t0:.0f} s: {self.n} new MPI engines (ranks 0..{self.n - 1}). Everything "
             "the engines held is gone: run this section's cells again from its first %%px cell.")
 
     def _take(self, other: Session) -> None:
         """Become ``other`` (so the notebook's ``session`` variable stays valid)."""
-        for name in ("client", "view", "ranks", "kind", "cluster", "backend", "pids", "job"):
+        for name in ("view", "ranks", "backend", "pids"):
             setattr(self, name, getattr(other, name))
-        self.reaper = other.reaper or self.reaper
-        self.closed = False
-        _SESSIONS[self.profile_dir] = self
         if self.activated:
             self._activate()
 
     def _activate(self) -> None:
         from IPython import get_ipython
 
-        shell = get_ipython()
         self.view.activate()
         # outputs after the cell, not streamed: a failure is one message for all ranks (px), not one per rank
-        shell.run_line_magic("pxconfig", "--no-stream")
-        px.install(shell, dict(zip(self.view.targets, self.ranks)))
+        get_ipython().run_line_magic("pxconfig", "--no-stream")
+        px.install(get_ipython(), dict(zip(self.view.targets, self.ranks)))
         self.activated = True
 
     def _problem(self) -> str | None:
@@ -461,24 +409,12 @@ class Session:
                 f"rank{'s' * (len(gone) > 1)} {', '.join(map(str, gone))} {'has' if len(gone) == 1 else 'have'} "
                 "stopped" if gone else "its engines have exited")
         infos = _describe(self.client, list(ranks), timeout=PROBE_S)
-        silent = [rank for e, rank in ranks.items() if e not in infos]
+        silent = [str(rank) for e, rank in ranks.items() if e not in infos]
         if silent:
-            return f"rank{'s' * (len(silent) > 1)} {', '.join(map(str, silent))} did not answer within {PROBE_S} s"
+            return f"rank{'s' * (len(silent) > 1)} {', '.join(silent)} did not answer within {PROBE_S} s"
         if self.kind == "shared" and any((i["owner"] or {}).get("token") != self.record["token"] for i in infos.values()):
             return "another notebook has taken the engines over"
         return None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __repr__(self) -> str:
-        origin = "private cluster, started for this notebook" if self.kind == "private" else \
-            "shared cluster, claimed by this notebook"
-        origin += (f", Slurm job {self.job}" if self.job else "") + (", closed" if self.closed else "")
-        return f"<hpclab Session: {self.n} MPI engines ({origin}), backend {self.backend}>"
 
 
 def _session(kind, cluster, client, infos, profile, record, n, timeout) -> Session:
@@ -497,9 +433,10 @@ def _session(kind, cluster, client, infos, profile, record, n, timeout) -> Sessi
 def _open_private(n: int, profile: str, record: dict, timeout: float | None, log) -> Session:
     pdir = files.profile_dir(profile)
     # a new id each time: a killed cluster's connection files must never be read as this one's
-    cluster = _new_cluster(pdir, f"{PRIVATE_PREFIX}{os.getpid()}-{secrets.token_hex(3)}", n, log)
-    how = routes.plan(cluster, n)
-    say(f"starting a private cluster for this notebook: {how} (cluster id {cluster.cluster_id})")
+    cluster = ipp.Cluster(profile_dir=pdir, cluster_id=f"{PRIVATE_PREFIX}{os.getpid()}-{secrets.token_hex(3)}", n=n,
+                          log=log, shutdown_atexit=False, delay=0)
+    cluster.controller_args = [*cluster.controller_args, f"--HeartMonitor.period={HEARTBEAT_MS}"]
+    say(f"starting a private cluster for this notebook: {routes.plan(cluster, n)} (cluster id {cluster.cluster_id})")
     reapers = []
 
     def started(launched: ipp.Cluster) -> None:  # this notebook's from now on, and stopped if its kernel dies
@@ -507,11 +444,11 @@ def _open_private(n: int, profile: str, record: dict, timeout: float | None, log
         reapers.append(reaper.start(launched.cluster_file, kernel=record))
 
     try:
-        client = _launch(cluster, n, timeout, log, started=started)
+        client = _launch(cluster, n, timeout, log, started)
         infos = _describe(client, client.ids, timeout=30)
-        if len(infos) < n or not _one_mpi_job(infos):
-            raise ClusterError(f"the {n} engines started are not one MPI job (ranks/sizes "
-                               f"{sorted((i['rank'], i['size']) for i in infos.values())}); log: {files.log_path(pdir)}")
+        if len(infos) < n or _not_one_job(infos):
+            raise ClusterError(f"the {n} engines started are {_not_one_job(infos) or 'not all answering'}; "
+                               f"log: {files.log_path(pdir)}")
         session = _session("private", cluster, client, infos, profile, record, n, timeout)
     except BaseException:
         for process in reapers:  # (it ends by itself once the cluster file is gone; no zombie left)
@@ -542,8 +479,7 @@ def connect(n: int = 4, profile: str = "default", timeout: float | None = None, 
         if problem is None and previous.requested == n:
             previous.on_ranks(owner.reset_namespace)
             previous.view.execute(ENGINE_SETUP, block=True)
-            if activate:
-                previous._activate()
+            previous._activate() if activate else None
             say(f"this notebook already holds {previous.n} engines: using them again, their namespace emptied")
             return previous
         what = f"{previous.kind} cluster" + (f" {previous.cluster.cluster_id}" if previous.kind == "private" else "")
@@ -555,19 +491,17 @@ def connect(n: int = 4, profile: str = "default", timeout: float | None = None, 
         if found is not None and found.cluster is not None:
             files.stop(found.cluster, log, polite=False)
             say(f"stopped cluster {cluster_id}, left running by a notebook that is gone (kernel pid {gone.get('pid')})")
-        elif found is not None and found.state == "stale":
+        elif found is not None and found.message:
             say(found.message)
     record = {**files.this_process(), "token": secrets.token_hex(8), "since": time.time()}
     claimed = _claim_shared(n, pdir, profile, record, timeout, log)
-    if claimed is not None:
-        found, client, infos, job = claimed
-        session = _session("shared", None, client, infos, profile, record, n, timeout)
-        session.job = job.job_id if job is not None else None
-    else:
+    if claimed is None:
         session = _open_private(n, profile, record, timeout, log)
+    else:
+        session = _session("shared", None, claimed[0], claimed[1], profile, record, n, timeout)
+        session.job = claimed[2].job_id if claimed[2] else None
     _SESSIONS[pdir] = session
-    if activate:
-        session._activate()
+    session._activate() if activate else None
     say(f"{session.n} of {session.n} MPI engines up (ranks 0..{session.n - 1}), backend: {session.backend}")
     return session
 
