@@ -102,7 +102,8 @@ def _launch(cluster: ipp.Cluster, n: int, timeout: float | None, log, started=la
         error = exc
         why = jobs.submit_failure(cluster) if isinstance(exc, subprocess.CalledProcessError) else \
             job.at_deadline(str(exc)) if job and not isinstance(exc, jobs.JobEnded) else str(exc)  # (job still there)
-        tail = "\n".join(line for s in cluster.engines.values() for line in str(s.get_output()).splitlines()[-30:])
+        tail = "\n".join(line for s in cluster.engines.values() for line in  # (a job's log stays: remove=False)
+                         str(s.get_output(remove=False)).splitlines()[-30:])
         files.stop(cluster, log, polite=False)
     if job is not None or isinstance(error, (subprocess.CalledProcessError, jobs.JobEnded)):
         raise ClusterError(f"{n} engines did not start: {why}") from None
