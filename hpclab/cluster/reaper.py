@@ -18,10 +18,10 @@ import subprocess
 import sys
 import time
 
+from hpclab.cluster import files, jobs
+
 
 def start(cluster_file: str, kernel: dict | None = None, idle_s: float | None = None) -> subprocess.Popen:
-    from hpclab.cluster import files
-
     args = ["--kernel", str(kernel["pid"]), repr(kernel["started"])] if kernel else ["--idle", str(idle_s)]
     pdir = os.path.dirname(os.path.dirname(cluster_file))
     with open(os.devnull, "rb") as stdin, open(files.log_path(pdir), "ab") as out:
@@ -30,8 +30,6 @@ def start(cluster_file: str, kernel: dict | None = None, idle_s: float | None = 
 
 
 def _why_end(pdir: str, cluster_id: str, argv: list[str], idle_since: list[float]) -> str | None:
-    from hpclab.cluster import files, jobs
-
     if argv[0] == "--kernel":
         gone = files.alive({"host": files.this_process()["host"], "pid": int(argv[1]), "started": float(argv[2])})
         return None if gone is not False else f"kernel {argv[1]} is gone"
@@ -53,8 +51,6 @@ def _why_end(pdir: str, cluster_id: str, argv: list[str], idle_since: list[float
 
 
 def main(argv: list[str]) -> int:
-    from hpclab.cluster import files
-
     cluster_file, rest = argv[0], argv[1:]
     pdir, cluster_id = os.path.dirname(os.path.dirname(cluster_file)), os.path.basename(cluster_file)[8:-5]
     idle_since: list[float] = []
