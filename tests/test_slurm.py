@@ -162,6 +162,13 @@ def test_site_options_reach_every_job_a_reservation_through_sbatch_its_variables
         job = re.search(r"^JOB (\d+)", proc.stdout, re.M)
         assert job and slurm.job(job.group(1))["Reservation"] == "workshop", proc.stdout + proc.stderr
         assert "reservation workshop" in proc.stdout
+        assert "cancelled Slurm job" in hpclab_in(slurm, tmp_path, "cluster", "stop").stdout
+        init_profile(slurm, tmp_path)  # no site option in the profile: SBATCH_* where the notebook runs
+        proc = slurm.run([sys.executable, "-c", "from hpclab import cluster\ns = cluster.connect(n=4, timeout=120)\n"
+                          "print('JOB', s.job)\n"], env=job_env(slurm, tmp_path, SBATCH_RESERVATION="workshop"),
+                         timeout=400, cwd=ROOT)
+        job = re.search(r"^JOB (\d+)", proc.stdout, re.M)
+        assert job and slurm.job(job.group(1))["Reservation"] == "workshop", proc.stdout + proc.stderr
         hpclab_in(slurm, tmp_path, "cluster", "stop")
     finally:
         slurm.run(["scontrol", "delete", "reservation", "workshop"])
@@ -419,6 +426,23 @@ def test_eight_notebooks_in_a_row_on_a_slurm_profile_use_one_engines_job(slurm, 
     stop = hpclab_in(slurm, tmp_path, "cluster", "stop")  # what `make stop` runs
     assert stop.returncode == 0 and f"stopped the shared cluster (cancelled Slurm job {job})" in stop.stdout, stop.stdout
     assert slurm.wait(job, timeout=60)["JobState"] == "CANCELLED"  # not FAILED: stopped, not broken
+
+
+def test_when_slurm_ends_the_engines_job_its_controller_stops_and_the_next_notebook_gets_a_new_job(slurm, tmp_path):
+    """As at the job's time limit: here scancel ends it, sooner."""
+    init_profile(slurm, tmp_path)
+    code = "s = cluster.connect(n=4, timeout=120)\nprint('JOB', s.job)\ns.close()\n"
+    first = re.search(r"^JOB (\d+)", connect_in(slurm, tmp_path, code).stdout, re.M).group(1)
+    slurm.run(["scancel", first])
+    sec = tmp_path / "ipython" / "profile_default" / "security"
+    end = time.monotonic() + 30
+    while list(sec.glob("cluster-*.json")) and time.monotonic() < end:  # the watcher stops what is left of it
+        time.sleep(1)
+    assert not list(sec.glob("cluster-*.json")), "the controller of an ended engines job was left running"
+    proc = connect_in(slurm, tmp_path, code)
+    second = re.search(r"^JOB (\d+)", proc.stdout, re.M)
+    assert second and second.group(1) != first and slurm.jobs() == [second.group(1)], proc.stdout + proc.stderr
+    hpclab_in(slurm, tmp_path, "cluster", "stop")
 
 
 def test_the_shared_engines_job_ends_after_its_idle_period(slurm, tmp_path):
