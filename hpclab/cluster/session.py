@@ -356,7 +356,8 @@ class Session:
         old = list(self.client.ids)
         for sig in (signal.SIGTERM, signal.SIGKILL):  # through each engine's nanny, wherever the engines run
             try:
-                self.client.send_signal(sig, targets=[e for e in old if e in self.client.ids] or None, block=True)
+                alive = [e for e in old if e in self.client.ids]
+                self.client.send_signal(sig, targets=alive, block=True) if alive else None
             except Exception as exc:  # noqa: BLE001 - nannies gone too: the engines are gone
                 log.info("signalling the engines: %s", exc)
             end = time.monotonic() + KILL_GRACE_S
