@@ -407,7 +407,7 @@ def test_eight_notebooks_in_a_row_on_a_slurm_profile_use_one_engines_job(slurm, 
     assert slurm.job(job)["JobName"] == "hpclab-engines" and slurm.job(job)["JobState"] == "RUNNING"
     status = hpclab_in(slurm, tmp_path, "cluster", "status")
     assert re.search(rf"shared cluster \(id ''\): 4 of 4 engines up; free; Slurm job {job} \(hpclab-engines\) RUNNING "
-                     r"on node1 for \S+; log: \S+ \(0:(09|10) left\)", status.stdout), status.stdout
+                     r"on node1 for \S+; log: \S+ \(0:(0\d|10) left\)", status.stdout), status.stdout
     # while a notebook holds it, status says who
     with open(tmp_path / "holder.out", "w") as out:
         holder = slurm.popen([sys.executable, "-c", "import time\nfrom hpclab import cluster\ns = cluster.connect(n=4)\n"
