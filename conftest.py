@@ -23,7 +23,7 @@ os.environ["PYTHONPATH"] = str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH",
 os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
 os.environ.setdefault("HPCLAB_FIGURES", tempfile.mkdtemp(prefix="hpclab-figures-"))
 # The suite starts engines next to itself even where sbatch is installed and no GPU is (CI, once the
-# Slurm tier has installed Slurm): hpclab.slurm.login_node_guard would otherwise refuse.
+# Slurm tier has installed Slurm): hpclab.cluster.routes.login_node_guard would otherwise refuse.
 os.environ.setdefault("HPCLAB_ALLOW_LOCAL_ENGINES", "1")
 
 _shared = None

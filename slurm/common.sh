@@ -9,9 +9,10 @@
 #   HPCLAB_PYTHON    the Python to run (default: python, else python3, after the activation)
 #   HPCLAB_BACKEND   gpu (default: a GPU job must not fall back to the simulator), sim, auto
 #   HPCLAB_SRUN_MPI  srun --mpi flavour (default: chosen from the MPI mpi4py uses: the mpich
-#                    wheel -> pmi2, Open MPI -> pmix; see python -m hpclab.slurm mpi)
-#   HPCLAB_MPIEXEC   the launcher without a rank count (default in a job: srun --mpi=...
-#                    --kill-on-bad-exit=1; outside Slurm: mpiexec, e.g. "bash slurm/ex0_collectives.sbatch")
+#                    wheel -> pmi2, Open MPI -> pmix; python -m hpclab.cluster mpi says which and why)
+#   HPCLAB_MPIEXEC   the launcher without a rank count (default in a job: the line of
+#                    python -m hpclab.cluster srun, srun --mpi=<flavour> --kill-on-bad-exit=1;
+#                    outside Slurm: mpiexec, e.g. "bash slurm/ex0_collectives.sbatch")
 #   HPCLAB_RANKS     ranks (default: SLURM_NTASKS in a job, 4 outside)
 #   HPCLAB_OUT       folder for result files (default: build/slurm/<job name>-<job id>)
 # Sets HPCLAB_LAUNCH="$HPCLAB_MPIEXEC -n $HPCLAB_RANKS" and HPCLAB_PYTHON for the program lines.
@@ -41,10 +42,10 @@ if ! "$HPCLAB_PYTHON" -c "import hpclab, numba, mpi4py" 2>/dev/null; then
 fi
 
 export HPCLAB_BACKEND=${HPCLAB_BACKEND:-gpu}
-export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
+# NCCL_NVLS_ENABLE is left as the site or the submitting shell has it (NVLink SHARP stays on where
+# NCCL can use it); a site without NVLink multicast passes --export=ALL,NCCL_NVLS_ENABLE=0 (README).
 if [ -n "${SLURM_JOB_ID:-}" ]; then
-    HPCLAB_SRUN_MPI=${HPCLAB_SRUN_MPI:-$("$HPCLAB_PYTHON" -m hpclab.slurm mpi auto)}
-    HPCLAB_MPIEXEC=${HPCLAB_MPIEXEC:-srun --mpi=$HPCLAB_SRUN_MPI --kill-on-bad-exit=1}
+    HPCLAB_MPIEXEC=${HPCLAB_MPIEXEC:-$("$HPCLAB_PYTHON" -m hpclab.cluster srun "${HPCLAB_SRUN_MPI:-auto}")}
     HPCLAB_RANKS=${HPCLAB_RANKS:-$SLURM_NTASKS}
     HPCLAB_OUT=${HPCLAB_OUT:-$HPCLAB_ROOT/build/slurm/$SLURM_JOB_NAME-$SLURM_JOB_ID}
 else
@@ -52,7 +53,6 @@ else
     HPCLAB_RANKS=${HPCLAB_RANKS:-4}
     HPCLAB_OUT=${HPCLAB_OUT:-$HPCLAB_ROOT/build/slurm/$(basename "$0" .sbatch)-$$}
 fi
-export HPCLAB_SRUN_MPI="${HPCLAB_SRUN_MPI:-}"
 HPCLAB_LAUNCH="$HPCLAB_MPIEXEC -n $HPCLAB_RANKS"
 echo "hpclab job ${SLURM_JOB_ID:-(no Slurm)} on ${SLURM_JOB_NODELIST:-$(hostname)}: $HPCLAB_PYTHON," \
-     "backend $HPCLAB_BACKEND, launch: $HPCLAB_LAUNCH"
+     "backend $HPCLAB_BACKEND, launch: $HPCLAB_LAUNCH, NCCL_NVLS_ENABLE ${NCCL_NVLS_ENABLE-unset}"

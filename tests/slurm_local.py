@@ -6,13 +6,17 @@
     slurm.wait(job)                    # {'JobState': 'COMPLETED', 'ExitCode': '0:0', ...}
     slurm.stop()                       # scancel every job, stop every daemon by PID
 
-Everything lives in one private folder and one network namespace that holds
-only ``lo`` (127.0.0.1 and 127.0.0.2): slurmctld, slurmd, a private munged with
-its own key and socket, and every client command and job (run through
-``nsenter --net``). Nothing listens outside the namespace, and two runs never
-meet. One node with 32 CPUs and 8 GPUs, faked through GRES (``/dev/tty0..7``), so
-jobs that ask for GPUs are accepted (a job asking for 4 sees ``CUDA_VISIBLE_DEVICES=0,1,2,3``)
-and two 4-GPU jobs can run at once.
+Everything lives in one private folder and two network namespaces joined by a
+veth pair and nothing else: the first (``lo`` and 10.67.0.1) holds slurmctld, a private munged with its own key and socket, and every client
+command (run through ``nsenter --net``) and the node ``node1``; the second
+(10.67.0.2) holds the node ``node2``, whose slurmd and jobs also have their own host name and /dev/shm, as a
+second machine would. Nothing listens outside them, and two runs never meet.
+``node1`` has 32 CPUs and 8 GPUs, ``node2`` 16 and 4, faked through GRES
+(``/dev/tty0..7``), so jobs that ask for GPUs are accepted (a job asking for 4 sees
+``CUDA_VISIBLE_DEVICES=0,1,2,3``) and two 4-GPU jobs can run at once. Partition
+``gpu`` (the default) is ``node1`` alone; ``two`` is both nodes; ``far`` is ``node2`` alone
+(whose jobs cannot reach a controller on the first namespace's loopback, as compute nodes cannot
+reach a firewalled login node).
 
 Needs root and Slurm's Debian packages; ``install()`` runs ``apt-get install -y
 slurm-wlm munge`` only when ``slurmctld``/``slurmd``/``munged`` are missing.
@@ -41,18 +45,18 @@ GPUS = 8
 SLURM_CONF = """\
 ClusterName=hpclab
 FirstJobId={first_job_id}
-SlurmctldHost=localhost(127.0.0.1)
+SlurmctldHost=localhost({addr1})
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket={root}/munge/munge.socket
 StateSaveLocation={root}/state
-SlurmdSpoolDir={root}/spool
+SlurmdSpoolDir={root}/spool/%n
 SlurmctldPidFile={root}/slurmctld.pid
-SlurmdPidFile={root}/slurmd.pid
+SlurmdPidFile={root}/slurmd-%n.pid
 SlurmctldLogFile={root}/log/slurmctld.log
-SlurmdLogFile={root}/log/slurmd.log
+SlurmdLogFile={root}/log/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
@@ -68,14 +72,19 @@ GresTypes=gpu
 MinJobAge=600
 KillWait=5
 InactiveLimit=0
-NodeName=localhost NodeAddr=127.0.0.1 CPUs=32 RealMemory=20000 Gres=gpu:{gpus} State=UNKNOWN
-PartitionName=gpu Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+NodeName=node1 NodeAddr={addr1} CPUs=32 RealMemory=20000 Gres=gpu:{gpus} State=UNKNOWN
+NodeName=node2 NodeAddr={addr2} CPUs=16 RealMemory=10000 Gres=gpu:4 State=UNKNOWN
+PartitionName=gpu Nodes=node1 Default=YES MaxTime=INFINITE State=UP
+PartitionName=two Nodes=node1,node2 MaxTime=INFINITE State=UP
+PartitionName=far Nodes=node2 MaxTime=INFINITE State=UP
 """
 
 GRES_CONF = """\
 AutoDetect=off
-NodeName=localhost Name=gpu File=/dev/tty[0-{last}]
+NodeName=node1 Name=gpu File=/dev/tty[0-{last}]
+NodeName=node2 Name=gpu File=/dev/tty[0-3]
 """
+ADDR1, ADDR2 = "10.67.0.1", "10.67.0.2"
 
 
 class SlurmUnavailable(RuntimeError):
@@ -126,7 +135,7 @@ def version() -> str:
 class LocalSlurm:
     def __init__(self, root: Path, netns: str):
         self.root = root
-        self.netns = netns
+        self.netns, self.netns2 = netns, f"{netns}-n2"
         self.conf = root / "slurm.conf"
         self.procs: dict[str, subprocess.Popen] = {}
 
@@ -141,6 +150,12 @@ class LocalSlurm:
         for k in [k for k in e if k.startswith(("SLURM_", "SBATCH_", "SRUN_"))]:
             del e[k]  # a test run inside someone's allocation must not leak into ours
         e["SLURM_CONF"] = str(self.conf)
+        # The two nodes share a kernel (one boot id), so UCX, the mpich wheel's default network layer, takes
+        # them for one machine and tries shared memory or loopback between them, which their separate /dev/shm
+        # and PIDs refuse (and a second MPI step of a job then sends Slurm's PMI2 garbage). Between nodes the
+        # ranks use the wheel's other network layer, libfabric's TCP on eth0, as between machines (within a
+        # node MPICH uses its own shared memory either way).
+        e.update(MPIR_CVAR_CH4_NETMOD="ofi", FI_PROVIDER="tcp", FI_TCP_IFACE="eth0")
         e.update({k: str(v) for k, v in extra.items()})
         return e
 
@@ -166,7 +181,12 @@ class LocalSlurm:
             # slurmd and its jobs get their own PID namespace, as on a compute node: PIDs written by a
             # job (ipyparallel's cluster file) mean nothing to the login side, as on a real cluster.
             self._daemon("slurmd", ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child=SIGTERM",
-                                    "slurmd", "-D", "-N", "localhost", "-f", str(self.conf)])
+                                    "slurmd", "-D", "-N", "node1", "-f", str(self.conf)])
+            # node2: another machine as far as its jobs can tell (network, host name, PIDs, /dev/shm)
+            self._daemon("slurmd2", ["nsenter", f"--net=/run/netns/{self.netns2}", "unshare", "--pid", "--fork",
+                                     "--mount-proc", "--uts", "--kill-child=SIGTERM", "sh", "-c",
+                                     "hostname node2 && mount -t tmpfs tmpfs /dev/shm && exec slurmd -D -N node2 "
+                                     f"-f {self.conf}"])
             self._wait_idle(timeout)
         except BaseException:
             self.stop()
@@ -184,6 +204,14 @@ class LocalSlurm:
         # Slurm resolves its host with AI_ADDRCONFIG, which ignores 127.0.0.1 when it is the only
         # address: slurmctld then fails with `Unable to resolve "127.0.0.1"`.
         self._sh([*ns, "addr", "add", "127.0.0.2/32", "dev", "lo"])
+        self._sh(["ip", "netns", "add", self.netns2])
+        self._sh(["ip", "-n", self.netns2, "link", "set", "lo", "up"])
+        a, b = f"h{os.getpid() % 100000}a", f"h{os.getpid() % 100000}b"
+        self._sh([*ns, "link", "add", a, "type", "veth", "peer", "name", b, "netns", self.netns2])
+        for netns, dev, addr in ((self.netns, a, ADDR1), (self.netns2, b, ADDR2)):  # eth0 on both, as machines
+            self._sh(["ip", "-n", netns, "link", "set", dev, "name", "eth0"])
+            self._sh(["ip", "-n", netns, "addr", "add", f"{addr}/24", "dev", "eth0"])
+            self._sh(["ip", "-n", netns, "link", "set", "eth0", "up"])
 
     def _munge(self) -> None:
         d = self.root / "munge"
@@ -210,7 +238,8 @@ class LocalSlurm:
         # after the PMI job id (the Slurm step), and a segment left in /dev/shm by a killed step of an
         # earlier Slurm with the same ids makes MPI_Init of the new step hang or fail.
         first = 1000 + random.randrange(1 << 25)
-        self.conf.write_text(SLURM_CONF.format(root=self.root, gpus=GPUS, first_job_id=first))
+        self.conf.write_text(SLURM_CONF.format(root=self.root, gpus=GPUS, first_job_id=first, addr1=ADDR1,
+                                               addr2=ADDR2))
         (self.root / "gres.conf").write_text(GRES_CONF.format(last=GPUS - 1))
 
     def _daemon(self, name: str, cmd: list[str]) -> None:
@@ -225,8 +254,8 @@ class LocalSlurm:
             for name, proc in self.procs.items():
                 if proc.poll() is not None:
                     raise SlurmUnavailable(f"{name} exited with {proc.returncode}: {self.log(name)}")
-            state = self.run(["sinfo", "-h", "-o", "%t"], timeout=20).stdout.strip()
-            if state in ("idle", "mix", "alloc"):
+            state = self.run(["sinfo", "-h", "-N", "-o", "%t"], timeout=20).stdout.split()
+            if len(state) >= 2 and set(state) <= {"idle", "mix", "alloc"}:
                 return
             time.sleep(0.5)
         raise SlurmUnavailable(f"the node did not become idle in {timeout:.0f} s (sinfo: {state!r}); "
@@ -234,7 +263,7 @@ class LocalSlurm:
 
     def log(self, name: str, lines: int = 8) -> str:
         text = ""
-        for suffix in (".log", ".out"):
+        for suffix in (".log", ".out", "-node1.log", "-node2.log"):
             path = self.root / "log" / f"{name}{suffix}"
             if path.exists():
                 text += path.read_text(errors="replace")
@@ -256,13 +285,13 @@ class LocalSlurm:
                     time.sleep(0.5)
             except subprocess.TimeoutExpired:
                 pass
-        for name in ("slurmd", "slurmctld", "munged"):
+        for name in ("slurmd", "slurmd2", "slurmctld", "munged"):
             proc = self.procs.pop(name, None)
             if proc is None or proc.poll() is not None:
                 continue
             # unshare ignores SIGTERM: signal slurmd, its child (the namespace's init; when it ends,
             # every process left in the namespace ends with it).
-            targets = [c.pid for c in psutil.Process(proc.pid).children()] if name == "slurmd" else [proc.pid]
+            targets = [c.pid for c in psutil.Process(proc.pid).children()] if name.startswith("slurmd") else [proc.pid]
             for sig in (signal.SIGTERM, signal.SIGKILL):
                 for pid in targets:
                     try:
@@ -274,7 +303,8 @@ class LocalSlurm:
                     break
                 except subprocess.TimeoutExpired:
                     continue
-        subprocess.run(["ip", "netns", "del", self.netns], capture_output=True, timeout=30)
+        for netns in (self.netns, self.netns2):  # (the veth pair goes with them)
+            subprocess.run(["ip", "netns", "del", netns], capture_output=True, timeout=30)
 
     # ------------------------------------------------------------ jobs
     def sbatch(self, args: list[str], env: dict | None = None, cwd: Path | str | None = None) -> str:

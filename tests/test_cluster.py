@@ -213,7 +213,7 @@ def test_notebook_claims_engines_started_by_ipcluster_and_gives_them_back(tmp_pa
         assert sorted(client.ids) == ids_before
         ranks = client[:].apply_sync(lambda: __import__("mpi4py.MPI", fromlist=["MPI"]).COMM_WORLD.rank)
         assert sorted(ranks) == [0, 1, 2, 3]
-        owners = client[:].apply_sync(lambda: __import__("hpclab.engine_owner").engine_owner.owner())
+        owners = client[:].apply_sync(lambda: __import__("hpclab.cluster.owner", fromlist=["owner"]).owner())
         assert owners == [None] * 4
         assert client[:].apply_sync(lambda: "left_behind" in globals()) == [False] * 4
         client.close()

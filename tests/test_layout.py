@@ -25,11 +25,11 @@ def _modules():
     return sorted((ROOT / "hpclab").rglob("*.py"))
 
 
-def test_the_core_and_slurm_import_no_topic():
+def test_the_core_and_cluster_import_no_topic():
     wrong = []
     for path in _modules():
         inside = path.relative_to(ROOT / "hpclab").parts
-        if (len(inside) == 1 and inside[0] not in DISPATCH) or inside[0] == "slurm":
+        if (len(inside) == 1 and inside[0] not in DISPATCH) or inside[0] == "cluster":
             wrong += [f"{'/'.join(inside)}: {module} {names}" for module, names in _imports(path)
                       if set(module.split(".")[1:2] if "." in module else names) & set(TOPICS)]
     assert len(_modules()) > 50 and not wrong, wrong

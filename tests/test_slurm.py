@@ -1,9 +1,10 @@
-"""The Slurm tier: every slurm/*.sbatch template and both engine routes on a real Slurm.
+"""The Slurm tier: every slurm/*.sbatch template and the three routes on a real Slurm.
 
-A single-node Slurm runs on loopback only (tests/slurm_local.py: a network namespace, fake GPU
-GRES, a private munged; slurmd and its jobs in their own PID namespace, like a compute node).
-Everything that talks to Slurm or to the engines runs inside that namespace, as it would on a
-login node. Skipped, with the reason, where this machine cannot run Slurm (not root, no apt-get).
+A two-node Slurm runs in two network namespaces joined by a veth pair and nothing else
+(tests/slurm_local.py: fake GPU GRES, a private munged; each slurmd and its jobs in their own PID
+namespace, like a compute node, node2 also with its own host name). Everything that talks to Slurm
+or to the engines runs in the first namespace, as it would on a login node. Skipped, with the
+reason, where this machine cannot run Slurm (not root, no apt-get).
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -59,6 +61,7 @@ def no_job_outlives_its_test(slurm):
 def job_env(slurm, tmp_path: Path, **extra) -> dict:
     """What the submitting shell has: the simulator, a private IPython dir, this Python's environment."""
     e = slurm.env(HPCLAB_BACKEND="sim", IPYTHONDIR=str(tmp_path / "ipython"), HPCLAB_ALLOW_LOCAL_ENGINES="0")
+    e.pop("NCCL_NVLS_ENABLE", None)  # a job has it only if the submitter asks: nothing here sets it
     e["PYTHONPATH"] = str(ROOT) + os.pathsep + e.get("PYTHONPATH", "")
     e["PATH"] = str(Path(sys.executable).parent) + os.pathsep + e["PATH"]
     if sys.prefix != sys.base_prefix:
@@ -92,21 +95,83 @@ def completed(info: dict) -> str:
 # ---------------------------------------------------------------- batch templates
 
 TWO_GPUS = ("--ntasks-per-node=2", "--gpus-per-node=2", "--cpus-per-task=1")
+TEMPLATES = {  # template: (sbatch options, environment, the program's exercise name)
+    "ex0_collectives.sbatch": (TWO_GPUS, {}, "collectives"),
+    "ex1_pi_midpoint.sbatch": (TWO_GPUS, {"BINS": "1e4"}, "pi-midpoint"),
+    "ex2_pi_mc.sbatch": (TWO_GPUS, {"SAMPLES": "1e5", "SEED": "7"}, "pi-mc"),
+    "ex3_pi_nccl_node.sbatch": (("--gpus-per-node=2", "--cpus-per-task=1"), {}, "pi-nccl-node"),
+    "ex5_ddp_mlp.sbatch": (TWO_GPUS, {}, "ddp-mlp"),
+    "ex5_ddp_digits.sbatch": (TWO_GPUS, {}, "ddp-digits"),
+    "matmul.sbatch": (TWO_GPUS, {}, "matmul"),
+    "conv_halo.sbatch": (TWO_GPUS, {}, "conv-halo"),
+}
 
 
-@pytest.mark.parametrize("template,env", [
-    ("ex0_collectives.sbatch", {}),
-    ("ex1_pi_midpoint.sbatch", {"BINS": "1e4"}),
-    ("ex2_pi_mc.sbatch", {"SAMPLES": "1e5", "SEED": "7"}),
-])
-def test_template_runs_unchanged_as_one_mpi_job(slurm, tmp_path, template, env):
-    info = slurm.wait(submit(slurm, template, tmp_path, *TWO_GPUS, **env), timeout=240)
-    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", completed(info)
+def test_every_template_runs_unchanged_as_one_mpi_job_without_nvls_set(slurm, tmp_path):
+    assert {p.name for p in (ROOT / "slurm").glob("*.sbatch")} == \
+        {*TEMPLATES, "ex4_pi_nccl_mpi.sbatch", "ex6_torch_ddp.sbatch", "scaling.sbatch"}  # (those: below)
+    jobs = {name: submit(slurm, name, tmp_path, *opts, **env) for name, (opts, env, _) in TEMPLATES.items()}
+    for name, job in jobs.items():
+        info = slurm.wait(job, timeout=300)
+        assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", f"{name}: {completed(info)}"
+        text = log_of(info)
+        ranks = 1 if name.startswith("ex3") else 2
+        # the flavour was chosen for the mpich wheel, and the ranks are one MPI job (not 2 singletons)
+        assert f"launch: srun --mpi=pmi2 --kill-on-bad-exit=1 -n {ranks}, NCCL_NVLS_ENABLE unset" in text, text[-2000:]
+        record = last_json(text)
+        assert record["exercise"] == TEMPLATES[name][2] and record["passed"] is True, record
+        assert record["ranks"] == ranks and record["backend"] == "sim", record
+
+
+def test_two_node_template_puts_its_ranks_on_both_nodes_as_asked(slurm, tmp_path):
+    info = slurm.wait(submit(slurm, "ex4_pi_nccl_mpi.sbatch", tmp_path, "--partition=two", *TWO_GPUS), timeout=300)
+    assert info["JobState"] == "COMPLETED" and info["NodeList"] == "node[1-2]", completed(info)
     text = log_of(info)
-    # the flavour was chosen for the mpich wheel, and the ranks are one MPI job (not 2 singletons)
-    assert "launch: srun --mpi=pmi2 --kill-on-bad-exit=1 -n 2" in text, text[-2000:]
+    hosts = dict(re.findall(r"^rank (\d+) on (\S+)$", text, re.M))
+    node1 = hosts.get("0")
+    assert len(hosts) == 4 and node1 != "node2" and hosts == {"0": node1, "1": node1, "2": "node2", "3": "node2"}, text
     record = last_json(text)
-    assert record["passed"] is True and record["ranks"] == 2 and record["backend"] == "sim", record
+    assert record["passed"] is True and record["ranks"] == 4, record
+
+
+def test_torch_template_stops_with_one_line_where_pytorch_is_missing(slurm, tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is not None:
+        pytest.skip("PyTorch is installed here: the template would train (checked on GPUs)")
+    info = slurm.wait(submit(slurm, "ex6_torch_ddp.sbatch", tmp_path, *TWO_GPUS), timeout=120)
+    assert info["JobState"] == "FAILED" and info["ExitCode"] == "2:0", completed(info)
+    said = [ln for ln in log_of(info).splitlines() if "PyTorch" in ln]
+    assert len(said) == 1 and "is not installed for" in said[0] and "pip install torch" in said[0], log_of(info)
+
+
+def test_site_options_reach_every_job_a_reservation_through_sbatch_its_variables_and_init(slurm, tmp_path):
+    made = slurm.run(["scontrol", "create", "reservation", "ReservationName=workshop", "Users=root", "Nodes=node1",
+                      "StartTime=now", "Duration=30", "Flags=IGNORE_JOBS"])
+    assert made.returncode == 0, made.stderr
+    try:
+        by_option = submit(slurm, "ex0_collectives.sbatch", tmp_path, "--reservation=workshop", *TWO_GPUS)
+        by_variable = submit(slurm, "ex2_pi_mc.sbatch", tmp_path, *TWO_GPUS, SAMPLES="1e4", SBATCH_RESERVATION="workshop")
+        for job in (by_option, by_variable):
+            info = slurm.wait(job, timeout=240)
+            assert info["JobState"] == "COMPLETED" and info["Reservation"] == "workshop", completed(info)
+        # the engines job of a profile: the option of hpclab cluster init, and SBATCH_* where sbatch runs
+        said = init_profile(slurm, tmp_path, "--reservation", "workshop", "--qos", "normal", "--idle", "1")
+        assert "reservation workshop, qos normal" in said, said
+        proc = connect_in(slurm, tmp_path, "s = cluster.connect(n=4, timeout=120)\nprint('JOB', s.job)\n")
+        job = re.search(r"^JOB (\d+)", proc.stdout, re.M)
+        assert job and slurm.job(job.group(1))["Reservation"] == "workshop", proc.stdout + proc.stderr
+        assert "reservation workshop" in proc.stdout
+        assert "cancelled Slurm job" in hpclab_in(slurm, tmp_path, "cluster", "stop").stdout
+        init_profile(slurm, tmp_path)  # no site option in the profile: SBATCH_* where the notebook runs
+        proc = slurm.run([sys.executable, "-c", "from hpclab import cluster\ns = cluster.connect(n=4, timeout=120)\n"
+                          "print('JOB', s.job)\n"], env=job_env(slurm, tmp_path, SBATCH_RESERVATION="workshop"),
+                         timeout=400, cwd=ROOT)
+        job = re.search(r"^JOB (\d+)", proc.stdout, re.M)
+        assert job and slurm.job(job.group(1))["Reservation"] == "workshop", proc.stdout + proc.stderr
+        hpclab_in(slurm, tmp_path, "cluster", "stop")
+    finally:
+        slurm.run(["scontrol", "delete", "reservation", "workshop"])
 
 
 def test_template_output_goes_to_the_gitignored_logs_folder(slurm, tmp_path):
@@ -158,8 +223,7 @@ def test_wrong_mpi_flavour_fails_the_job_and_diagnose_names_job_log_and_fix(slur
 
 
 def diagnose_in(slurm, job: str, tmp_path: Path) -> str:
-    code = f"from hpclab import slurm; print(slurm.diagnose({job!r}))"
-    proc = slurm.run([sys.executable, "-c", code], env=job_env(slurm, tmp_path), timeout=60)
+    proc = slurm.run([sys.executable, "-m", "hpclab.cluster", "diagnose", job], env=job_env(slurm, tmp_path), timeout=60)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip()
 
@@ -229,27 +293,12 @@ def assert_notebook_ran_on_these_engines(slurm, tmp_path: Path, before: dict[str
     assert len(after) == n and all(after[e] - before.get(e, 0) >= cells for e in after), (before, after, cells)
 
 
-def wait_for_log(info_path: Path, text: str, slurm, job: str, timeout: float = 180) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        log = info_path.read_text(errors="replace") if info_path.exists() else ""
-        if text in log:
-            return log
-        state = slurm.job(job).get("JobState")
-        if state not in ("PENDING", "RUNNING", "CONFIGURING"):
-            raise AssertionError(f"job {job} is {state} before {text!r}:\n{log[-3000:]}")
-        time.sleep(1)
-    raise AssertionError(f"no {text!r} in {info_path} after {timeout:.0f} s")
-
-
 def hpclab_in(slurm, tmp_path: Path, *args: str):
     return slurm.run([sys.executable, "-m", "hpclab", *args], env=job_env(slurm, tmp_path), timeout=120, cwd=ROOT)
 
 
-# ---------------------------------------------------------------- engines as a batch job
-
 def stale_cluster_file(profile_dir: Path, job: str) -> Path:
-    """A cluster file as an engine job that ended long ago leaves it."""
+    """A cluster file as a shared engines job leaves it when its controller was killed long ago."""
     sec = profile_dir / "security"
     sec.mkdir(parents=True, exist_ok=True)
     (sec / "ipcontroller-client.json").write_text("{}")
@@ -257,60 +306,11 @@ def stale_cluster_file(profile_dir: Path, job: str) -> Path:
     cfile.write_text(json.dumps({
         "cluster": {"class": "ipyparallel.cluster.cluster.Cluster", "profile_dir": str(profile_dir), "cluster_id": "",
                     "controller_ip": "*", "n": 4},
-        "controller": {"class": "hpclab.slurm.launchers.JobControllerLauncher",
-                       "state": {"job_id": job, "pid": 4242, "state": "running", "profile_dir": str(profile_dir),
-                                 "cluster_id": ""}},
-        "engines": {"class": "ipyparallel.cluster.launcher.MPIEngineSetLauncher", "sets": {}}}))
+        "controller": {"class": "ipyparallel.cluster.launcher.LocalControllerLauncher",
+                       "state": {"pid": 4242424, "state": "running", "profile_dir": str(profile_dir), "cluster_id": ""}},
+        "engines": {"class": "ipyparallel.cluster.launcher.SlurmEngineSetLauncher",
+                    "sets": {"1": {"job_id": job, "state": "running", "n": 4, "profile_dir": str(profile_dir)}}}}))
     return cfile
-
-
-def test_engines_batch_job_serves_a_notebook_and_fails_when_its_engines_die(slurm, tmp_path):
-    pdir = tmp_path / "ipython" / "profile_default"
-    stale = stale_cluster_file(pdir, "987654")
-    job = submit(slurm, "ipcluster_engines.sbatch", tmp_path)
-    log = Path(slurm.job(job)["StdOut"])
-    text = wait_for_log(log, "4 engines up", slurm, job)
-    assert f"{stale} was left by Slurm job 987654 (no longer known): stale, removed" in text, text
-    assert "srun --mpi=pmi2" in text
-
-    engines = probe(slurm, tmp_path, 4)
-    assert_one_gpu_per_rank(engines, 4)
-    assert {e["job"] for e in engines} == {job}
-
-    # a second engine job for the same profile stops at once and names the first
-    second = slurm.wait(submit(slurm, "ipcluster_engines.sbatch", tmp_path, *TWO_GPUS), timeout=120)
-    assert second["JobState"] == "FAILED" and second["ExitCode"] == "3:0", completed(second)
-    assert f"the engines of job {job} are still running" in log_of(second)
-
-    # the notebook, on the login side: its connect() claims the job's cluster and gives it back
-    before = tasks_done(slurm, tmp_path)
-    run_notebook(slurm, tmp_path)
-    assert_notebook_ran_on_these_engines(slurm, tmp_path, before, 4)
-    assert slurm.job(job)["JobState"] == "RUNNING", "the notebook must leave engines it did not start"
-
-    # one engine dies: the job ends non-zero and says so
-    slurm.run([sys.executable, "-c", "import ipyparallel as ipp, os\n"
-               "c = ipp.Client(profile='default', timeout=30)\n"
-               "c[c.ids[-1]].apply_async(os._exit, 7)\n"
-               "import time; time.sleep(1)"], env=job_env(slurm, tmp_path), timeout=60)
-    info = slurm.wait(job, timeout=120)
-    assert info["JobState"] == "FAILED" and info["ExitCode"] != "0:0", completed(info)
-    assert "the engines ended with exit code" in log_of(info)
-    assert not (pdir / "security" / "cluster-.json").exists()
-    message = diagnose_in(slurm, job, tmp_path)
-    print(message)
-    assert f"Slurm job {job} (hpclab-engines) FAILED" in message and str(log) in message, message
-
-
-def test_ipcluster_stop_on_the_login_side_cancels_the_engine_job(slurm, tmp_path):
-    job = submit(slurm, "ipcluster_engines.sbatch", tmp_path, *TWO_GPUS)
-    log = Path(slurm.job(job)["StdOut"])
-    wait_for_log(log, "2 engines up", slurm, job)
-    stop = slurm.run(["ipcluster", "stop", "--profile=default"], env=job_env(slurm, tmp_path), timeout=120)
-    assert stop.returncode == 0, stop.stdout + stop.stderr
-    info = slurm.wait(job, timeout=60)
-    assert info["JobState"] == "CANCELLED", completed(info)
-    assert not (tmp_path / "ipython" / "profile_default" / "security" / "cluster-.json").exists()
 
 
 # ---------------------------------------------------------------- engines through ipyparallel's Slurm launcher
@@ -385,10 +385,77 @@ def connect_in(slurm, tmp_path, code: str, timeout: float = 400):
                      timeout=timeout, cwd=ROOT)
 
 
-def test_connect_with_a_slurm_profile_gets_engines_from_a_job_and_runs_the_notebook(slurm, tmp_path):
+TINY = ["from hpclab import cluster\nsession = cluster.connect(n=4, timeout=240)",
+        "%%px\nfrom mpi4py import MPI\nassert MPI.COMM_WORLD.allreduce(1) == 4",
+        "import os\nprint('JOB', session.job, os.getpid())\nsession.close()"]
+
+
+def test_eight_notebooks_in_a_row_on_a_slurm_profile_use_one_engines_job(slurm, tmp_path):
     init_profile(slurm, tmp_path)
-    run_notebook(slurm, tmp_path)  # the notebook's own connect(n=4) submits the job; its end cancels it
-    assert no_jobs_left(slurm)
+    books = []
+    for k in range(8):
+        path = tmp_path / f"nb{k}.ipynb"
+        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in TINY]), path)
+        books.append(str(path))
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax", "--nbval-cell-timeout=300",
+           "--rootdir", str(tmp_path), *books]
+    proc = slurm.run(cmd, env=job_env(slurm, tmp_path), timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    jobs = slurm.jobs()
+    assert len(jobs) == 1, jobs  # the first notebook started it; it outlives them all
+    job = jobs[0]
+    assert slurm.job(job)["JobName"] == "hpclab-engines" and slurm.job(job)["JobState"] == "RUNNING"
+    status = hpclab_in(slurm, tmp_path, "cluster", "status")
+    assert re.search(rf"shared cluster \(id ''\): 4 of 4 engines up; free; Slurm job {job} \(hpclab-engines\) RUNNING "
+                     r"on node1 for \S+; log: \S+ \(0:(0\d|10) left\)", status.stdout), status.stdout
+    # while a notebook holds it, status says who
+    with open(tmp_path / "holder.out", "w") as out:
+        holder = slurm.popen([sys.executable, "-c", "import time\nfrom hpclab import cluster\ns = cluster.connect(n=4)\n"
+                              "print('HELD', flush=True)\ntime.sleep(120)"], env=job_env(slurm, tmp_path), cwd=ROOT,
+                             stdout=out, stderr=subprocess.STDOUT)
+    try:
+        end = time.monotonic() + 60
+        while "HELD" not in (tmp_path / "holder.out").read_text() and holder.poll() is None and time.monotonic() < end:
+            time.sleep(0.5)
+        assert "claimed the shared cluster" in (tmp_path / "holder.out").read_text()
+        status = hpclab_in(slurm, tmp_path, "cluster", "status")
+        assert f"claimed by the notebook with kernel pid {holder.pid} on" in status.stdout, status.stdout
+    finally:
+        holder.kill()
+        holder.wait()
+    stop = hpclab_in(slurm, tmp_path, "cluster", "stop")  # what `make stop` runs
+    assert stop.returncode == 0 and f"stopped the shared cluster (cancelled Slurm job {job})" in stop.stdout, stop.stdout
+    assert slurm.wait(job, timeout=60)["JobState"] == "CANCELLED"  # not FAILED: stopped, not broken
+
+
+def test_when_slurm_ends_the_engines_job_its_controller_stops_and_the_next_notebook_gets_a_new_job(slurm, tmp_path):
+    """As at the job's time limit: here scancel ends it, sooner."""
+    init_profile(slurm, tmp_path)
+    code = "s = cluster.connect(n=4, timeout=120)\nprint('JOB', s.job)\ns.close()\n"
+    first = re.search(r"^JOB (\d+)", connect_in(slurm, tmp_path, code).stdout, re.M).group(1)
+    slurm.run(["scancel", first])
+    sec = tmp_path / "ipython" / "profile_default" / "security"
+    end = time.monotonic() + 30
+    while list(sec.glob("cluster-*.json")) and time.monotonic() < end:  # the watcher stops what is left of it
+        time.sleep(1)
+    assert not list(sec.glob("cluster-*.json")), "the controller of an ended engines job was left running"
+    proc = connect_in(slurm, tmp_path, code)
+    second = re.search(r"^JOB (\d+)", proc.stdout, re.M)
+    assert second and second.group(1) != first and slurm.jobs() == [second.group(1)], proc.stdout + proc.stderr
+    hpclab_in(slurm, tmp_path, "cluster", "stop")
+
+
+def test_the_shared_engines_job_ends_after_its_idle_period(slurm, tmp_path):
+    init_profile(slurm, tmp_path, "--idle", "1")
+    profile = tmp_path / "ipython" / "profile_default" / "hpclab_slurm.json"
+    profile.write_text(profile.read_text().replace('"idle": 1', '"idle": 0.25'))  # 15 s, for the test's sake
+    proc = connect_in(slurm, tmp_path, "s = cluster.connect(n=4, timeout=120)\nprint('JOB', s.job)\ns.close()\n")
+    job = re.search(r"^JOB (\d+)", proc.stdout, re.M)
+    assert job, proc.stdout + proc.stderr
+    assert "after 0.25 min without a notebook" in proc.stdout
+    info = slurm.wait(job.group(1), timeout=90)
+    assert info["JobState"] == "CANCELLED", completed(info)
+    assert not list((tmp_path / "ipython" / "profile_default" / "security").glob("cluster-*.json"))
 
 
 def test_connect_with_a_broken_engine_job_names_job_and_log_within_its_deadline(slurm, tmp_path):
@@ -414,19 +481,6 @@ def test_connect_on_a_login_node_does_not_start_local_engines(slurm, tmp_path):
     assert "ERROR" in proc.stdout and "hpclab cluster init --slurm" in proc.stdout, proc.stdout + proc.stderr
 
 
-def test_connect_reports_the_engine_job_it_found_and_hpclab_cluster_stop_ends_it(slurm, tmp_path):
-    job = submit(slurm, "ipcluster_engines.sbatch", tmp_path, *TWO_GPUS)
-    wait_for_log(Path(slurm.job(job)["StdOut"]), "2 engines up", slurm, job)
-    proc = connect_in(slurm, tmp_path, "s = cluster.connect(n=2, timeout=60)\ns.close()\n")
-    assert f"Slurm job {job} (hpclab-engines) RUNNING on localhost" in proc.stdout, proc.stdout + proc.stderr
-    assert slurm.job(job)["JobState"] == "RUNNING"
-    status = hpclab_in(slurm, tmp_path, "cluster", "status")
-    assert f"2 of 2 engines up; free; Slurm job {job} (hpclab-engines) RUNNING" in status.stdout, status.stdout
-    stop = hpclab_in(slurm, tmp_path, "cluster", "stop")  # what `make stop` runs
-    assert stop.returncode == 0 and "stopped the shared cluster" in stop.stdout, stop.stdout + stop.stderr
-    assert slurm.wait(job, timeout=60)["JobState"] == "CANCELLED"   # not FAILED: stopped, not broken
-
-
 def test_connect_with_a_job_still_queued_at_its_deadline_cancels_it_and_says_why(slurm, tmp_path):
     stale = stale_cluster_file(tmp_path / "ipython" / "profile_default", "987654")
     init_profile(slurm, tmp_path)
@@ -438,7 +492,7 @@ def test_connect_with_a_job_still_queued_at_its_deadline_cancels_it_and_says_why
                                            "except cluster.ClusterError as exc:\n    print('ERROR', exc)\n")
         assert time.monotonic() - t0 < 60
         said = proc.stdout + proc.stderr
-        assert f"removed the stale cluster file {stale}: its controller's Slurm job 987654" in said, said
+        assert f"removed the stale cluster file {stale}: its controller (pid 4242424) is no longer running" in said, said
         assert re.search(r"ERROR 4 engines did not start: only 0 of 4 engines registered in 15 s; Slurm job \d+ "
                          r"\(hpclab-engines\) PENDING \(Resources\): waiting for free GPUs", said), said
         assert "profile_default/log/" in said and "The job is cancelled now" in said, said
@@ -451,7 +505,7 @@ GPU_OF_RANK = ("lambda: (__import__('hpclab.device').device.local_rank()[0], "
                "len(__import__('os').environ['CUDA_VISIBLE_DEVICES'].split(',')))")
 
 
-def test_restart_of_a_slurm_cluster_submits_a_new_job_and_close_cancels_it(slurm, tmp_path):
+def test_restart_of_the_engines_job_submits_a_new_one_that_stays_for_the_next_notebook(slurm, tmp_path):
     init_profile(slurm, tmp_path)
     proc = connect_in(slurm, tmp_path, "s = cluster.connect(n=4, timeout=120)\nprint('JOB', s.job)\ns.restart()\n"
                                        f"print('JOB', s.job, s.on_ranks({GPU_OF_RANK}))\ns.close()\n")
@@ -460,6 +514,66 @@ def test_restart_of_a_slurm_cluster_submits_a_new_job_and_close_cancels_it(slurm
     assert f"restarting: cancelling Slurm job {jobs[0]}" in proc.stdout
     # rank r has node-local rank r and sees the job's 4 GPUs: GPU local_rank % 4, one per rank
     assert f"JOB {jobs[1]} [(0, 4), (1, 4), (2, 4), (3, 4)]" in proc.stdout, proc.stdout
-    assert f"stopped this notebook's 4 engines (Slurm job {jobs[1]} ended)" in proc.stdout
+    assert "released the shared cluster's 4 engines" in proc.stdout
+    assert slurm.jobs() == [jobs[1]] and slurm.job(jobs[0])["JobState"] in ("CANCELLED", "FAILED")
+    assert "stopped the shared cluster" in hpclab_in(slurm, tmp_path, "cluster", "stop").stdout
     assert no_jobs_left(slurm)
-    assert slurm.job(jobs[0])["JobState"] in ("CANCELLED", "FAILED")
+
+
+def test_engines_that_cannot_reach_the_controller_name_the_route_inside_an_allocation(slurm, tmp_path):
+    """The controller where the notebook runs, unreachable from the nodes: here at the loopback address of the
+    login side, which the engines on node2 (partition far) try on their own loopback instead."""
+    proc = hpclab_in(slurm, tmp_path, "cluster", "init", "--slurm", "--partition", "far", "--gpus-per-node", "4",
+                     "--controller-location", "127.0.0.1")
+    assert proc.returncode == 0, proc.stderr
+    t0 = time.monotonic()
+    proc = connect_in(slurm, tmp_path, "try:\n    cluster.connect(n=4, timeout=120)\n"
+                                       "except cluster.ClusterError as exc:\n    print('ERROR', exc)\n")
+    assert time.monotonic() - t0 < 90
+    said = proc.stdout + proc.stderr
+    assert re.search(r"ERROR 4 engines did not start: Slurm job \d+ \(hpclab-engines\) FAILED .*could not reach the "
+                     r"controller.* Fix: run JupyterLab inside an allocation", said), said
+    assert no_jobs_left(slurm)
+
+
+INSIDE = """#!/bin/bash
+#SBATCH --ntasks=4
+#SBATCH --gpus-per-node=4
+#SBATCH --job-name=lab
+cd {root}
+exec {step}{python} -c "$RUNNER" {nb} {out} {root}
+"""
+IN_JOB = ["from hpclab import cluster\nsession = cluster.connect(n=4, timeout=120)",
+          "%%px\nimport os\nfrom mpi4py import MPI\n"
+          "where = (MPI.COMM_WORLD.rank, os.environ['SLURM_JOB_ID'], os.environ.get('SLURM_STEP_ID'), "
+          "os.environ['CUDA_VISIBLE_DEVICES'])",
+          "print('ENGINES', session.view.pull('where'))\nsession.close()"]
+
+
+@pytest.mark.parametrize("step", ["", "srun --overlap -n 1 --pty "], ids=["in-the-batch-step", "in-an-srun-step"])
+def test_a_notebook_inside_an_allocation_runs_on_engines_of_that_job(slurm, tmp_path, step):
+    """JupyterLab inside a job: in its batch script (Open OnDemand) or in a step of it (salloc, then
+    srun --pty bash, then make lab). connect() starts another srun step in it."""
+    from .test_cluster import RUNNER
+
+    init_profile(slurm, tmp_path)  # a Slurm profile too: still no second job
+    nb, out = tmp_path / "in_job.ipynb", tmp_path / "in_job.out.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in IN_JOB]), nb)
+    script = tmp_path / "lab.sbatch"
+    script.write_text(INSIDE.format(root=ROOT, python=sys.executable, nb=nb, out=out, step=step))
+    known = set(re.findall(r"JobId=(\d+)", slurm.run(["scontrol", "show", "job", "-o"], timeout=20).stdout))
+    job = slurm.sbatch([f"--output={tmp_path}/lab.out", str(script)], env=job_env(slurm, tmp_path, RUNNER=RUNNER),
+                       cwd=tmp_path)
+    info = slurm.wait(job, timeout=300)
+    log = (tmp_path / "lab.out").read_text(errors="replace")
+    assert info["JobState"] == "COMPLETED" and out.exists(), f"{completed(info)}\n{log[-3000:]}"
+    text = "\n".join(o.get("text", "") for c in nbformat.read(out, as_version=4).cells for o in c.get("outputs", []))
+    assert f"4 MPI engines in this Slurm job {job} (srun --mpi=pmi2 --kill-on-bad-exit=1 --overlap -n 4, one rank " \
+           "per GPU); " \
+           "no second job" in text, text
+    engines = eval(re.search(r"ENGINES (\[.*\])", text).group(1))  # noqa: S307 - our own notebook's output
+    assert [e[:2] for e in engines] == [(r, job) for r in range(4)], engines
+    assert len({e[2] for e in engines}) == 1 and engines[0][2] is not None, engines  # one srun step of that job
+    assert {e[3] for e in engines} == {"0,1,2,3"}, engines                           # the job's GPUs
+    ever = set(re.findall(r"JobId=(\d+)", slurm.run(["scontrol", "show", "job", "-o"], timeout=20).stdout))
+    assert ever - known == {job}, ever - known                                      # no second job

@@ -1,10 +1,11 @@
-"""hpclab.slurm without a Slurm: flavour choice, the profile ipyparallel loads, job diagnosis
-(against stand-in scontrol/sacct/scancel that print what Slurm 22.05 prints), the login-node rule,
-stale cluster files. tests/test_slurm.py runs the same on a real Slurm."""
+"""hpclab.cluster's Slurm parts without a Slurm: flavour choice and the one srun line, the profile
+ipyparallel loads, job diagnosis (against stand-in scontrol/sacct/scancel that print what Slurm 22.05
+prints), the routes and the login-node rule. tests/test_slurm.py runs the same on a real Slurm."""
 from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -12,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from hpclab import slurm
-from hpclab.slurm import engines, guard, watch
-from hpclab.slurm import mpi as flavour
-from hpclab.slurm import profile as prof
+from hpclab.cluster import jobs
+from hpclab.cluster import mpi as flavour
+from hpclab.cluster import profile as prof
+from hpclab.cluster import routes as guard
 
 from .helpers import ROOT, env
 
@@ -83,9 +84,26 @@ def test_srun_list_is_read_in_old_and_new_formats(tmp_path, monkeypatch, listing
 
 def test_the_mpi_in_use_is_found_without_initialising_it():
     assert flavour.family(flavour.library_version())[0] != "unknown"
-    proc = subprocess.run([sys.executable, "-m", "hpclab.slurm", "mpi", "pmi2"], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "hpclab.cluster", "mpi", "pmi2"], capture_output=True, text=True,
                           env=env(), cwd=ROOT, timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "pmi2", proc.stderr
+
+
+def test_the_srun_line_has_one_definition_that_the_templates_ask_for():
+    proc = subprocess.run([sys.executable, "-m", "hpclab.cluster", "srun", "pmi2"], capture_output=True, text=True,
+                          env=env(), cwd=ROOT, timeout=60)
+    assert proc.stdout.strip() == "srun --mpi=pmi2 --kill-on-bad-exit=1" == " ".join(flavour.srun_command("pmi2"))
+    shell = {p.name: p.read_text() for p in (ROOT / "slurm").iterdir() if p.is_file()}
+    assert "-m hpclab.cluster srun" in shell["common.sh"]
+    assembled = [name for name, text in shell.items() if re.search(r"^[^#]*(srun\s+--mpi|--kill-on-bad-exit)", text, re.M)]
+    assert not assembled, f"{assembled} assemble the srun line themselves"
+
+
+def test_no_template_or_helper_sets_nccl_nvls_enable():
+    """NVLink SHARP stays as the site has it: only an explicit NCCL_NVLS_ENABLE from the submitter reaches a job."""
+    texts = [p.read_text() for p in [*(ROOT / "slurm").iterdir(), *(ROOT / "hpclab" / "cluster").glob("*.py")]
+             if p.is_file()]
+    assert not [t for t in texts if re.search(r"^[^#]*NCCL_NVLS_ENABLE\s*=", t, re.M)]
 
 
 # ---------------------------------------------------------------- the profile
@@ -102,9 +120,10 @@ def test_cluster_init_writes_a_profile_that_ipyparallel_turns_into_the_engine_jo
     assert proc.returncode == 0, proc.stderr
     assert "MPI launch: srun --mpi=pmi2 (as asked)" in proc.stdout and "8 engines" in proc.stdout
     pdir = tmp_path / "ipython" / "profile_default"
-    assert slurm.profile_is_slurm("default", str(tmp_path / "ipython"))
-    settings = slurm.slurm_settings("default", str(tmp_path / "ipython"))
-    assert (settings.partition, settings.engines, settings.mpi, settings.account) == ("gpu-a100", 8, "pmi2", "proj42")
+    assert guard.profile_is_slurm(str(pdir))
+    settings = prof.settings(str(pdir))
+    assert (settings["partition"], settings["engines"], settings["srun"][1], settings["account"]) == (
+        "gpu-a100", 8, "--mpi=pmi2", "proj42")
 
     import ipyparallel as ipp
     from ipyparallel.cluster.launcher import SlurmEngineSetLauncher
@@ -124,6 +143,27 @@ def test_cluster_init_writes_a_profile_that_ipyparallel_turns_into_the_engine_jo
         assert line in script, f"{line!r} not in\n{script}"
     if sys.prefix != sys.base_prefix:
         assert f"source {sys.prefix}/bin/activate" in script
+
+
+def test_cluster_init_passes_the_sites_options_to_the_engines_job(tmp_path, monkeypatch):
+    proc = init(tmp_path, monkeypatch, "--slurm", "-p", "gpu", "--gpus-per-node", "4", "--mpi", "pmi2",
+                "--reservation", "workshop", "--qos", "short", "--constraint", "h100", "--account", "proj",
+                "--time", "00:20:00", "--idle", "45")
+    assert proc.returncode == 0, proc.stderr
+    assert "reservation workshop, qos short, constraint h100, account proj" in proc.stdout, proc.stdout
+    assert "after 45 min without a notebook" in proc.stdout
+
+    import ipyparallel as ipp
+
+    pdir = tmp_path / "ipython" / "profile_default"
+    cluster = ipp.Cluster(profile_dir=str(pdir), cluster_id="x")
+    launcher = cluster.engine_launcher_class(parent=cluster, profile_dir=str(pdir), cluster_id="x")
+    launcher.write_batch_script(4)
+    script = Path(launcher.batch_file).read_text()
+    for line in ("#SBATCH --reservation=workshop", "#SBATCH --qos=short", "#SBATCH --constraint=h100",
+                 "#SBATCH --account=proj", "#SBATCH --time=00:20:00", "#SBATCH --gpus-per-node=4"):
+        assert line in script, f"{line!r} not in\n{script}"
+    assert prof.settings(str(pdir))["idle"] == 45
 
 
 @pytest.mark.parametrize("args,message", [
@@ -154,9 +194,9 @@ def test_cluster_init_keeps_a_config_it_did_not_write(tmp_path, monkeypatch):
 def test_a_hand_written_slurm_profile_counts_as_slurm(tmp_path):
     pdir = tmp_path / "profile_site"
     pdir.mkdir()
-    assert not guard.profile_is_slurm("site", str(tmp_path))
+    assert not guard.profile_is_slurm(str(pdir))
     (pdir / "ipcluster_config.py").write_text("c = get_config()\nc.Cluster.engine_launcher_class = 'Slurm'\n")
-    assert guard.profile_is_slurm("site", str(tmp_path))
+    assert guard.profile_is_slurm(str(pdir))
 
 
 # ---------------------------------------------------------------- the login-node rule
@@ -173,38 +213,38 @@ def login_node(tmp_path, monkeypatch):
 
 
 def test_login_node_without_gpu_refuses_local_engines_and_says_what_to_do(login_node):
-    reason = guard.login_node_guard("default", str(login_node / "ipython"))
+    reason = guard.login_node_guard(str(login_node / "ipython" / "profile_default"))
     assert "Slurm login node" in reason and "hpclab cluster init --slurm" in reason
-    assert "sbatch slurm/ipcluster_engines.sbatch" in reason and "HPCLAB_ALLOW_LOCAL_ENGINES=1" in reason
+    assert "JupyterLab inside an allocation" in reason and "HPCLAB_ALLOW_LOCAL_ENGINES=1" in reason
 
 
 def test_local_engines_are_allowed_in_a_job_with_a_gpu_or_when_asked(login_node, monkeypatch):
-    ipd = str(login_node / "ipython")
+    ipd = str(login_node / "ipython" / "profile_default")
     monkeypatch.setenv("SLURM_JOB_ID", "12")
-    assert guard.login_node_guard("default", ipd) is None
+    assert guard.login_node_guard(ipd) is None
     monkeypatch.delenv("SLURM_JOB_ID")
     monkeypatch.setattr(guard, "_gpus", lambda: 2)
-    assert guard.login_node_guard("default", ipd) is None
+    assert guard.login_node_guard(ipd) is None
     monkeypatch.setattr(guard, "_gpus", lambda: 0)
     monkeypatch.setenv(guard.ALLOW, "1")
-    assert guard.login_node_guard("default", ipd) is None
+    assert guard.login_node_guard(ipd) is None
     monkeypatch.setenv(guard.ALLOW, "0")
-    assert "forbids" in guard.login_node_guard("default", ipd)
+    assert "forbids" in guard.login_node_guard(ipd)
 
 
 def test_no_sbatch_means_a_laptop_and_local_engines(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(fake_bin(tmp_path, true="exit 0\n")))
     monkeypatch.delenv(guard.ALLOW, raising=False)
     monkeypatch.setattr(guard, "_gpus", lambda: 0)
-    assert guard.login_node_guard("default", str(tmp_path)) is None
+    assert guard.login_node_guard(str(tmp_path)) is None
 
 
 def test_slurm_commands_without_a_cluster_do_not_make_a_login_node(login_node, monkeypatch):
     # e.g. slurm-client installed on a workstation, or a single-node test Slurm whose daemons have stopped
     fake_bin(login_node, scontrol='echo "scontrol: fatal: Could not establish a configuration source" >&2\nexit 1\n')
-    assert guard.login_node_guard("default", str(login_node / "ipython")) is None
+    assert guard.login_node_guard(str(login_node / "ipython" / "profile_default")) is None
     fake_bin(login_node, scontrol="sleep 30\n")          # configured, its controller silent: still a login node
-    assert "Slurm login node" in guard.login_node_guard("default", str(login_node / "ipython"))
+    assert "Slurm login node" in guard.login_node_guard(str(login_node / "ipython" / "profile_default"))
 
 
 def test_a_slurm_profile_never_gets_local_engines(login_node, monkeypatch):
@@ -212,7 +252,7 @@ def test_a_slurm_profile_never_gets_local_engines(login_node, monkeypatch):
     pdir = login_node / "ipython" / "profile_default"
     pdir.mkdir(parents=True)
     (pdir / prof.SETTINGS_FILE).write_text("{}")
-    assert "starts its engines through Slurm" in guard.login_node_guard("default", str(login_node / "ipython"))
+    assert "starts its engines through Slurm" in guard.login_node_guard(str(login_node / "ipython" / "profile_default"))
 
 
 # ---------------------------------------------------------------- job states in words
@@ -249,18 +289,18 @@ def fake_slurm(tmp_path, monkeypatch):
 
 def test_pending_job_says_why_and_what_to_do(fake_slurm):
     fake_slurm(11, "PENDING", reason="Resources", nodes="(null)")
-    assert slurm.job_report(11) == "Slurm job 11 (hpclab-engines) PENDING (Resources)"
-    assert slurm.job_ended(11) is None
-    assert "waiting for free GPUs/nodes. Fix: it starts when they free up (`squeue -j 11 --start`" in slurm.diagnose(11)
+    assert jobs.report(11) == "Slurm job 11 (hpclab-engines) PENDING (Resources)"
+    assert jobs.active(11)
+    assert "waiting for free GPUs/nodes. Fix: it starts when they free up (`squeue -j 11 --start`" in jobs.diagnose(11)
     fake_slurm(12, "PENDING", reason="PartitionTimeLimit", nodes="(null)")
-    assert "longer than partition gpu allows" in slurm.diagnose(12)
+    assert "longer than partition gpu allows" in jobs.diagnose(12)
     fake_slurm(13, "PENDING", reason="QOSMaxGRESPerUser", nodes="(null)")
-    assert "a site limit holds it (QOSMaxGRESPerUser)" in slurm.diagnose(13)
+    assert "a site limit holds it (QOSMaxGRESPerUser)" in jobs.diagnose(13)
 
 
 def test_running_job_names_its_nodes_and_log(fake_slurm, tmp_path):
     fake_slurm(21, "RUNNING", log=str(tmp_path / "e.log"))
-    assert slurm.job_report(21) == f"Slurm job 21 (hpclab-engines) RUNNING on gpu07 for 00:00:42; log: {tmp_path}/e.log"
+    assert jobs.report(21) == f"Slurm job 21 (hpclab-engines) RUNNING on gpu07 for 00:00:42; log: {tmp_path}/e.log"
 
 
 @pytest.mark.parametrize("log_line,cause,fix", [
@@ -271,14 +311,15 @@ def test_running_job_names_its_nodes_and_log(fake_slurm, tmp_path):
     ("ModuleNotFoundError: No module named 'numba'", "has no module numba", "--setup"),
     ("slurmstepd: error: *** JOB 31 ON gpu07 CANCELLED AT 2026-11-23T10:00:00 DUE TO TIME LIMIT ***",
      "reached its time limit", "--time"),
-    ("hpclab engines: the engines ended with exit code 7: 4 had registered", "the engines died (exit code 7)",
-     "start new engines"),
+    ("2026-11-26 10:00:01.234 [IPEngine] CRITICAL | Registration timed out after 5.0 seconds",
+     "could not reach the controller", "JupyterLab inside an allocation"),
 ])
 def test_failed_job_is_diagnosed_from_its_log(fake_slurm, tmp_path, log_line, cause, fix):
     log = tmp_path / "job.log"
     log.write_text(f"hpclab engines: job 31 on gpu07\nsome output\n{log_line}\nsrun: error: gpu07: task 0: Exited\n")
     fake_slurm(31, "FAILED", reason="NonZeroExitCode", exit_code="16:0", log=str(log))
-    message = slurm.job_ended(31)
+    assert not jobs.active(31)
+    message = jobs.diagnose(31)
     assert message.startswith("Slurm job 31 (hpclab-engines) FAILED with exit code 16 after 00:00:42 on gpu07: ")
     assert cause in message and fix in message and message.endswith(f"Log: {log}"), message
     assert "\n" not in message
@@ -288,24 +329,24 @@ def test_ended_jobs_without_a_known_line(fake_slurm, tmp_path):
     log = tmp_path / "job.log"
     log.write_text("Traceback (most recent call last):\nRuntimeError: the answer is wrong\n")
     fake_slurm(41, "FAILED", exit_code="1:0", log=str(log))
-    assert "the job's program failed (log says: 'RuntimeError: the answer is wrong')" in slurm.diagnose(41)
+    assert "the job's program failed (log says: 'RuntimeError: the answer is wrong')" in jobs.diagnose(41)
     fake_slurm(42, "CANCELLED", exit_code="0:15")
-    assert "was cancelled" in slurm.diagnose(42)
+    assert "was cancelled" in jobs.diagnose(42)
     fake_slurm(43, "TIMEOUT", exit_code="0:0")
-    assert "reached its time limit 01:00:00" in slurm.diagnose(43)
+    assert "reached its time limit 01:00:00" in jobs.diagnose(43)
     fake_slurm(44, "COMPLETED")
-    assert "ended normally" in slurm.diagnose(44)
+    assert "ended normally" in jobs.diagnose(44)
 
 
 def test_old_jobs_come_from_sacct_and_unknown_ones_are_said_so(fake_slurm):
     (fake_slurm.state / "sacct_51").write_text("51|hpclab-engines|FAILED|9:0|gpu03|00:10:00|01:00:00|gpu\n")
-    info = slurm.job_info(51)
-    assert (info.state, info.exit_code, info.nodes, info.source) == ("FAILED", 9, "gpu03", "sacct")
-    assert "not known to scontrol or sacct" in slurm.job_report(52)
-    assert "not known to scontrol or sacct" in slurm.job_ended(52)
+    info = jobs.info(51)  # (scontrol does not know it: what is known comes from sacct)
+    assert (info.state, info.exit_code, info.nodes, info.partition) == ("FAILED", 9, "gpu03", "gpu")
+    assert "not known to scontrol or sacct" in jobs.report(52)
+    assert "not known to scontrol or sacct" in jobs.diagnose(52) and not jobs.active(52)
 
 
-def test_cluster_job_id_comes_from_the_engine_set_or_the_job_controller():
+def test_the_job_of_a_cluster_comes_from_its_engine_set_or_its_controller():
     class Launcher:
         def __init__(self, job_id=""):
             self.job_id = job_id
@@ -314,16 +355,17 @@ def test_cluster_job_id_comes_from_the_engine_set_or_the_job_controller():
         engines = {"1": Launcher("77")}
         controller = Launcher()
 
-    assert slurm.cluster_job_id(Cluster) == "77"
+    assert jobs.job_of(Cluster) == "77"
     Cluster.engines, Cluster.controller = {}, Launcher("78")
-    assert slurm.cluster_job_id(Cluster) == "78"
+    assert jobs.job_of(Cluster) == "78"
     Cluster.controller = None
-    assert slurm.cluster_job_id(Cluster) is None
+    assert jobs.job_of(Cluster) is None
+    assert jobs.job_of(raw={"engines": {"sets": {"1": {"job_id": "79"}}}}) == "79"
 
 
 def test_waiting_for_an_engine_job_says_each_state_once_and_stops_when_it_ends(fake_slurm, tmp_path, monkeypatch):
-    monkeypatch.setattr(watch, "POLL_S", 0)
-    job = watch.EngineJob("61")
+    monkeypatch.setattr(jobs, "POLL_S", 0)
+    job = jobs.EngineJob("61")
     fake_slurm(61, "PENDING", reason="Priority", nodes="(null)")
     assert job.check() == "Slurm job 61 (hpclab-engines) PENDING (Priority)"
     assert job.text == "Slurm job 61 PENDING (Priority)"  # the progress bar's
@@ -333,13 +375,13 @@ def test_waiting_for_an_engine_job_says_each_state_once_and_stops_when_it_ends(f
     log = tmp_path / "e.log"
     log.write_text("Abort(...) Runtime environment uses unsupported PMI version PMIx. Aborting.\n")
     fake_slurm(61, "FAILED", exit_code="16:0", log=str(log))
-    with pytest.raises(watch.JobEnded, match=r"^Slurm job 61 \(hpclab-engines\) FAILED .*pmi2.* Log: "):
+    with pytest.raises(jobs.JobEnded, match=r"^Slurm job 61 \(hpclab-engines\) FAILED .*pmi2.* Log: "):
         job.check()
 
 
 def test_an_engine_job_still_queued_at_the_deadline_is_said_so_with_the_reason(fake_slurm, tmp_path):
     fake_slurm(62, "PENDING", reason="Resources", nodes="(null)", log=str(tmp_path / "e.log"))
-    message = watch.EngineJob("62").at_deadline("only 0 of 4 engines registered in 600 s")
+    message = jobs.EngineJob("62").at_deadline("only 0 of 4 engines registered in 600 s")
     assert message.startswith("only 0 of 4 engines registered in 600 s; Slurm job 62 (hpclab-engines) PENDING "
                               "(Resources): waiting for free GPUs/nodes. Fix: "), message
     assert f"Log: {tmp_path}/e.log. The job is cancelled now" in message and "timeout=" in message
@@ -348,83 +390,49 @@ def test_an_engine_job_still_queued_at_the_deadline_is_said_so_with_the_reason(f
 def test_connect_on_a_login_node_refuses_to_start_local_engines(login_node, monkeypatch):
     import ipyparallel as ipp
 
-    from hpclab import cluster
-
     pdir = login_node / "ipython" / "profile_default"
     pdir.mkdir(parents=True)
     plan = ipp.Cluster(profile_dir=str(pdir), load_profile=False)
-    with pytest.raises(cluster.ClusterError, match="no engines were started: this looks like a Slurm login node"):
-        cluster.launch_plan(plan, 4)
-    (pdir / prof.SETTINGS_FILE).write_text(json.dumps({"partition": "gpu", "gpus_per_node": 4, "engines": 4,
-                                                        "mpi": "pmi2"}))
-    assert cluster.launch_plan(plan, 4) == ("4 engines as one Slurm job (partition gpu, 4 GPUs per node, "
-                                            "time 01:00:00, srun --mpi=pmi2)")
+    with pytest.raises(guard.ClusterError, match="no engines were started: this looks like a Slurm login node"):
+        guard.plan(plan, 4)
+    assert init(login_node, monkeypatch, "--slurm", "-p", "gpu", "--gpus-per-node", "4", "--mpi", "pmi2").returncode == 0
+    assert guard.plan(plan, 4) == ("4 engines as one Slurm job (partition gpu, 4 GPUs per node, time 01:00:00, "
+                                   "srun --mpi=pmi2 --kill-on-bad-exit=1)")
 
 
-# ---------------------------------------------------------------- cluster files of engine jobs
-
-def cluster_file(pdir: Path, job: str = "") -> Path:
-    sec = pdir / "security"
-    sec.mkdir(parents=True, exist_ok=True)
-    state = {"pid": 999999, "state": "running", "profile_dir": str(pdir), "cluster_id": ""}
-    if job:
-        state["job_id"] = job
-    path = sec / "cluster-.json"
-    path.write_text(json.dumps({
-        "cluster": {"class": "ipyparallel.cluster.cluster.Cluster", "profile_dir": str(pdir), "cluster_id": ""},
-        "controller": {"class": "hpclab.slurm.launchers.JobControllerLauncher" if job else "local", "state": state},
-        "engines": {"class": "mpi", "sets": {}}}))
-    (sec / "ipcontroller-client.json").write_text(json.dumps({
-        "ssh": "", "interface": "tcp://127.0.0.1", "registration": 9, "control": 9, "mux": 9, "task": 9,
-        "iopub": 9, "hb_ping": 9, "hb_pong": 9, "broadcast": [9, 9], "key": "k", "location": "127.0.0.1",
-        "pack": "json", "unpack": "json", "signature_scheme": "hmac-sha256", "task_scheme": "leastload",
-        "notification": 9}))
-    return path
-
-
-def test_engine_job_cluster_file_is_live_while_the_job_runs_and_stale_after(fake_slurm, tmp_path):
-    pdir = tmp_path / "profile_default"
-    cluster_file(pdir, job="61")
-    fake_slurm(61, "RUNNING")
-    status, found = engines.check_profile(pdir, own_job="62")
-    assert status == "live" and "the engines of job 61 are still running" in found and "on gpu07" in found
-    fake_slurm(61, "COMPLETED")
-    assert engines.check_profile(pdir, own_job="62") == (
-        "stale", f"{pdir}/security/cluster-.json was left by Slurm job 61 (COMPLETED)")
-    assert {p.name for p in engines.clear(pdir)} == {"cluster-.json", "ipcontroller-client.json"}
-    assert engines.check_profile(pdir) == ("none", "")
-
-
-def test_cluster_file_of_a_controller_that_does_not_answer_is_stale(tmp_path):
-    pdir = tmp_path / "profile_default"
-    cluster_file(pdir)
-    status, found = engines.check_profile(pdir, own_job="62", timeout=1)
-    assert status == "stale" and "no longer answers" in found
-
-
-def test_the_login_side_sees_an_engine_job_by_its_job_id_and_stops_it_with_scancel(fake_slurm, tmp_path):
-    """ipyparallel reads the job's controller back by job id, never by the PID written on the node."""
+def test_inside_a_job_with_gpus_the_engines_are_an_srun_step_of_that_job(tmp_path, monkeypatch):
     import ipyparallel as ipp
+    from ipyparallel.cluster.launcher import MPIEngineSetLauncher
 
-    from hpclab.slurm.launchers import JobControllerLauncher
+    for name, value in (("SLURM_JOB_ID", "77"), ("SLURM_GPUS_ON_NODE", "4"), ("SLURM_JOB_NUM_NODES", "2"),
+                        ("HPCLAB_SRUN_MPI", "pmi2"), (guard.ALLOW, "0")):
+        monkeypatch.setenv(name, value)
+    (tmp_path / prof.SETTINGS_FILE).write_text("{}")  # even with a Slurm profile: no second job
+    cluster = ipp.Cluster(profile_dir=str(tmp_path), load_profile=False)
+    assert guard.plan(cluster, 4) == ("4 MPI engines in this Slurm job 77 (srun --mpi=pmi2 --kill-on-bad-exit=1 "
+                                      "--overlap -n 4, one rank per GPU); no second job")
+    launcher = cluster.engine_launcher_class(parent=cluster, profile_dir=str(tmp_path), cluster_id="")
+    assert isinstance(launcher, MPIEngineSetLauncher) and launcher.mpi_cmd == [*flavour.srun_command("pmi2"), "--overlap"]
+    assert cluster.controller_ip == "*"  # two nodes: ranks on the other node reach the controller here
+    monkeypatch.setenv("SLURM_GPUS_ON_NODE", "2")
+    assert "4 ranks on its 2 GPUs of this node" in guard.plan(cluster, 4)
+    monkeypatch.delenv("SLURM_GPUS_ON_NODE")  # salloc's shell has only what was asked for
+    monkeypatch.setenv("SLURM_GPUS_PER_NODE", "h100:4")
+    assert guard.job_gpus() == 4
+    monkeypatch.setenv(guard.ALLOW, "1")  # the test suite's own engines stay local
+    assert guard.plan(ipp.Cluster(profile_dir=str(tmp_path / "x"), load_profile=False), 4) == \
+        "4 MPI engines on this machine (mpiexec)"
 
-    pdir = tmp_path / "profile_default"
-    cfile = cluster_file(pdir, job="71")
-    fake_slurm(71, "RUNNING")
-    cluster = ipp.Cluster.from_file(str(cfile))
-    assert isinstance(cluster.controller, JobControllerLauncher) and cluster.controller.running
-    cluster.update_cluster_file()  # as ipyparallel writes it back: the class must stay importable
-    again = ipp.Cluster.from_file(str(cfile))
-    assert isinstance(again.controller, JobControllerLauncher) and again.controller.running
-    fake_slurm(71, "CANCELLED", exit_code="0:15")  # scancel takes effect
-    cluster.stop_cluster_sync()
-    assert (fake_slurm.state / "scancel.log").read_text().split() == ["71"]
-    assert not cfile.exists()
 
-    cluster_file(pdir, job="72")  # a job that has ended: ipyparallel drops the file itself
-    fake_slurm(72, "FAILED", exit_code="1:0")
-    assert ipp.Cluster.from_file(str(cfile)).controller is None
-    assert not cfile.exists()
+def test_a_running_job_says_how_long_it_has_left(fake_slurm):
+    from datetime import datetime, timedelta
+
+    fake_slurm(81, "RUNNING")
+    info = jobs.info(81)
+    info.end = (datetime.now() + timedelta(minutes=95, seconds=30)).isoformat(timespec="seconds")
+    assert info.left() == "1:35 left"
+    info.state = "PENDING"
+    assert info.left() == ""
 
 
 # ---------------------------------------------------------------- when the Slurm tier cannot run

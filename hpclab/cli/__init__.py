@@ -56,21 +56,9 @@ def _main(argv: list[str] | None) -> int:
     wb.add_argument("--timeout", type=count(1, 7 * 86400), default=1200, help="seconds per cell")
     wb.set_defaults(handler=lambda args, rest: _command("workbook").main(
         args.notebooks, args.out, args.engines, args.timeout) if not rest else _unknown(rest))
-    cl = sub.add_parser("cluster", help="start, list or stop the MPI engines of an IPython profile; init --slurm: engines from Slurm")
-    actions = cl.add_subparsers(dest="action", required=True)
-    start = actions.add_parser("start", help="start the shared cluster that notebooks claim one at a time")
-    start.add_argument("-n", "--engines", type=count(1, 1024), default=4, help="number of MPI engines (default 4)")
-    start.add_argument("--timeout", type=float, default=None,
-                       help="seconds to wait for all engines (default 120; for a Slurm profile's job 600)")
-    status = actions.add_parser("status", help="list the profile's clusters, their engines and owners")
-    stop = actions.add_parser("stop", help="stop the shared cluster and clusters left by notebooks that are gone")
-    stop.add_argument("--all", action="store_true", help="also stop private clusters of notebooks still open")
-    for action in (start, status, stop):
-        action.add_argument("--profile", default="default", help="IPython profile (default: default)")
-    from hpclab.slurm.profile import add_cluster_init
-
-    add_cluster_init(actions)
-    cl.set_defaults(handler=lambda args, rest: _cluster(args) if not rest else _unknown(rest))
+    # hpclab.cluster imports ipyparallel: only when the command runs (every rank of `hpclab run` starts here)
+    sub.add_parser("cluster", help="start, list or stop the profile's MPI engines; init --slurm: engines from Slurm",
+                   add_help=False).set_defaults(handler=lambda args, rest: importlib.import_module("hpclab.cluster.command").main(rest))
 
     args, rest = parser.parse_known_args(argv)
     return args.handler(args, rest)
@@ -110,27 +98,3 @@ def _exercises(args, rest) -> int:
         return _unknown(rest)
     # notebooks named after an option arrive in rest (argparse gives * positionals their values once)
     return _command("exercises").main(args.action, args.root, args.notebooks + rest, args.dry_run)
-
-
-def _cluster(args) -> int:
-    from hpclab import cluster, profile_clusters
-
-    if args.action == "init":
-        return args.func(args)
-    if args.action == "start":
-        try:
-            cluster.start_shared(args.engines, args.profile, args.timeout)
-        except cluster.ClusterError as exc:
-            print(f"hpclab cluster start: {exc}", file=sys.stderr)
-            return 1
-        return 0
-    pdir = profile_clusters.profile_dir(args.profile)
-    log = profile_clusters.quiet_log(pdir)
-    if args.action == "status":
-        lines = profile_clusters.status_lines(pdir, log)
-    else:
-        lines = profile_clusters.stop_lines(pdir, log, everything=args.all)
-    print(f"profile {args.profile!r} ({pdir}):")
-    for line in lines:
-        print(f"  {line}")
-    return 0

@@ -22,7 +22,7 @@ from hpclab.comm.select import BACKENDS
 from hpclab.device import describe_sharing, identity, select_gpu, sharing
 from hpclab.errors import RankError, step
 from hpclab.runner import env_rank
-from hpclab.slurm.mpi import choose as srun_mpi, family as mpi_family, srun_flavours  # Slurm helpers
+from hpclab.cluster.mpi import choose as srun_mpi, family as mpi_family, srun_flavours  # Slurm helpers
 
 STACK = {12: "cu12", 13: "cu13"}    # CUDA major -> the extra with its stack (tools/gpu_stack.py)
 SETUP = "make setup (it installs the stack that matches the driver)"

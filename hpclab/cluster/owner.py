@@ -1,10 +1,7 @@
-"""Which notebook owns this engine (runs on the engines; see ``hpclab.cluster``).
+"""Which notebook owns this engine: runs on the engines (ipyparallel has no notion of an owner).
 
-A notebook that uses a shared cluster claims every engine with an owner record
-(host, kernel pid and its start time, a random token). An engine handles one
-request at a time, so a claim is atomic per engine: of two notebooks that claim
-at once, exactly one gets the engine. Claiming and releasing both empty the
-engine's user namespace, so no name of one notebook is seen by the next.
+An engine handles one request at a time, so a claim is atomic per engine: of two notebooks claiming at
+once, one gets it. Claiming and releasing empty the namespace: no name of one notebook reaches the next.
 """
 from __future__ import annotations
 
@@ -21,9 +18,8 @@ def owner() -> dict | None:
 
 
 def claim(record: dict, takeover: tuple[str, ...] = ()) -> dict | None:
-    """Make ``record`` this engine's owner if the engine is free, already held by the
-    same token, or held by one of the ``takeover`` tokens (owners known to be gone).
-    Returns None when claimed, otherwise the record of the owner that holds it."""
+    """Make ``record`` the owner if the engine is free, held by the same token, or held by one of the
+    ``takeover`` tokens (owners known to be gone). None when claimed, else the owner that holds it."""
     global _owner
     held = _owner
     if held is not None and held["token"] != record["token"] and held["token"] not in takeover:
@@ -62,5 +58,4 @@ def describe() -> dict:
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
-    return {"rank": comm.rank, "size": comm.size, "pid": os.getpid(), "host": socket.gethostname(),
-            "owner": _owner}
+    return {"rank": comm.rank, "size": comm.size, "pid": os.getpid(), "host": socket.gethostname(), "owner": _owner}
