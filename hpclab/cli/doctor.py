@@ -287,10 +287,13 @@ def main(argv: list[str]) -> int:
         from hpclab import cluster
 
         try:
-            with cluster.connect(n=args.n, profile=args.profile, activate=False) as session:
-                return report(session, args.backend)
+            session = cluster.connect(n=args.n, profile=args.profile, activate=False)
         except cluster.ClusterError as exc:     # no engines: that is the finding
             return report(per_rank=[[Line("FAIL", "engines", str(exc))]])
+        try:
+            return report(session, args.backend)
+        finally:
+            session.close()
     mine = checks(args.backend)
     try:
         everyone = mpi.world().gather(mine)
