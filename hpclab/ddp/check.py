@@ -1,18 +1,10 @@
 """Data-parallel training: the learner's gradient averaging, replicas, 1 vs n ranks.
 
-The exercise: every rank holds the gradient of its own share of the global
-batch; the learner flattens it into one bucket, all-reduces it and divides so
-that every rank ends up with the mean gradient over the global batch, the
-gradient one GPU would compute on the whole batch. The checks compare with
-that single-GPU gradient and, when the answer is off by a factor that a
-usual mistake produces, name the mistake.
-
-``local`` says what each rank's gradient was before averaging:
-
-- ``"sum"``: the sum over the rank's own samples (divide the all-reduced sum
-  by the global batch B);
-- ``"mean"``: the mean over the rank's own samples, as PyTorch computes it
-  (divide the all-reduced sum by the number of ranks N).
+The exercise: every rank all-reduces its gradient bucket and divides, so that every rank holds the
+mean gradient over the global batch, what one GPU computes on the whole batch. The checks compare with
+that gradient and name the usual mistake when the answer is off by its factor. ``local`` says what
+each rank's gradient was: ``"sum"`` over its own samples (divide the all-reduced sum by the global
+batch B) or ``"mean"``, as PyTorch computes it (divide by the number of ranks N).
 """
 from __future__ import annotations
 
@@ -68,13 +60,9 @@ def _close(a: np.ndarray, b: np.ndarray, rtol: float) -> bool:
 
 def gradients(per_rank, reference, global_batch: int, local: str = "sum",
               local_grads=None, rtol: float = 1e-6, quiet: bool = False) -> Verdict:
-    """Check the averaged gradient every rank returned against the single-GPU one.
-
-    ``per_rank``: each rank's averaged flat gradient (rank order).
-    ``reference``: the mean gradient over the whole global batch, flattened in
-    the model's order (W0, b0, W1, b1, ...). ``local_grads`` (optional): each
-    rank's gradient before averaging, flattened, to recognise a missing all-reduce.
-    """
+    """Check each rank's averaged flat gradient (``per_rank``, rank order) against ``reference``, the mean
+    gradient over the global batch flattened in the model's order (W0, b0, W1, b1, ...). ``local_grads``
+    (optional): each rank's flat gradient before averaging, to recognise a missing all-reduce."""
     if local not in LOCAL:
         raise ValueError(f"local must be one of {LOCAL}, not {local!r}")
     ref = np.asarray(reference, dtype=np.float64).ravel()

@@ -1,11 +1,7 @@
 """Batch size and learning rate: train the digits model for each pair and tabulate.
 
-The multi-node training guide's advice is to tune both together: a larger
-global batch takes fewer, less noisy steps per epoch, and usually wants a
-larger learning rate (the linear scaling rule) to learn as much per epoch.
-``sweep`` trains one model per (global batch, learning rate) pair with
-everything else from :class:`~hpclab.ddp.digits.DigitsConfig` (reduced on
-the simulator) and returns one row per run, the same on every rank.
+The multi-node training guide's advice is to tune both together: a larger global batch takes fewer,
+less noisy steps per epoch and usually wants a larger learning rate (the linear scaling rule).
 """
 from __future__ import annotations
 
@@ -13,11 +9,8 @@ from hpclab.ddp.digits import DigitsConfig, train_digits
 
 
 def sweep(comm, placement, batches, lrs, **overrides) -> list[dict]:
-    """Train on every rank for each global batch x learning rate; rows in that order.
-
-    ``overrides`` go to ``DigitsConfig.for_backend`` (epochs, hidden, subset, ...).
-    Each global batch must divide among the ranks; a ``RankError`` says so otherwise.
-    """
+    """Train on every rank for each global batch x learning rate; one row per run in that order, the same
+    on every rank. ``overrides`` go to ``DigitsConfig.for_backend`` (epochs, hidden, subset, ...)."""
     rows = []
     for batch in batches:
         for lr in lrs:
