@@ -10,6 +10,7 @@ from hpclab.collectives.patterns import exercise0
 from hpclab.collectives.ring import ring_allreduce, ring_bytes_per_rank
 from hpclab.comm import BACKENDS, get
 from hpclab.errors import step
+from hpclab.mpi import MPI
 from hpclab.options import count
 from hpclab.runner import Report
 from hpclab.timing import wall
@@ -53,16 +54,13 @@ def run(args, ctx) -> Report:
     data = fill(count, rank + 1.0, 1.0).copy_to_host()
     (ring, sent), _, t_ring = wall(lambda: ring_allreduce(data, comm), comm, sync=False)
     reference = np.empty_like(data)
-    from mpi4py import MPI
-
-    _, _, t_mpi = wall(lambda: comm.Allreduce(data, reference, op=MPI.SUM), comm, sync=False)
+    _, _, t_mpi = wall(lambda: comm.Allreduce(data, reference, op=MPI().SUM), comm, sync=False)
     ring_ok = check.allreduce(ring, reference, sent, data.nbytes, size, quiet=True)
     ideal = ring_bytes_per_rank(data.nbytes, size)
-    all_ok = comm.allreduce(bool(ring_ok) and all(verdicts), op=MPI.LAND)
+    all_ok = comm.allreduce(bool(ring_ok) and all(verdicts), op=MPI().LAND)
 
-    p = ctx.placement
     report = Report(
-        rank_line=(f"{p.label()} | value = [{rank + 1}] | allreduce = {held['allreduce']} "
+        rank_line=(f"{ctx.placement.label()} | value = [{rank + 1}] | allreduce = {held['allreduce']} "
                    f"| allgather = {held['allgather']} | ring bytes sent = {sent}"),
         passed=all_ok,
         timings={"exercise0_s": t_ex0, "ring_allreduce_s": t_ring, "mpi_allreduce_s": t_mpi},

@@ -146,7 +146,8 @@ def figures(table: list[dict]) -> list[dict]:
     rows = []
     for r in table:
         n, step, v = int(r["gpus"]), float(r["step_s"]), variant(r)
-        eff = speedups([1, n], [base[v], step], "weak" if r["sweep"] == "weak" else "strong")[-1][1] if v in base else None
+        mode = "weak" if r["sweep"] == "weak" else "strong"
+        eff = speedups([1, n], [base[v], step], mode)[-1][1] if v in base else None
         metrics = [("step_s", step, "s"), ("samples_per_s", r["samples_per_s"], "samples/s"),
                    ("comm_share", r["comm_share"], "1"), ("efficiency", eff, "1"), ("parameters", r["parameters"], "1")]
         if r.get("overlap") in ("True", "False"):        # the CSV has the split (since overlap was added)
