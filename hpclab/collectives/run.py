@@ -22,8 +22,7 @@ HELP = ("Workshop Exercise 0: Send/Recv, Bcast, Scatter, Gather, Reduce, Allredu
 def add_arguments(parser) -> None:
     parser.add_argument("--count", type=count(1, (1 << 63) - 1), default=None,
                         help="elements in the ring all-reduce buffer (default: 1M on a GPU, 1000 on the simulator)")
-    parser.add_argument("--backend", default="auto", choices=BACKENDS,
-                        help="communication backend (default auto)")
+    parser.add_argument("--backend", default="auto", choices=BACKENDS, help="communication backend (default auto)")
 
 
 def default_count() -> int:
@@ -47,8 +46,7 @@ def run(args, ctx) -> Report:
 
     held, _, t_ex0 = wall(lambda: exercise0(be), comm)
     everyone = comm.allgather(held)
-    verdicts = [check.collective(name, [h[name] for h in everyone], quiet=True)
-                for name in held]
+    verdicts = [check.collective(name, [h[name] for h in everyone], quiet=True) for name in held]
 
     # Ring all-reduce of a vector that differs per rank, against MPI's Allreduce.
     data = fill(count, rank + 1.0, 1.0).copy_to_host()

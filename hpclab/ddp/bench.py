@@ -202,8 +202,7 @@ def digits_bench(args) -> int:
     results = {}
     for precision in ("fp32", "mixed"):
         # Warm-up run: Numba compiles each kernel on first use; keep that out of the timings.
-        train_digits(comm, placement, DigitsConfig.for_backend(precision=precision, epochs=1),
-                     say=lambda _line: None)
+        train_digits(comm, placement, DigitsConfig.for_backend(precision=precision, epochs=1), say=lambda _line: None)
         out = results[precision] = train_digits(comm, placement, DigitsConfig.for_backend(precision=precision,
                                                                                            monitor=True))
         if comm.rank == 0:

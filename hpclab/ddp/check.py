@@ -84,8 +84,7 @@ def _gradients(per_rank, reference, global_batch, local, local_grads, rtol) -> V
             if all(_factor(g, m, rtol) is not None for g, m in zip(got, mine)):
                 why = ("each rank kept its own gradient: the all-reduce is missing (or its result was not used), "
                        "so each replica learns from its own shard only")
-            elif _close(got[0], ref, rtol) and all(_factor(g, m, rtol) is not None
-                                                   for g, m in zip(got[1:], mine[1:])):
+            elif _close(got[0], ref, rtol) and all(_factor(g, m, rtol) is not None for g, m in zip(got[1:], mine[1:])):
                 why = "only rank 0 has the averaged gradient: a reduce (to rank 0) where an all-reduce was needed"
         return Verdict(False, f"replicas diverged: rank {odd[0]} holds a different averaged gradient from rank 0 "
                               f"(largest difference {float(np.abs(got[odd[0]] - got[0]).max()):.3g}), so after "

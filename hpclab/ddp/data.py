@@ -29,8 +29,7 @@ def split_sizes(subset: int | None = None, val_fraction: float = 0.15, test_frac
     return {"train": n - test - val, "val": val, "test": test}
 
 
-def digits(seed: int = 0, subset: int | None = None, val_fraction: float = 0.15,
-           test_fraction: float = 0.15):
+def digits(seed: int = 0, subset: int | None = None, val_fraction: float = 0.15, test_fraction: float = 0.15):
     """scikit-learn's bundled 8x8 handwritten digits (1797 images, no download), split train / validation
     / test with every digit in the same proportion in each part (``subset``: that many images first,
     stratified too), standardised with the training part's mean and standard deviation. Returns
@@ -41,8 +40,7 @@ def digits(seed: int = 0, subset: int | None = None, val_fraction: float = 0.15,
     x, y = load_digits(return_X_y=True)
     if subset is not None and subset < len(y):
         x, _, y, _ = train_test_split(x, y, train_size=subset, stratify=y, random_state=seed)
-    x_rest, x_test, y_rest, y_test = train_test_split(
-        x, y, test_size=test_fraction, stratify=y, random_state=seed)
+    x_rest, x_test, y_rest, y_test = train_test_split(x, y, test_size=test_fraction, stratify=y, random_state=seed)
     x_train, x_val, y_train, y_val = train_test_split(
         x_rest, y_rest, test_size=val_fraction / (1 - test_fraction), stratify=y_rest,
         random_state=seed)

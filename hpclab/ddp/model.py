@@ -132,8 +132,7 @@ class MLP:
             K.dense_forward(acts[i], w, b, acts[i + 1], relu=i < last)
         return acts[-1]
 
-    def loss_and_gradients(self, n: int, targets, loss: str, grad_scale: float, loss_scale: float,
-                           on_ready=None):
+    def loss_and_gradients(self, n: int, targets, loss: str, grad_scale: float, loss_scale: float, on_ready=None):
         """Forward, loss and backward for the n rows in the workspace: the gradients of ``grad_scale * sum
         of per-row losses`` in the bucket, ``loss_scale * sum of losses`` and the number of correct
         predictions in its last two slots. ``on_ready(i)`` is called as soon as layer i's gradients are

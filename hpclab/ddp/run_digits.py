@@ -19,10 +19,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--hidden", type=count_list(1, 1 << 16, example="128,64"), default=None,
                         help="hidden layer widths, e.g. 128,64 (default 128,64; 16 on the simulator)")
     parser.add_argument("--epochs", type=count(1, None), default=None, help="default 20 (2 on the simulator)")
-    parser.add_argument("--global-batch", type=count(1, DIGITS), default=None,
-                        help="default 64 (20 on the simulator)")
-    parser.add_argument("--lr", type=real(0, lo_open=True), default=None,
-                        help="default 2e-3 (2e-2 on the simulator)")
+    parser.add_argument("--global-batch", type=count(1, DIGITS), default=None, help="default 64 (20 on the simulator)")
+    parser.add_argument("--lr", type=real(0, lo_open=True), default=None, help="default 2e-3 (2e-2 on the simulator)")
     parser.add_argument("--optimizer", choices=("sgd", "adam"), default=None, help="default adam")
     parser.add_argument("--precision", choices=("fp32", "mixed"), default=None,
                         help="mixed: float16 compute, float32 master weights, dynamic loss scaling")

@@ -32,8 +32,7 @@ def check_batch(n_samples: int, global_batch: int, size: int, flag: str = "--glo
 class DistributedSampler:
     """Per-epoch sample indices for one rank (like PyTorch's, with set_epoch built in)."""
 
-    def __init__(self, n_samples: int, global_batch: int, rank: int, size: int,
-                 seed: int = 0):
+    def __init__(self, n_samples: int, global_batch: int, rank: int, size: int, seed: int = 0):
         self.per_rank = check_batch(n_samples, global_batch, size)
         self.n_samples, self.global_batch = n_samples, global_batch
         self.rank, self.size, self.seed = rank, size, seed

@@ -79,8 +79,7 @@ def train_synthetic(comm, cfg: SyntheticConfig) -> dict:
         losses += step_losses
         epoch_losses.append(float(np.mean(step_losses)))
         checks.append(trainer.replicas())   # once per epoch, on every rank
-    learned = (epoch_losses[-1] < epoch_losses[0] if len(epoch_losses) > 1
-               else losses[-1] < losses[0])
+    learned = (epoch_losses[-1] < epoch_losses[0] if len(epoch_losses) > 1 else losses[-1] < losses[0])
     return {
         "losses": losses, "epoch_losses": epoch_losses,
         "replicas_identical": all(c["identical"] for c in checks),

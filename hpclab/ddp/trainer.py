@@ -53,13 +53,11 @@ def replica_checksums(comm, model: MLP) -> dict:
 
     p = model.parameters_host()
     p64 = p.astype(np.float64)
-    mine = np.array([p64.sum(), (p64 * (1.0 + np.arange(p64.size) % 7)).sum(),
-                     float(zlib.crc32(p.tobytes()))])
+    mine = np.array([p64.sum(), (p64 * (1.0 + np.arange(p64.size) % 7)).sum(), float(zlib.crc32(p.tobytes()))])
     lo, hi = np.empty_like(mine), np.empty_like(mine)
     comm.Allreduce(mine, lo, op=MPI.MIN)
     comm.Allreduce(mine, hi, op=MPI.MAX)
-    return {"identical": bool(np.array_equal(lo, hi)), "sum": float(mine[0]),
-            "min": lo.tolist(), "max": hi.tolist()}
+    return {"identical": bool(np.array_equal(lo, hi)), "sum": float(mine[0]), "min": lo.tolist(), "max": hi.tolist()}
 
 
 class LossScaler:
