@@ -1,9 +1,9 @@
 """Data-parallel training built from hpclab's own kernels and communication backends (notebook 07,
 workshop Exercises 5 and 6); the README's layout section names each module's part."""
-from hpclab.ddp.model import MLP, count_parameters, flatten, init_parameters, layout, memory_breakdown, unflatten
+from hpclab.ddp.model import MLP, count_parameters, flatten, init_parameters, memory_breakdown, unflatten
 from hpclab.ddp.sampler import DistributedSampler, check_batch
 from hpclab.ddp.trainer import DDPTrainer, LossScaler, broadcast_parameters, check_same_model, replica_checksums
 
 __all__ = ["DDPTrainer", "DistributedSampler", "LossScaler", "MLP", "broadcast_parameters",
            "check_batch", "check_same_model", "count_parameters", "flatten", "init_parameters",
-           "layout", "memory_breakdown", "replica_checksums", "unflatten"]
+           "memory_breakdown", "replica_checksums", "unflatten"]

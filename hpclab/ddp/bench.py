@@ -25,6 +25,17 @@ import os
 import sys
 import time
 
+from hpclab import backend
+from hpclab.comm import BACKENDS
+from hpclab.ddp.digits import DigitsConfig, train_digits
+from hpclab.ddp.sweep import best, format_table, sweep
+from hpclab.ddp.throughput import measure
+from hpclab.device import select_gpu
+from hpclab.mpi import world
+from hpclab.options import Parser, count, count_list, real, real_list
+from hpclab.results.recorded import figure
+from hpclab.scaling import speedups
+
 FIELDS = ["sweep", "gpus", "width", "layers", "parameters", "global_batch", "per_gpu_batch",
           "precision", "comm", "overlap", "bucket_mb", "buckets", "step_s", "samples_per_s", "compute_s",
           "comm_s", "update_s", "comm_share", "allreduce_s", "hidden_share", "device"]
@@ -33,9 +44,6 @@ TARGETS = {("weak", False): 0.85, ("strong", True): 0.75, ("weak", True): 0.95}
 
 
 def _parser():
-    from hpclab.comm import BACKENDS
-    from hpclab.options import Parser, count, count_list, real, real_list
-
     p = Parser(prog="hpclab bench ddp", description=__doc__)
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--mode", choices=("digits", "scaling", "sweep", "buckets"))
@@ -66,9 +74,6 @@ def _parser():
 
 
 def _setup():
-    from hpclab.device import select_gpu
-    from hpclab.mpi import world
-
     comm = world()
     return comm, select_gpu(comm)
 
@@ -85,8 +90,6 @@ def append_csv(path: str, rows: list[dict], fields: list[str]) -> None:
 
 def _measure(args, comm, placement, points) -> list[dict]:
     """One row per point (sweep, global batch, bucket MiB or None: no overlap), the same on every rank."""
-    from hpclab.ddp.throughput import measure
-
     return [{"sweep": sweep, "width": args.width, "layers": args.layers,
              **measure(comm, [args.width] * (args.layers + 1), batch, steps=args.steps, warmup=args.warmup,
                        precision=args.precision, comm_backend=args.comm, overlap=mb is not None,
@@ -134,9 +137,6 @@ def buckets(args) -> int:
 def figures(table: list[dict]) -> list[dict]:
     """Step time of the MLP per GPU count; efficiency against 1 GPU (:func:`hpclab.scaling.speedups`); with the
     all-reduce overlapped (variant ...-overlap, or buckets-<MiB>), how much of it was hidden."""
-    from hpclab.results.recorded import figure
-    from hpclab.scaling import speedups
-
     def variant(r):
         if r.get("overlap") != "True":
             return r["sweep"]
@@ -162,8 +162,6 @@ def figures(table: list[dict]) -> list[dict]:
 
 def summarize(path: str) -> int:
     """Speedup and efficiency per sweep from a scaling CSV, the targets at 4 GPUs, and one JSON line of figures."""
-    from hpclab.scaling import speedups
-
     with open(path) as fh:
         table = list(csv.DictReader(fh))
     verdicts = []
@@ -195,9 +193,6 @@ def summarize(path: str) -> int:
 
 
 def digits_bench(args) -> int:
-    from hpclab.ddp.digits import DigitsConfig, train_digits
-    from hpclab.results.recorded import figure
-
     comm, placement = _setup()
     results = {}
     for precision in ("fp32", "mixed"):
@@ -227,9 +222,6 @@ def digits_bench(args) -> int:
 
 
 def sweep_bench(args) -> int:
-    from hpclab import backend
-    from hpclab.ddp.sweep import best, format_table, sweep
-
     comm, placement = _setup()
     sim = backend.is_simulator()
     batches = args.batches or ([20, 40] if sim else [32, 128, 512])

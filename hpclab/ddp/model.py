@@ -17,38 +17,29 @@ cuda = K.cuda
 EXTRA_SLOTS = 2  # loss, correct predictions
 
 
-def layout(sizes) -> list[tuple[str, tuple[int, ...]]]:
-    """Parameter names and shapes of an MLP with these layer widths."""
-    out = []
-    for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
-        out += [(f"W{i}", (n_in, n_out)), (f"b{i}", (n_out,))]
-    return out
-
-
 def count_parameters(sizes) -> int:
     """W and b of every layer."""
-    return sum(int(np.prod(shape)) for _, shape in layout(sizes))
+    return int(sum((n_in + 1) * n_out for n_in, n_out in zip(sizes[:-1], sizes[1:])))
 
 
 def init_parameters(sizes, seed: int, dtype=np.float32) -> np.ndarray:
     """PyTorch's default for nn.Linear: W and b uniform in +-1/sqrt(fan_in), flattened."""
     rng = np.random.default_rng(seed)
     parts = []
-    for name, shape in layout(sizes):
-        fan_in = shape[0] if name.startswith("W") else sizes[int(name[1:])]
-        bound = 1.0 / np.sqrt(fan_in)
-        parts.append(rng.uniform(-bound, bound, size=shape).ravel())
+    for n_in, n_out in zip(sizes[:-1], sizes[1:]):
+        bound = 1.0 / np.sqrt(n_in)
+        parts += [rng.uniform(-bound, bound, size=(n_in, n_out)).ravel(), rng.uniform(-bound, bound, size=n_out)]
     return np.concatenate(parts).astype(dtype)
 
 
 def unflatten(flat, sizes) -> list:
     """[(W0, b0), (W1, b1), ...] as views into a flat vector (NumPy or device array)."""
-    views, offset = [], 0
-    for name, shape in layout(sizes):
-        n = int(np.prod(shape))
-        views.append(flat[offset:offset + n].reshape(shape))
-        offset += n
-    return [(views[i], views[i + 1]) for i in range(0, len(views), 2)]
+    layers, start = [], 0
+    for n_in, n_out in zip(sizes[:-1], sizes[1:]):
+        w_end = start + n_in * n_out
+        layers.append((flat[start:w_end].reshape(n_in, n_out), flat[w_end:w_end + n_out]))
+        start = w_end + n_out
+    return layers
 
 
 def flatten(layers) -> np.ndarray:
@@ -94,7 +85,6 @@ class MLP:
         self.grads = unflatten(self.bucket[:self.n_params], self.sizes)
         self.stat_slots = self.bucket[self.n_params:]
         self._work: dict[int, dict] = {}
-        self._aranges: dict[int, object] = {}
 
     def load(self, flat_host: np.ndarray) -> None:
         if flat_host.shape != (self.n_params,):
@@ -158,9 +148,7 @@ class MLP:
         """[sum of per-row losses, correct predictions] for the rows x (device), no gradients."""
         n = x.shape[0]
         work = self.workspace(n)
-        if n not in self._aranges:
-            self._aranges[n] = cuda.to_device(np.arange(n, dtype=np.int32))
-        K.take_rows(x, self._aranges[n], work["acts"][0])
+        K.cast(x.reshape(x.size), work["acts"][0].reshape(x.size))       # the rows, in the compute dtype
         logits = self.forward(n)
         fn = K.softmax_cross_entropy if loss == "xent" else K.mean_squared_error
         fn(logits, y, work["dz"][-1], work["stats"], 0.0, 1.0)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from hpclab.mpi import first_ranks
+from hpclab.ddp.model import MLP, init_parameters
+from hpclab.ddp.trainer import DDPTrainer, random_batch
+from hpclab.mpi import MPI, first_ranks
 from hpclab.scaling import speedups
 from hpclab.timing import Phases, wall
 
@@ -23,11 +25,6 @@ def measure(comm, sizes, global_batch: int, steps: int = 5, warmup: int = 2,
     ``comm_s`` is then the all-reduce time left after the backward pass (not hidden), ``allreduce_s``
     the time the all-reduces took and ``hidden_share`` the part of it hidden behind compute.
     """
-    from mpi4py import MPI
-
-    from hpclab.ddp.model import MLP, init_parameters
-    from hpclab.ddp.trainer import DDPTrainer, random_batch
-
     size = comm.size
     if global_batch % size:
         raise ValueError(f"global batch {global_batch} does not divide among {size} ranks")
@@ -45,7 +42,7 @@ def measure(comm, sizes, global_batch: int, steps: int = 5, warmup: int = 2,
     step_s = slowest / steps
     ph = {k: v / steps for k, v in trainer.phases.max_over_ranks(comm).items()}
     # With overlap the all-reduces run during compute, so their own time is not a phase.
-    busy = comm.allreduce(trainer.allreduce_busy_s, op=MPI.MAX) / steps if overlap else ph.get("comm", 0.0)
+    busy = comm.allreduce(trainer.allreduce_busy_s, op=MPI().MAX) / steps if overlap else ph.get("comm", 0.0)
     total = sum(ph.values())
     return {"gpus": size, "parameters": model.n_params, "global_batch": global_batch,
             "per_gpu_batch": per, "precision": precision, "comm": trainer.be.name,

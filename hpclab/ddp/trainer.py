@@ -20,6 +20,8 @@ from hpclab import backend, comm as hcomm, timeline as T
 from hpclab.ddp import buckets as B, mlp as K
 from hpclab.ddp.model import MLP, init_parameters
 from hpclab.errors import RankError
+from hpclab.mpi import MPI
+from hpclab.streams import comm_stream
 from hpclab.timing import Phases
 
 cuda = K.cuda
@@ -49,14 +51,12 @@ def broadcast_parameters(be, model: MLP) -> None:
 def replica_checksums(comm, model: MLP) -> dict:
     """Min and max over ranks of three checksums of the weights, equal iff the replicas agree: a float64
     sum, a position-weighted sum (swapped values) and a CRC32 of the raw bytes (any bit)."""
-    from mpi4py import MPI
-
     p = model.parameters_host()
     p64 = p.astype(np.float64)
     mine = np.array([p64.sum(), (p64 * (1.0 + np.arange(p64.size) % 7)).sum(), float(zlib.crc32(p.tobytes()))])
     lo, hi = np.empty_like(mine), np.empty_like(mine)
-    comm.Allreduce(mine, lo, op=MPI.MIN)
-    comm.Allreduce(mine, hi, op=MPI.MAX)
+    comm.Allreduce(mine, lo, op=MPI().MIN)
+    comm.Allreduce(mine, hi, op=MPI().MAX)
     return {"identical": bool(np.array_equal(lo, hi)), "sum": float(mine[0]), "min": lo.tolist(), "max": hi.tolist()}
 
 
@@ -105,15 +105,13 @@ class DDPTrainer:
         check_same_model(comm, model)
         broadcast_parameters(self.be, model)
         zeros = np.zeros(model.n_params, model.dtype)
-        self.state = [cuda.to_device(zeros) for _ in range(1 if optimizer == "sgd" else 2)]
+        self.state = [cuda.to_device(zeros) for _ in range(1 if optimizer == "sgd" else 2)]   # velocity, or 2 moments
         self._targets: dict[int, object] = {}     # a target buffer per batch size
         self.overlap = overlap
         # The all-reduced gradients land here, one buffer for the whole training (not 200 MB allocated and
         # freed per step); the models were checked to agree above, so the all-reduce skips its shape check.
         self.summed = cuda.device_array_like(model.bucket)
         if overlap:
-            from hpclab.streams import comm_stream
-
             self.buckets = B.plan(model.sizes, bucket_mb * 2 ** 20, model.dtype.itemsize)
             self.comm_stream = comm_stream()[0]
             # Per bucket: "gradients written" on the default stream, and the all-reduce's start
@@ -233,8 +231,6 @@ class DDPTrainer:
 
     def evaluate(self, x_dev, y_dev, batch: int = 512) -> tuple[float, float]:
         """(mean loss, accuracy) over a whole data set, shared among the ranks."""
-        from mpi4py import MPI
-
         n = x_dev.shape[0]
         start, stop = hcomm.block_range(n, self.comm.size, self.comm.rank)
         totals = np.zeros(2)
@@ -242,7 +238,7 @@ class DDPTrainer:
             rows = min(batch, stop - lo)
             totals += self.model.evaluate_rows(x_dev[lo:lo + rows], y_dev[lo:lo + rows], self.loss)
         summed = np.empty_like(totals)
-        self.comm.Allreduce(totals, summed, op=MPI.SUM)
+        self.comm.Allreduce(totals, summed, op=MPI().SUM)
         per = n if self.loss == "xent" else n * self.model.sizes[-1]
         return float(summed[0] / per), float(summed[1] / n)
 
