@@ -7,8 +7,6 @@ from hpclab.collectives.ring import ring_bytes_per_rank
 from hpclab.verdict import Verdict, say as _say
 
 
-# ---- Exercise 0: what each collective leaves on each GPU -----------------------
-
 def exercise0_expected(n: int) -> dict[str, list[list[float]]]:
     """The slides' answers, generalised from 4 GPUs to n: GPU r starts with [r + 1]."""
     values = [[float(r + 1)] for r in range(n)]

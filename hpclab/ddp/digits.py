@@ -7,7 +7,7 @@ reduced configuration and says so.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -41,12 +41,8 @@ class DigitsConfig:
         """The full run on a GPU; on the simulator a reduced one (a Python thread per CUDA thread makes the
         full run take hours there). ``overrides`` that are None keep the default."""
         base = cls() if not backend.is_simulator() else cls(
-            hidden=(16,), epochs=2, global_batch=20, lr=2e-2, subset=400, threshold=0.75,
-            reduced=True)
-        for key, value in overrides.items():
-            if value is not None:
-                setattr(base, key, value)
-        return base
+            hidden=(16,), epochs=2, global_batch=20, lr=2e-2, subset=400, threshold=0.75, reduced=True)
+        return replace(base, **{key: value for key, value in overrides.items() if value is not None})
 
 
 def train_digits(comm, placement, cfg: DigitsConfig, say=print) -> dict:
@@ -98,12 +94,10 @@ def train_digits(comm, placement, cfg: DigitsConfig, say=print) -> dict:
     test_loss, test_acc = trainer.evaluate(*dev["test"])
     usage = monitor.stop() if monitor else None
     used_after = device_memory_used()
-
     return {
         "config": asdict(cfg), "sizes": sizes, "parameters": n_params,
-        "samples": {k: int(len(v[1])) for k, v in data.items()},
-        "history": history, "test_loss": test_loss, "test_accuracy": test_acc,
-        "passed": bool(test_acc >= cfg.threshold and identical),
+        "samples": {k: int(len(v[1])) for k, v in data.items()}, "history": history, "test_loss": test_loss,
+        "test_accuracy": test_acc, "passed": bool(test_acc >= cfg.threshold and identical),
         "replicas_identical": bool(identical), "train_seconds": train_seconds,
         "time_to_threshold_s": time_to_target, "steps": trainer.steps,
         "skipped_steps": trainer.scaler.skipped if trainer.scaler else 0,

@@ -25,13 +25,12 @@ from hpclab.launch import launch_1d  # noqa: E402
 from hpclab.matmul import fast as mm  # noqa: E402
 from numba.core.errors import NumbaPerformanceWarning  # noqa: E402
 
-# A small model launches small grids on purpose (the tiny MLP of Exercise 5
-# is the example of DDP not paying off); Numba's under-utilisation hint would
-# print on every rank for every kernel.
+# A small model launches small grids on purpose (Exercise 5's tiny MLP is the example of DDP not paying
+# off); Numba's under-utilisation hint would print on every rank for every kernel.
 warnings.filterwarnings("ignore", message=r"Grid size \d+ will likely", category=NumbaPerformanceWarning)
 
-# Adding it widens float16 to float32 and leaves float32 and float64 as they are
-# (a NumPy scalar: a constant in a compiled kernel, cheap on the simulator).
+# Adding it widens float16 to float32 and leaves float32 and float64 as they are (a NumPy scalar: a
+# constant in a compiled kernel, cheap on the simulator).
 WIDEN = np.float32(0)
 
 

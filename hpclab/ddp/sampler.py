@@ -15,17 +15,14 @@ def check_batch(n_samples: int, global_batch: int, size: int, flag: str = "--glo
     if global_batch <= 0:
         raise ValueError(f"the global batch must be positive (got {global_batch})")
     if global_batch > n_samples:
-        raise ValueError(
-            f"global batch {global_batch} is larger than the data set ({n_samples} samples), "
-            f"so not one full batch fits; use {flag} {n_samples} or less")
+        raise ValueError(f"global batch {global_batch} is larger than the data set ({n_samples} samples), so not "
+                         f"one full batch fits; use {flag} {n_samples} or less")
     if global_batch % size:
         lower = global_batch // size * size
-        higher = lower + size
-        options = " or ".join(str(b) for b in (lower, higher) if 0 < b <= n_samples)
-        raise ValueError(
-            f"global batch {global_batch} does not divide among {size} ranks "
-            f"({global_batch / size:g} samples each); use {flag} {options} "
-            f"(a multiple of {size}), or --per-rank-batch to fix each rank's share instead")
+        options = " or ".join(str(b) for b in (lower, lower + size) if 0 < b <= n_samples)
+        raise ValueError(f"global batch {global_batch} does not divide among {size} ranks ({global_batch / size:g} "
+                         f"samples each); use {flag} {options} (a multiple of {size}), or --per-rank-batch to fix "
+                         "each rank's share instead")
     return global_batch // size
 
 

@@ -44,16 +44,13 @@ def measure(comm, sizes, global_batch: int, steps: int = 5, warmup: int = 2,
     # With overlap the all-reduces run during compute, so their own time is not a phase.
     busy = comm.allreduce(trainer.allreduce_busy_s, op=MPI().MAX) / steps if overlap else ph.get("comm", 0.0)
     total = sum(ph.values())
-    return {"gpus": size, "parameters": model.n_params, "global_batch": global_batch,
-            "per_gpu_batch": per, "precision": precision, "comm": trainer.be.name,
-            "overlap": overlap, "bucket_mb": bucket_mb if overlap else "",
-            "buckets": len(trainer.buckets) if overlap else 1,
-            "step_s": step_s, "samples_per_s": global_batch / step_s,
-            "compute_s": ph.get("compute", 0.0), "comm_s": ph.get("comm", 0.0),
-            "update_s": ph.get("update", 0.0),
-            "comm_share": ph.get("comm", 0.0) / total if total else 0.0,
-            "allreduce_s": busy,
-            "hidden_share": max(0.0, 1.0 - ph.get("comm", 0.0) / busy) if overlap and busy else 0.0}
+    comm_s = ph.get("comm", 0.0)
+    return {"gpus": size, "parameters": model.n_params, "global_batch": global_batch, "per_gpu_batch": per,
+            "precision": precision, "comm": trainer.be.name, "overlap": overlap,
+            "bucket_mb": bucket_mb if overlap else "", "buckets": len(trainer.buckets) if overlap else 1,
+            "step_s": step_s, "samples_per_s": global_batch / step_s, "compute_s": ph.get("compute", 0.0),
+            "comm_s": comm_s, "update_s": ph.get("update", 0.0), "comm_share": comm_s / total if total else 0.0,
+            "allreduce_s": busy, "hidden_share": max(0.0, 1.0 - comm_s / busy) if overlap and busy else 0.0}
 
 
 def scaling(comm, sizes, counts, global_batch: int | None = None,

@@ -32,9 +32,8 @@ def check_same_model(comm, model: MLP) -> None:
     """Compare layer widths and dtypes on all ranks before any collective on them: buffers of different
     lengths in an all-reduce hang or corrupt memory."""
     everyone = comm.allgather((tuple(model.sizes), model.dtype.name, model.compute_dtype.name))
-    bad = {r: f"model {list(d[0])} ({d[1]}, compute {d[2]}) but rank 0 has "
-              f"{list(everyone[0][0])} ({everyone[0][1]}, compute {everyone[0][2]}); "
-              "every rank must build the same model"
+    bad = {r: f"model {list(d[0])} ({d[1]}, compute {d[2]}) but rank 0 has {list(everyone[0][0])} "
+              f"({everyone[0][1]}, compute {everyone[0][2]}); every rank must build the same model"
            for r, d in enumerate(everyone) if d != everyone[0]}
     if bad:
         raise RankError("model shape check", bad, comm.size)
@@ -72,14 +71,11 @@ class LossScaler:
 
     def update(self, overflow: bool) -> None:
         if overflow:
-            self.scale /= 2
-            self.good_steps = 0
-            self.skipped += 1
-            return
-        self.good_steps += 1
-        if self.good_steps == self.growth_interval:
-            self.scale *= 2
-            self.good_steps = 0
+            self.scale, self.good_steps, self.skipped = self.scale / 2, 0, self.skipped + 1
+        else:
+            self.good_steps += 1
+            if self.good_steps == self.growth_interval:
+                self.scale, self.good_steps = self.scale * 2, 0
 
 
 class DDPTrainer:
@@ -114,8 +110,8 @@ class DDPTrainer:
         if overlap:
             self.buckets = B.plan(model.sizes, bucket_mb * 2 ** 20, model.dtype.itemsize)
             self.comm_stream = comm_stream()[0]
-            # Per bucket: "gradients written" on the default stream, and the all-reduce's start
-            # and end on the comm stream (made once: events made per step are freed per step).
+            # Per bucket: "gradients written" on the default stream, the all-reduce's start and end on the comm
+            # stream (made once: events made per step are freed per step).
             self._events = [[cuda.event() for _ in range(3)] for _ in self.buckets]
             self._backward_done = cuda.event()
             tops = [len(model.sizes) - 2] + [b.ready_after - 1 for b in self.buckets[:-1]]
