@@ -10,12 +10,11 @@
   [mpirun -n N] hpclab bench ddp --mode sweep [--batches 32,128,512 --lrs 1e-3,4e-3 --csv F]
                                                        digits: global batch x learning rate
 
-The scaling model is an MLP of ``--layers`` dense layers ``--width`` wide (default 3 x 4096:
-50.3 M parameters, a 201 MB float32 gradient bucket) on random data (throughput does not depend
-on the values). Strong scaling fixes the global batch, weak the per-GPU batch. Each point is the
-step time (max over ranks) and its split (:func:`hpclab.ddp.throughput.measure`); with
-``--overlap`` each point is measured again with ``--bucket-mb`` buckets all-reduced during the
-backward pass.
+The scaling model is an MLP of ``--layers`` dense layers ``--width`` wide (default 3 x 4096: 50.3 M parameters,
+a 201 MB float32 gradient bucket) on random data (throughput does not depend on the values). Strong scaling
+fixes the global batch, weak the per-GPU batch. Each point is the step time (max over ranks) and its split
+(:func:`hpclab.ddp.throughput.measure`); with ``--overlap`` each point is measured again with ``--bucket-mb``
+buckets all-reduced during the backward pass.
 """
 from __future__ import annotations
 
@@ -198,13 +197,12 @@ def digits_bench(args) -> int:
     for precision in ("fp32", "mixed"):
         # Warm-up run: Numba compiles each kernel on first use; keep that out of the timings.
         train_digits(comm, placement, DigitsConfig.for_backend(precision=precision, epochs=1), say=lambda _line: None)
-        out = results[precision] = train_digits(comm, placement, DigitsConfig.for_backend(precision=precision,
-                                                                                           monitor=True))
+        cfg = DigitsConfig.for_backend(precision=precision, monitor=True)
+        out = results[precision] = train_digits(comm, placement, cfg)
         if comm.rank == 0:
             mem = out["memory"]
-            print(json.dumps({"bench": "ddp-digits", "precision": precision,
-                              "test_accuracy": out["test_accuracy"], "passed": out["passed"],
-                              "time_to_threshold_s": out["time_to_threshold_s"],
+            print(json.dumps({"bench": "ddp-digits", "precision": precision, "test_accuracy": out["test_accuracy"],
+                              "passed": out["passed"], "time_to_threshold_s": out["time_to_threshold_s"],
                               "train_s": out["train_seconds"], "samples_per_s": out["samples_per_s"],
                               "estimate_14p_bytes": mem["estimate_14p_bytes"],
                               "allocated_bytes": sum(mem["allocated_by_model_bytes"].values()),
