@@ -92,7 +92,7 @@ class DDPTrainer:
         self.model, self.comm, self.loss = model, comm, loss
         self.be = hcomm.get(comm_backend, comm) if isinstance(comm_backend, str) else comm_backend
         self.optimizer, self.momentum = optimizer, momentum
-        # Linear scaling rule: n ranks at a fixed per-rank batch see an n times larger global batch.
+        # Linear scaling rule: n ranks at a fixed per-rank batch see an n times larger global batch: larger steps.
         self.lr = lr * comm.size if scale_lr else lr
         self.scaler = LossScaler() if loss_scaling else None
         self.phases = Phases(sync=True)
