@@ -3,10 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from hpclab.collectives.ring import ring_bytes_per_rank
 from hpclab.verdict import Verdict, say as _say
 
-
-# ---- Exercise 0: what each collective leaves on each GPU -----------------------
 
 def exercise0_expected(n: int) -> dict[str, list[list[float]]]:
     """The slides' answers, generalised from 4 GPUs to n: GPU r starts with [r + 1]."""
@@ -27,9 +26,7 @@ def exercise0_expected(n: int) -> dict[str, list[list[float]]]:
 
 def format_gpus(per_rank: list[list[float]]) -> str:
     """The slides' notation: GPU0 = [ 1 ], GPU1 = [ 2 ], ..."""
-    def fmt(v):
-        return "[ " + ", ".join(f"{x:g}" for x in v) + " ]"
-    return ", ".join(f"GPU{r} = {fmt(v)}" for r, v in enumerate(per_rank))
+    return ", ".join(f"GPU{r} = [ {', '.join(f'{x:g}' for x in v)} ]" for r, v in enumerate(per_rank))
 
 
 def _name(name) -> str | None:
@@ -40,11 +37,8 @@ def _name(name) -> str | None:
 
 
 def collective(name: str, got: list[list[float]], quiet: bool = False) -> Verdict:
-    """Compare what each rank holds after collective ``name`` with the answer.
-
-    ``got`` holds one list per GPU (``[[10], [2], [3], [4]]``); names are
-    matched loosely (``"Reduce"``, ``"AllReduce"``, ``"all-reduce"`` all work).
-    """
+    """Compare what each GPU holds after collective ``name`` (``got``: one list per GPU, ``[[10], [2], [3],
+    [4]]``) with the answer; names are matched loosely (``"Reduce"``, ``"AllReduce"``, ``"all-reduce"``)."""
     key = _name(name)
     if key is None:
         return _say(Verdict(False, f"{name!r} is not one of the collectives here: "
@@ -95,7 +89,7 @@ def allreduce(result, reference, bytes_sent: int | None = None, nbytes: int | No
                                    f"{reference.flat[i]}: check which chunk each step sends and adds"), quiet)
     msg = "matches MPI's Allreduce"
     if bytes_sent is not None and nbytes and ranks:
-        ideal = 2 * (ranks - 1) / ranks * nbytes
+        ideal = ring_bytes_per_rank(nbytes, ranks)
         # Uneven chunks may add at most one element per step.
         slack = 2 * (ranks - 1) * result.itemsize
         if abs(bytes_sent - ideal) > slack:

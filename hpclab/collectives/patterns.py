@@ -5,12 +5,9 @@ from hpclab.collectives.kernels import fill
 
 
 def exercise0(be) -> dict[str, list[float]]:
-    """Every pattern through backend ``be``, on this rank's device array [rank + 1].
-
-    Returns what this rank holds after each one (host copies, for checking). Rooted
-    operations use root 0; Scatter sends 10, 20, ...; ReduceScatter's rank r gives
-    (r + 1) [1, 2, ..., N].
-    """
+    """What this rank holds after each pattern through backend ``be`` on its device array [rank + 1] (host
+    copies, for checking). Rooted ones use root 0; Scatter sends 10, 20, ...; ReduceScatter's rank r
+    gives (r + 1) [1, 2, ..., N]."""
     rank, size = be.rank, be.size
     mine = fill(1, rank + 1.0)                                    # GPU r holds [r + 1]
     held = {}

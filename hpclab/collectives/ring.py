@@ -1,8 +1,7 @@
 """Ring all-reduce by hand: reduce-scatter, then all-gather, with Sendrecv.
 
-Each of the N ranks sends 2(N-1) chunks of size/N elements, so the bytes a
-rank sends are 2(N-1)/N x the buffer size, independent of N for large N:
-this is why ring all-reduce (NCCL's default for large messages) scales.
+Each of the N ranks sends 2(N-1) chunks of size/N elements, so the bytes a rank sends are 2(N-1)/N x the buffer
+size, independent of N for large N: this is why ring all-reduce (NCCL's default for large messages) scales.
 """
 from __future__ import annotations
 

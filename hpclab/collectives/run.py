@@ -10,6 +10,7 @@ from hpclab.collectives.patterns import exercise0
 from hpclab.collectives.ring import ring_allreduce, ring_bytes_per_rank
 from hpclab.comm import BACKENDS, get
 from hpclab.errors import step
+from hpclab.mpi import MPI
 from hpclab.options import count
 from hpclab.runner import Report
 from hpclab.timing import wall
@@ -21,8 +22,7 @@ HELP = ("Workshop Exercise 0: Send/Recv, Bcast, Scatter, Gather, Reduce, Allredu
 def add_arguments(parser) -> None:
     parser.add_argument("--count", type=count(1, (1 << 63) - 1), default=None,
                         help="elements in the ring all-reduce buffer (default: 1M on a GPU, 1000 on the simulator)")
-    parser.add_argument("--backend", default="auto", choices=BACKENDS,
-                        help="communication backend (default auto)")
+    parser.add_argument("--backend", default="auto", choices=BACKENDS, help="communication backend (default auto)")
 
 
 def default_count() -> int:
@@ -46,23 +46,19 @@ def run(args, ctx) -> Report:
 
     held, _, t_ex0 = wall(lambda: exercise0(be), comm)
     everyone = comm.allgather(held)
-    verdicts = [check.collective(name, [h[name] for h in everyone], quiet=True)
-                for name in held]
+    verdicts = [check.collective(name, [h[name] for h in everyone], quiet=True) for name in held]
 
     # Ring all-reduce of a vector that differs per rank, against MPI's Allreduce.
     data = fill(count, rank + 1.0, 1.0).copy_to_host()
     (ring, sent), _, t_ring = wall(lambda: ring_allreduce(data, comm), comm, sync=False)
     reference = np.empty_like(data)
-    from mpi4py import MPI
-
-    _, _, t_mpi = wall(lambda: comm.Allreduce(data, reference, op=MPI.SUM), comm, sync=False)
+    _, _, t_mpi = wall(lambda: comm.Allreduce(data, reference, op=MPI().SUM), comm, sync=False)
     ring_ok = check.allreduce(ring, reference, sent, data.nbytes, size, quiet=True)
     ideal = ring_bytes_per_rank(data.nbytes, size)
-    all_ok = comm.allreduce(bool(ring_ok) and all(verdicts), op=MPI.LAND)
+    all_ok = comm.allreduce(bool(ring_ok) and all(verdicts), op=MPI().LAND)
 
-    p = ctx.placement
     report = Report(
-        rank_line=(f"{p.label()} | value = [{rank + 1}] | allreduce = {held['allreduce']} "
+        rank_line=(f"{ctx.placement.label()} | value = [{rank + 1}] | allreduce = {held['allreduce']} "
                    f"| allgather = {held['allgather']} | ring bytes sent = {sent}"),
         passed=all_ok,
         timings={"exercise0_s": t_ex0, "ring_allreduce_s": t_ring, "mpi_allreduce_s": t_mpi},

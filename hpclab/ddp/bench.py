@@ -10,16 +10,11 @@
   [mpirun -n N] hpclab bench ddp --mode sweep [--batches 32,128,512 --lrs 1e-3,4e-3 --csv F]
                                                        digits: global batch x learning rate
 
-The scaling model is an MLP of ``--layers`` dense layers ``--width`` wide
-(default 3 x 4096: 50.3 M parameters, a 201 MB float32 gradient bucket),
-trained on random data (throughput does not depend on the values). Two
-sweeps: strong (global batch fixed, each GPU gets global/N) and weak
-(per-GPU batch fixed). Each reports the step time (max over ranks) and
-its split into compute, gradient all-reduce and update. With ``--overlap``
-each point is measured twice, once with one all-reduce after the backward
-pass and once with ``--bucket-mb`` buckets all-reduced during it; the
-all-reduce part is then what is left after the backward pass, and
-``hidden_share`` how much of the all-reduces' own time the backward pass hid.
+The scaling model is an MLP of ``--layers`` dense layers ``--width`` wide (default 3 x 4096: 50.3 M parameters,
+a 201 MB float32 gradient bucket) on random data (throughput does not depend on the values). Strong scaling
+fixes the global batch, weak the per-GPU batch. Each point is the step time (max over ranks) and its split
+(:func:`hpclab.ddp.throughput.measure`); with ``--overlap`` each point is measured again with ``--bucket-mb``
+buckets all-reduced during the backward pass.
 """
 from __future__ import annotations
 
@@ -29,19 +24,29 @@ import os
 import sys
 import time
 
+from hpclab import backend
+from hpclab.comm import BACKENDS
+from hpclab.ddp.digits import DigitsConfig, train_digits
+from hpclab.ddp.sweep import best, format_table, sweep
+from hpclab.ddp.throughput import measure
+from hpclab.device import select_gpu
+from hpclab.mpi import world
+from hpclab.options import Parser, count, count_list, real, real_list
+from hpclab.results.recorded import figure
+from hpclab.scaling import speedups
 
 FIELDS = ["sweep", "gpus", "width", "layers", "parameters", "global_batch", "per_gpu_batch",
           "precision", "comm", "overlap", "bucket_mb", "buckets", "step_s", "samples_per_s", "compute_s",
           "comm_s", "update_s", "comm_share", "allreduce_s", "hidden_share", "device"]
+# Efficiency targets at 4 GPUs: (sweep, overlapped) -> minimum.
+TARGETS = {("weak", False): 0.85, ("strong", True): 0.75, ("weak", True): 0.95}
 
 
 def _parser():
-    from hpclab.comm import BACKENDS
-    from hpclab.options import Parser, count, count_list, real, real_list
-
     p = Parser(prog="hpclab bench ddp", description=__doc__)
-    p.add_argument("--mode", choices=("digits", "scaling", "sweep", "buckets"), default=None)
-    p.add_argument("--summarize", metavar="CSV", help="print speedup and efficiency from a scaling CSV")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--mode", choices=("digits", "scaling", "sweep", "buckets"))
+    what.add_argument("--summarize", metavar="CSV", help="print speedup and efficiency from a scaling CSV")
     p.add_argument("--width", type=count(1, 1 << 20), default=4096)
     p.add_argument("--layers", type=count(1, 1000), default=3)
     p.add_argument("--global-batch", type=count(1, 1 << 24), default=2048, help="strong scaling: fixed global batch")
@@ -68,15 +73,8 @@ def _parser():
 
 
 def _setup():
-    from hpclab import backend
-
-    backend.select()
-    from hpclab.device import select_gpu
-    from hpclab.mpi import world
-
     comm = world()
-    placement = select_gpu(comm)
-    return comm, placement
+    return comm, select_gpu(comm)
 
 
 def append_csv(path: str, rows: list[dict], fields: list[str]) -> None:
@@ -89,49 +87,13 @@ def append_csv(path: str, rows: list[dict], fields: list[str]) -> None:
         writer.writerows(rows)
 
 
-def scaling(args) -> int:
-    from hpclab.ddp.throughput import measure
-
-    comm, placement = _setup()
-    size, rank = comm.size, comm.rank
-    sizes = [args.width] * (args.layers + 1)
-    rows = []
-    for sweep, global_batch in (("strong", args.global_batch), ("weak", args.per_gpu_batch * size)):
-        if global_batch % size:
-            if rank == 0:
-                print(f"skip {sweep}: global batch {global_batch} does not divide among {size} GPUs")
-            continue
-        for overlap in (False, True) if args.overlap else (False,):
-            row = measure(comm, sizes, global_batch, steps=args.steps, warmup=args.warmup,
-                          precision=args.precision, comm_backend=args.comm, overlap=overlap,
-                          bucket_mb=args.bucket_mb)
-            rows.append({"sweep": sweep, "width": args.width, "layers": args.layers, **row,
-                         "device": placement.gpu_name})
-    return _report(args, rows, rank)
-
-
-def buckets(args) -> int:
-    """Overlapped steps at one batch for several bucket sizes, and the non-overlapped step beside them."""
-    from hpclab.ddp.throughput import measure
-
-    comm, placement = _setup()
-    sizes = [args.width] * (args.layers + 1)
-    batch = args.per_gpu_batch * comm.size
-    rows = []
-    for mb in [None] + list(args.bucket_sizes or [1, 4, 16, 64, 256]):
-        row = measure(comm, sizes, batch, steps=args.steps, warmup=args.warmup, precision=args.precision,
-                      comm_backend=args.comm, overlap=mb is not None, bucket_mb=mb or 25.0)
-        rows.append({"sweep": "buckets", "width": args.width, "layers": args.layers, **row,
-                     "device": placement.gpu_name})
-    if comm.rank == 0:
-        print(f"{comm.size} GPU(s), batch {args.per_gpu_batch} per GPU, {rows[0]['parameters'] / 1e6:.1f} M "
-              f"parameters, comm {rows[0]['comm']}:")
-        print(f"  {'buckets':>14} {'step ms':>8} {'compute':>8} {'exposed':>8} {'all-reduce':>10} {'hidden':>7}")
-        for r in rows:
-            what = f"{r['buckets']} x {r['bucket_mb']:g} MiB" if r["overlap"] else "none (after)"
-            print(f"  {what:>14} {1e3 * r['step_s']:8.2f} {1e3 * r['compute_s']:8.2f} {1e3 * r['comm_s']:8.2f} "
-                  f"{1e3 * r['allreduce_s']:10.2f} {100 * r['hidden_share']:6.1f}%")
-    return _report(args, rows, comm.rank)
+def _measure(args, comm, placement, points) -> list[dict]:
+    """One row per point (sweep, global batch, bucket MiB or None: no overlap), the same on every rank."""
+    return [{"sweep": sweep, "width": args.width, "layers": args.layers,
+             **measure(comm, [args.width] * (args.layers + 1), batch, steps=args.steps, warmup=args.warmup,
+                       precision=args.precision, comm_backend=args.comm, overlap=mb is not None,
+                       bucket_mb=mb or 25.0),
+             "device": placement.gpu_name} for sweep, batch, mb in points]
 
 
 def _report(args, rows: list[dict], rank: int) -> int:
@@ -143,16 +105,37 @@ def _report(args, rows: list[dict], rank: int) -> int:
     return 0
 
 
-# Efficiency targets at 4 GPUs: (sweep, overlapped) -> minimum.
-TARGETS = {("weak", False): 0.85, ("strong", True): 0.75, ("weak", True): 0.95}
+def scaling(args) -> int:
+    comm, placement = _setup()
+    points = []
+    for sweep, batch in (("strong", args.global_batch), ("weak", args.per_gpu_batch * comm.size)):
+        if batch % comm.size:
+            if comm.rank == 0:
+                print(f"skip {sweep}: global batch {batch} does not divide among {comm.size} GPUs")
+            continue
+        points += [(sweep, batch, None)] + ([(sweep, batch, args.bucket_mb)] if args.overlap else [])
+    return _report(args, _measure(args, comm, placement, points), comm.rank)
+
+
+def buckets(args) -> int:
+    """Overlapped steps at one batch for several bucket sizes, and the non-overlapped step beside them."""
+    comm, placement = _setup()
+    sizes = [None, *(args.bucket_sizes or [1, 4, 16, 64, 256])]
+    rows = _measure(args, comm, placement, [("buckets", args.per_gpu_batch * comm.size, mb) for mb in sizes])
+    if comm.rank == 0:
+        print(f"{comm.size} GPU(s), batch {args.per_gpu_batch} per GPU, {rows[0]['parameters'] / 1e6:.1f} M "
+              f"parameters, comm {rows[0]['comm']}:")
+        print(f"  {'buckets':>14} {'step ms':>8} {'compute':>8} {'exposed':>8} {'all-reduce':>10} {'hidden':>7}")
+        for r in rows:
+            what = f"{r['buckets']} x {r['bucket_mb']:g} MiB" if r["overlap"] else "none (after)"
+            print(f"  {what:>14} {1e3 * r['step_s']:8.2f} {1e3 * r['compute_s']:8.2f} {1e3 * r['comm_s']:8.2f} "
+                  f"{1e3 * r['allreduce_s']:10.2f} {100 * r['hidden_share']:6.1f}%")
+    return _report(args, rows, comm.rank)
 
 
 def figures(table: list[dict]) -> list[dict]:
     """Step time of the MLP per GPU count; efficiency against 1 GPU (:func:`hpclab.scaling.speedups`); with the
     all-reduce overlapped (variant ...-overlap, or buckets-<MiB>), how much of it was hidden."""
-    from hpclab.results.recorded import figure
-    from hpclab.scaling import speedups
-
     def variant(r):
         if r.get("overlap") != "True":
             return r["sweep"]
@@ -162,7 +145,8 @@ def figures(table: list[dict]) -> list[dict]:
     rows = []
     for r in table:
         n, step, v = int(r["gpus"]), float(r["step_s"]), variant(r)
-        eff = speedups([1, n], [base[v], step], "weak" if r["sweep"] == "weak" else "strong")[-1][1] if v in base else None
+        mode = "weak" if r["sweep"] == "weak" else "strong"
+        eff = speedups([1, n], [base[v], step], mode)[-1][1] if v in base else None
         metrics = [("step_s", step, "s"), ("samples_per_s", r["samples_per_s"], "samples/s"),
                    ("comm_share", r["comm_share"], "1"), ("efficiency", eff, "1"), ("parameters", r["parameters"], "1")]
         if r.get("overlap") in ("True", "False"):        # the CSV has the split (since overlap was added)
@@ -177,65 +161,54 @@ def figures(table: list[dict]) -> list[dict]:
 
 def summarize(path: str) -> int:
     """Speedup and efficiency per sweep from a scaling CSV, the targets at 4 GPUs, and one JSON line of figures."""
-    from hpclab.scaling import speedups
-
     with open(path) as fh:
         table = list(csv.DictReader(fh))
-    rows = [r for r in table if r["sweep"] in ("strong", "weak")]
     verdicts = []
-    for sweep in ("strong", "weak"):
-        for overlap in (False, True):
-            pts = sorted((r for r in rows if r["sweep"] == sweep and (r.get("overlap") == "True") == overlap),
-                         key=lambda r: int(r["gpus"]))
-            base = next((r for r in pts if r["gpus"] == "1"), None)
-            if not pts or base is None:
-                continue
-            how = f"overlapped, {pts[-1]['buckets']} buckets of {pts[-1]['bucket_mb']} MiB" if overlap else \
-                "all-reduce after the backward pass"
-            print(f"{sweep} scaling ({'global batch fixed' if sweep == 'strong' else 'per-GPU batch fixed'}), "
-                  f"{int(base['parameters']) / 1e6:.1f} M parameters, comm {pts[-1]['comm']}, {how}:")
-            print(f"  {'GPUs':>4} {'batch':>6} {'step ms':>8} {'samples/s':>10} {'speedup':>8} "
-                  f"{'efficiency':>10} {'comm share':>10} {'hidden':>7}")
-            for r in pts:
-                n = int(r["gpus"])
-                speedup, eff = speedups([1, n], [float(base["step_s"]), float(r["step_s"])], sweep)[-1]
-                if n == 4 and (sweep, overlap) in TARGETS:
-                    verdicts.append(f"{sweep}{' overlapped' if overlap else ''} >= {TARGETS[sweep, overlap]}: "
-                                    f"{'met' if eff >= TARGETS[sweep, overlap] else 'NOT met'} ({eff:.2f})")
-                hidden = f"{100 * float(r['hidden_share']):6.1f}%" if overlap and r.get("hidden_share") else "      -"
-                print(f"  {n:>4} {r['global_batch']:>6} {1e3 * float(r['step_s']):>8.2f} "
-                      f"{float(r['samples_per_s']):>10.0f} {speedup:>8.2f} {eff:>10.2f} "
-                      f"{100 * float(r['comm_share']):>9.1f}% {hidden}")
+    for sweep, overlap in ((s, o) for s in ("strong", "weak") for o in (False, True)):
+        pts = sorted((r for r in table if r["sweep"] == sweep and (r.get("overlap") == "True") == overlap),
+                     key=lambda r: int(r["gpus"]))
+        base = next((r for r in pts if r["gpus"] == "1"), None)
+        if base is None:
+            continue
+        how = f"overlapped, {pts[-1]['buckets']} buckets of {pts[-1]['bucket_mb']} MiB" if overlap else \
+            "all-reduce after the backward pass"
+        print(f"{sweep} scaling ({'global batch fixed' if sweep == 'strong' else 'per-GPU batch fixed'}), "
+              f"{int(base['parameters']) / 1e6:.1f} M parameters, comm {pts[-1]['comm']}, {how}:")
+        print(f"  {'GPUs':>4} {'batch':>6} {'step ms':>8} {'samples/s':>10} {'speedup':>8} "
+              f"{'efficiency':>10} {'comm share':>10} {'hidden':>7}")
+        for r in pts:
+            n = int(r["gpus"])
+            speedup, eff = speedups([1, n], [float(base["step_s"]), float(r["step_s"])], sweep)[-1]
+            if n == 4 and (sweep, overlap) in TARGETS:
+                verdicts.append(f"{sweep}{' overlapped' if overlap else ''} >= {TARGETS[sweep, overlap]}: "
+                                f"{'met' if eff >= TARGETS[sweep, overlap] else 'NOT met'} ({eff:.2f})")
+            hidden = f"{100 * float(r['hidden_share']):6.1f}%" if overlap and r.get("hidden_share") else "      -"
+            print(f"  {n:>4} {r['global_batch']:>6} {1e3 * float(r['step_s']):>8.2f} "
+                  f"{float(r['samples_per_s']):>10.0f} {speedup:>8.2f} {eff:>10.2f} "
+                  f"{100 * float(r['comm_share']):>9.1f}% {hidden}")
     print("targets at 4 GPUs:", "; ".join(verdicts) if verdicts else "no 4-GPU point measured")
     print(json.dumps({"topic": "ddp", "device_name": table[0].get("device", ""), "figures": figures(table)}))
     return 0
 
 
 def digits_bench(args) -> int:
-    from hpclab.ddp.digits import DigitsConfig, train_digits
-
     comm, placement = _setup()
     results = {}
     for precision in ("fp32", "mixed"):
         # Warm-up run: Numba compiles each kernel on first use; keep that out of the timings.
-        train_digits(comm, placement, DigitsConfig.for_backend(precision=precision, epochs=1),
-                     say=lambda _line: None)
+        train_digits(comm, placement, DigitsConfig.for_backend(precision=precision, epochs=1), say=lambda _line: None)
         cfg = DigitsConfig.for_backend(precision=precision, monitor=True)
-        out = train_digits(comm, placement, cfg)
-        results[precision] = out
+        out = results[precision] = train_digits(comm, placement, cfg)
         if comm.rank == 0:
             mem = out["memory"]
-            print(json.dumps({"bench": "ddp-digits", "precision": precision,
-                              "test_accuracy": out["test_accuracy"], "passed": out["passed"],
-                              "time_to_threshold_s": out["time_to_threshold_s"],
+            print(json.dumps({"bench": "ddp-digits", "precision": precision, "test_accuracy": out["test_accuracy"],
+                              "passed": out["passed"], "time_to_threshold_s": out["time_to_threshold_s"],
                               "train_s": out["train_seconds"], "samples_per_s": out["samples_per_s"],
                               "estimate_14p_bytes": mem["estimate_14p_bytes"],
                               "allocated_bytes": sum(mem["allocated_by_model_bytes"].values()),
                               "device_used_delta_bytes": mem["device_used_delta_bytes"],
                               "gpu_usage": out["gpu_usage"], "device": placement.gpu_name}))
     if comm.rank == 0 and args.json_out:
-        from hpclab.results.recorded import figure
-
         found = [figure("ddp-digits", precision, 1, "", "", metric, r[key], unit) for precision, r in results.items()
                  for metric, key, unit in (("test_accuracy", "test_accuracy", "1"), ("train_s", "train_seconds", "s"),
                                            ("time_to_threshold_s", "time_to_threshold_s", "s"),
@@ -247,14 +220,10 @@ def digits_bench(args) -> int:
 
 
 def sweep_bench(args) -> int:
-    from hpclab import backend
-    from hpclab.ddp.sweep import best, format_table, sweep
-
     comm, placement = _setup()
     sim = backend.is_simulator()
     batches = args.batches or ([20, 40] if sim else [32, 128, 512])
     lrs = args.lrs or ([2e-2, 5e-2] if sim else [1e-3, 4e-3, 1.6e-2])
-    epochs = args.epochs or (1 if sim else None)
     bad = [b for b in batches if b % comm.size]
     if bad:
         if comm.rank == 0:
@@ -263,7 +232,7 @@ def sweep_bench(args) -> int:
         return 2
     # Numba compiles each kernel on its first call: one short run keeps that out of the table.
     sweep(comm, placement, batches[:1], lrs[:1], epochs=1)
-    rows = sweep(comm, placement, batches, lrs, epochs=epochs)
+    rows = sweep(comm, placement, batches, lrs, epochs=args.epochs or (1 if sim else None))
     if comm.rank == 0:
         top = best(rows)
         print(f"digits, {comm.size} rank(s), {rows[0]['optimizer']}, {rows[0]['epochs']} epochs"
@@ -271,10 +240,11 @@ def sweep_bench(args) -> int:
         print(format_table(rows))
         print(f"best: global batch {top['global_batch']}, lr {top['lr']:g} "
               f"(validation accuracy {100 * top['val_acc']:.2f}%)")
+        rows = [{**r, "device": placement.gpu_name} for r in rows]
         for row in rows:
-            print(json.dumps({"bench": "ddp-sweep", **row, "device": placement.gpu_name}))
+            print(json.dumps({"bench": "ddp-sweep", **row}))
         if args.csv:
-            append_csv(args.csv, [{**r, "device": placement.gpu_name} for r in rows], list(rows[0]) + ["device"])
+            append_csv(args.csv, rows, list(rows[0]))
     return 0 if all(r["replicas_identical"] for r in rows) else 1
 
 
@@ -282,14 +252,4 @@ def main(argv) -> int:
     args = _parser().parse_args(argv)
     if args.summarize:
         return summarize(args.summarize)
-    if args.mode == "digits":
-        return digits_bench(args)
-    if args.mode == "scaling":
-        return scaling(args)
-    if args.mode == "sweep":
-        return sweep_bench(args)
-    if args.mode == "buckets":
-        return buckets(args)
-    from hpclab.options import UsageError
-
-    raise UsageError("hpclab bench ddp: error: give --mode digits, scaling, sweep or buckets, or --summarize CSV")
+    return {"digits": digits_bench, "scaling": scaling, "sweep": sweep_bench, "buckets": buckets}[args.mode](args)

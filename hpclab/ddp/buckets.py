@@ -1,17 +1,11 @@
 """Gradient buckets: which parts of the flat gradient vector are all-reduced together, and when.
 
-The backward pass writes gradients last layer first. PyTorch's DDP does not wait
-for the whole pass: it groups parameters into buckets of about ``bucket_cap_mb``
-in that order and all-reduces a bucket as soon as its last gradient is written,
-while the GPU goes on with the earlier layers. Small buckets start sooner but
-each all-reduce pays a fixed latency; one big bucket is the non-overlapped case.
-
-Here a layer (its W and b, adjacent in the flat vector) is the unit: layers join
-the current bucket, last layer first, until it holds at least ``bucket_bytes``;
-a layer larger than that is a bucket of its own. Each bucket is one contiguous
-range of the flat vector. The first bucket also carries the loss and
-correct-prediction slots at the vector's end (they are ready before the backward
-pass starts).
+The backward pass writes gradients last layer first. PyTorch's DDP groups parameters into buckets of
+about ``bucket_cap_mb`` in that order and all-reduces each as soon as its last gradient is written,
+while the GPU goes on with the earlier layers: small buckets start sooner, but each all-reduce pays a
+fixed latency. Here a layer (its W and b) is the unit: layers join the current bucket, last layer
+first, until it holds at least ``bucket_bytes``. Each bucket is a contiguous range of the flat vector;
+the first also carries the loss slots at its end (ready before the backward pass starts).
 """
 from __future__ import annotations
 
@@ -27,16 +21,12 @@ class Bucket:
     ready_after: int  # the layer whose gradient completes it (the lowest-numbered layer in it)
 
 
-def layer_offsets(sizes) -> list[int]:
-    """Where each layer's W starts in the flat vector, and the end of the last layer."""
-    return [count_parameters(sizes[:i + 1]) if i else 0 for i in range(len(sizes))]
-
-
 def plan(sizes, bucket_bytes: float, itemsize: int) -> list[Bucket]:
     """Buckets in the order the backward pass completes them."""
     if not bucket_bytes > 0:
         raise ValueError(f"the bucket size must be positive (got {bucket_bytes} bytes)")
-    offsets = layer_offsets([int(s) for s in sizes])
+    # where each layer's W starts in the flat vector, and the end of the last layer
+    offsets = [count_parameters(sizes[:i + 1]) if i else 0 for i in range(len(sizes))]
     buckets, stop = [], offsets[-1] + EXTRA_SLOTS
     for layer in reversed(range(len(sizes) - 1)):
         if (stop - offsets[layer]) * itemsize >= bucket_bytes or layer == 0:

@@ -1,18 +1,10 @@
 """Data-parallel training: the learner's gradient averaging, replicas, 1 vs n ranks.
 
-The exercise: every rank holds the gradient of its own share of the global
-batch; the learner flattens it into one bucket, all-reduces it and divides so
-that every rank ends up with the mean gradient over the global batch, the
-gradient one GPU would compute on the whole batch. The checks compare with
-that single-GPU gradient and, when the answer is off by a factor that a
-usual mistake produces, name the mistake.
-
-``local`` says what each rank's gradient was before averaging:
-
-- ``"sum"``: the sum over the rank's own samples (divide the all-reduced sum
-  by the global batch B);
-- ``"mean"``: the mean over the rank's own samples, as PyTorch computes it
-  (divide the all-reduced sum by the number of ranks N).
+The exercise: every rank all-reduces its gradient bucket and divides, so that every rank holds the
+mean gradient over the global batch, what one GPU computes on the whole batch. The checks compare with
+that gradient and name the usual mistake when the answer is off by its factor. ``local`` says what
+each rank's gradient was: ``"sum"`` over its own samples (divide the all-reduced sum by the global
+batch B) or ``"mean"``, as PyTorch computes it (divide by the number of ranks N).
 """
 from __future__ import annotations
 
@@ -28,35 +20,29 @@ def _mistakes(local: str, batch: int, ranks: int) -> list[tuple[float, str]]:
     per = batch / ranks
     if local == "sum":
         return [
-            (batch, f"summed but not averaged: the gradients are {batch} times too large "
-                    f"(each rank's gradient is a sum over its samples; divide the all-reduced "
-                    f"sum by the global batch B = {batch})"),
-            (ranks, f"averaged over the per-rank batch ({per:g}) instead of the global batch "
-                    f"({batch}): the gradients are {ranks} (the number of ranks) times too large"),
-            (per, f"divided by the number of ranks ({ranks}), but each rank's gradient is a "
-                  f"sum over its {per:g} samples: the gradients are {per:g} times too large; "
-                  f"divide by the global batch B = {batch}"),
-            (1 / ranks, f"divided by the global batch and again by the number of ranks: the "
-                        f"gradients are {ranks} times too small"),
+            (batch, f"summed but not averaged: the gradients are {batch} times too large (each rank's gradient "
+                    f"is a sum over its samples; divide the all-reduced sum by the global batch B = {batch})"),
+            (ranks, f"averaged over the per-rank batch ({per:g}) instead of the global batch ({batch}): the "
+                    f"gradients are {ranks} (the number of ranks) times too large"),
+            (per, f"divided by the number of ranks ({ranks}), but each rank's gradient is a sum over its {per:g} "
+                  f"samples: the gradients are {per:g} times too large; divide by the global batch B = {batch}"),
+            (1 / ranks, f"divided by the global batch and again by the number of ranks: the gradients are "
+                        f"{ranks} times too small"),
         ]
     return [
-        (ranks, f"summed but not averaged: the gradients are {ranks} (the number of ranks) "
-                f"times too large (each rank's gradient is already a mean over its own "
-                f"samples; divide the all-reduced sum by N = {ranks})"),
-        (1 / per, f"divided by the global batch ({batch}), but each rank's gradient is "
-                  f"already averaged over its per-rank batch ({per:g}): the gradients are "
-                  f"{per:g} times too small; divide by the number of ranks N = {ranks}"),
-        (1 / ranks, f"divided by the number of ranks twice: the gradients are {ranks} times "
-                    f"too small"),
+        (ranks, f"summed but not averaged: the gradients are {ranks} (the number of ranks) times too large (each "
+                f"rank's gradient is already a mean over its own samples; divide the all-reduced sum by N = {ranks})"),
+        (1 / per, f"divided by the global batch ({batch}), but each rank's gradient is already averaged over its "
+                  f"per-rank batch ({per:g}): the gradients are {per:g} times too small; divide by the number of "
+                  f"ranks N = {ranks}"),
+        (1 / ranks, f"divided by the number of ranks twice: the gradients are {ranks} times too small"),
     ]
 
 
 def _factor(got: np.ndarray, want: np.ndarray, rtol: float = 1e-6) -> float | None:
     """c if got == c * want (to rounding), else None."""
     norm = float(want @ want)
-    if norm == 0:
-        return None
-    c = float(got @ want) / norm
+    c = float(got @ want) / norm if norm else 0.0
     if c != 0 and np.allclose(got, c * want, rtol=rtol, atol=rtol * abs(c) * np.abs(want).max()):
         return c
     return None
@@ -68,13 +54,13 @@ def _close(a: np.ndarray, b: np.ndarray, rtol: float) -> bool:
 
 def gradients(per_rank, reference, global_batch: int, local: str = "sum",
               local_grads=None, rtol: float = 1e-6, quiet: bool = False) -> Verdict:
-    """Check the averaged gradient every rank returned against the single-GPU one.
+    """Check each rank's averaged flat gradient (``per_rank``, rank order) against ``reference``, the mean
+    gradient over the global batch flattened in the model's order (W0, b0, W1, b1, ...). ``local_grads``
+    (optional): each rank's flat gradient before averaging, to recognise a missing all-reduce."""
+    return _say(_gradients(per_rank, reference, global_batch, local, local_grads, rtol), quiet)
 
-    ``per_rank``: each rank's averaged flat gradient (rank order).
-    ``reference``: the mean gradient over the whole global batch, flattened in
-    the model's order (W0, b0, W1, b1, ...). ``local_grads`` (optional): each
-    rank's gradient before averaging, flattened, to recognise a missing all-reduce.
-    """
+
+def _gradients(per_rank, reference, global_batch, local, local_grads, rtol) -> Verdict:
     if local not in LOCAL:
         raise ValueError(f"local must be one of {LOCAL}, not {local!r}")
     ref = np.asarray(reference, dtype=np.float64).ravel()
@@ -82,62 +68,47 @@ def gradients(per_rank, reference, global_batch: int, local: str = "sum",
     got = []
     for r, g in enumerate(per_rank):
         if g is None:
-            return _say(Verdict(False, f"rank {r} returned nothing: return the averaged "
-                                       "gradient (a flat array) on every rank"), quiet)
-        g = np.asarray(g, dtype=np.float64)
-        if g.size != ref.size:
-            return _say(Verdict(False, (
-                f"rank {r} returned {g.size} values but the model has {ref.size} parameters: "
-                "the bucket must hold every layer's W and b, flattened, once each")), quiet)
-        got.append(g.ravel())
+            return Verdict(False, f"rank {r} returned nothing: return the averaged gradient (a flat array) on "
+                                  "every rank")
+        got.append(np.asarray(g, dtype=np.float64).ravel())
+        if got[-1].size != ref.size:
+            return Verdict(False, f"rank {r} returned {got[-1].size} values but the model has {ref.size} "
+                                  "parameters: the bucket must hold every layer's W and b, flattened, once each")
 
     # 1. Every rank must hold the same numbers, or the replicas part ways.
     odd = [r for r in range(1, ranks) if not np.array_equal(got[r], got[0])]
     if odd:
-        r = odd[0]
-        diff = float(np.abs(got[r] - got[0]).max())
-        why = ("every rank must take part in the same all-reduce of the whole bucket and "
-               "divide by the same number")
+        why = "every rank must take part in the same all-reduce of the whole bucket and divide by the same number"
         if local_grads is not None:
             mine = [np.asarray(x, dtype=np.float64).ravel() for x in local_grads]
-            scales = [_factor(g, m, rtol) for g, m in zip(got, mine)]
-            if all(s is not None for s in scales):
-                why = ("each rank kept its own gradient: the all-reduce is missing (or its "
-                       "result was not used), so each replica learns from its own shard only")
-            elif _close(got[0], ref, rtol) and all(_factor(g, m, rtol) is not None
-                                                   for g, m in zip(got[1:], mine[1:])):
-                why = ("only rank 0 has the averaged gradient: a reduce (to rank 0) where an "
-                       "all-reduce was needed")
-        return _say(Verdict(False, (
-            f"replicas diverged: rank {r} holds a different averaged gradient from rank 0 "
-            f"(largest difference {diff:.3g}), so after the update their weights differ; {why}")),
-            quiet)
+            if all(_factor(g, m, rtol) is not None for g, m in zip(got, mine)):
+                why = ("each rank kept its own gradient: the all-reduce is missing (or its result was not used), "
+                       "so each replica learns from its own shard only")
+            elif _close(got[0], ref, rtol) and all(_factor(g, m, rtol) is not None for g, m in zip(got[1:], mine[1:])):
+                why = "only rank 0 has the averaged gradient: a reduce (to rank 0) where an all-reduce was needed"
+        return Verdict(False, f"replicas diverged: rank {odd[0]} holds a different averaged gradient from rank 0 "
+                              f"(largest difference {float(np.abs(got[odd[0]] - got[0]).max()):.3g}), so after "
+                              f"the update their weights differ; {why}")
 
     # 2. The same on every rank: compare with the single-GPU gradient.
     mine = got[0]
     if _close(mine, ref, rtol):
-        return _say(Verdict(True, (
-            f"every rank holds the mean gradient over the global batch of {global_batch} "
-            f"({ref.size} values, identical on all {ranks} ranks): exactly what one GPU "
-            "computes on the whole batch")), quiet)
+        return Verdict(True, f"every rank holds the mean gradient over the global batch of {global_batch} "
+                             f"({ref.size} values, identical on all {ranks} ranks): exactly what one GPU computes "
+                             "on the whole batch")
     c = _factor(mine, ref, rtol)
     if c is not None:
-        hits = [text for factor, text in _mistakes(local, global_batch, ranks)
-                if np.isclose(c, factor, rtol=1e-6)]
-        if hits:
-            return _say(Verdict(False, " -- or -- ".join(hits)), quiet)
-        return _say(Verdict(False, (
-            f"the gradients are {c:.6g} times the right ones: all-reduce with op sum, then "
-            f"divide by {'the global batch' if local == 'sum' else 'the number of ranks'}")), quiet)
+        hits = [text for factor, text in _mistakes(local, global_batch, ranks) if np.isclose(c, factor, rtol=1e-6)]
+        return Verdict(False, " -- or -- ".join(hits) or (
+            f"the gradients are {c:.6g} times the right ones: all-reduce with op sum, then divide by "
+            f"{'the global batch' if local == 'sum' else 'the number of ranks'}"))
     if np.allclose(np.sort(mine), np.sort(ref), rtol=rtol, atol=rtol * np.abs(ref).max()):
-        return _say(Verdict(False, (
-            "the right values in the wrong places: flatten (and unflatten) in the model's "
-            "order W0, b0, W1, b1, ... with each array in row-major (C) order")), quiet)
+        return Verdict(False, "the right values in the wrong places: flatten (and unflatten) in the model's order "
+                              "W0, b0, W1, b1, ... with each array in row-major (C) order")
     i = int(np.argmax(np.abs(mine - ref)))
-    return _say(Verdict(False, (
-        f"element {i} is {mine[i]:.6g} but the single-GPU gradient on the global batch has "
-        f"{ref[i]:.6g}: did every rank compute its gradient on its own shard, and were the "
-        "shards' gradients summed (op sum) before dividing?")), quiet)
+    return Verdict(False, f"element {i} is {mine[i]:.6g} but the single-GPU gradient on the global batch has "
+                          f"{ref[i]:.6g}: did every rank compute its gradient on its own shard, and were the shards' "
+                          "gradients summed (op sum) before dividing?")
 
 
 def replicas(per_rank_weights, reference=None, rtol: float = 1e-9, quiet: bool = False) -> Verdict:
@@ -146,27 +117,23 @@ def replicas(per_rank_weights, reference=None, rtol: float = 1e-9, quiet: bool =
     odd = [r for r in range(1, len(weights))
            if weights[r].shape != weights[0].shape or not np.array_equal(weights[r], weights[0])]
     if odd:
-        r = odd[0]
-        if weights[r].shape != weights[0].shape:
-            detail = f"it has {weights[r].size} weights, rank 0 has {weights[0].size}"
+        w, w0 = weights[odd[0]], weights[0]
+        if w.shape != w0.shape:
+            detail = f"it has {w.size} weights, rank 0 has {w0.size}"
         else:
-            i = int(np.argmax(np.abs(weights[r] - weights[0])))
-            detail = (f"first at weight {int(np.flatnonzero(weights[r] != weights[0])[0])}, "
-                      f"largest difference {abs(weights[r][i] - weights[0][i]):.3g}")
-        return _say(Verdict(False, (
-            f"replicas diverged: rank {r}'s weights differ from rank 0's ({detail}); the ranks "
-            "did not all apply the same averaged gradient (or did not start from the same "
-            "broadcast weights)")), quiet)
+            detail = (f"first at weight {int(np.flatnonzero(w != w0)[0])}, "
+                      f"largest difference {float(np.abs(w - w0).max()):.3g}")
+        return _say(Verdict(False, f"replicas diverged: rank {odd[0]}'s weights differ from rank 0's ({detail}); "
+                                   "the ranks did not all apply the same averaged gradient (or did not start from "
+                                   "the same broadcast weights)"), quiet)
     msg = f"all {len(weights)} replicas hold identical weights"
     if reference is not None:
         ref = np.asarray(reference).ravel()
         if ref.shape != weights[0].shape or not _close(weights[0], ref, rtol):
-            diff = (float(np.abs(weights[0] - ref).max()) if ref.shape == weights[0].shape
-                    else float("nan"))
-            return _say(Verdict(False, (
-                f"{msg}, but they differ from single-GPU training on the same global batches "
-                f"(largest difference {diff:.3g}): the averaged gradient is not the mean over "
-                "the global batch (check the division)")), quiet)
+            diff = float(np.abs(weights[0] - ref).max()) if ref.shape == weights[0].shape else float("nan")
+            return _say(Verdict(False, f"{msg}, but they differ from single-GPU training on the same global "
+                                       f"batches (largest difference {diff:.3g}): the averaged gradient is not "
+                                       "the mean over the global batch (check the division)"), quiet)
         msg += ", equal to single-GPU training on the same global batches"
     return _say(Verdict(True, msg), quiet)
 
@@ -175,19 +142,16 @@ def losses(n_ranks, one_rank, rtol: float = 1e-4, quiet: bool = False) -> Verdic
     """Compare a loss trajectory on n ranks with the one on a single rank."""
     many, one = np.asarray(n_ranks, dtype=np.float64), np.asarray(one_rank, dtype=np.float64)
     if many.size != one.size:
-        return _say(Verdict(False, (
-            f"{many.size} steps on n ranks but {one.size} on one: with the same global batch "
-            "both take the same steps per epoch (holding the per-rank batch fixed instead "
-            "makes the global batch, and so the number of steps, change)")), quiet)
+        return _say(Verdict(False, f"{many.size} steps on n ranks but {one.size} on one: with the same global "
+                                   "batch both take the same steps per epoch (holding the per-rank batch fixed "
+                                   "instead makes the global batch, and so the number of steps, change)"), quiet)
     if not np.isfinite(many).all():
         return _say(Verdict(False, "the n-rank losses contain NaN or inf: training diverged"), quiet)
     rel = np.abs(many - one) / np.maximum(np.abs(one), 1e-300)
     if (rel <= rtol).all():
-        return _say(Verdict(True, (
-            f"the {one.size} losses agree to {rel.max():.1e} relative (tolerance {rtol:g}): "
-            "n ranks with the same global batch train exactly like one GPU")), quiet)
+        return _say(Verdict(True, f"the {one.size} losses agree to {rel.max():.1e} relative (tolerance {rtol:g}): "
+                                  "n ranks with the same global batch train exactly like one GPU"), quiet)
     s = int(np.argmax(rel > rtol))
-    return _say(Verdict(False, (
-        f"the trajectories part at step {s + 1}: {many[s]:.6g} on n ranks, {one[s]:.6g} on one "
-        f"(relative difference {rel[s]:.2g}); the same samples per step and the mean gradient "
-        "over the global batch make them equal")), quiet)
+    return _say(Verdict(False, f"the trajectories part at step {s + 1}: {many[s]:.6g} on n ranks, {one[s]:.6g} on "
+                               f"one (relative difference {rel[s]:.2g}); the same samples per step and the mean "
+                               "gradient over the global batch make them equal"), quiet)

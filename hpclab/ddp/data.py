@@ -1,16 +1,15 @@
 """The two data sets: the workshop's synthetic regression data and scikit-learn's digits."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
 def synthetic(n: int = 1024, features: int = 6, outputs: int = 2, seed: int = 0):
-    """Exercise 5's data: n samples of N(0, 1) inputs, the same on every rank.
-
-    The workshop's targets are pure noise, so its loss cannot fall; ours are
-    a fixed random linear map of the inputs plus a little noise, so training
-    visibly makes progress.
-    """
+    """Exercise 5's data: n samples of N(0, 1) inputs, the same on every rank. The workshop's targets are
+    pure noise, so its loss cannot fall; ours are a fixed random linear map of the inputs plus a little
+    noise, so training visibly makes progress."""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, features))
     teacher = rng.standard_normal((features, outputs)) / np.sqrt(features)
@@ -22,43 +21,32 @@ DIGITS = 1797          # images in scikit-learn's digits
 
 
 def split_sizes(subset: int | None = None, val_fraction: float = 0.15, test_fraction: float = 0.15) -> dict:
-    """How many images :func:`digits` puts in each part, without loading them
-    (scikit-learn's rule: the test part is the fraction rounded up)."""
-    import math
-
-    n = subset if subset is not None and subset < DIGITS else DIGITS
+    """How many images :func:`digits` puts in each part, without loading them (scikit-learn's rule: the
+    test part is the fraction rounded up)."""
+    n = min(subset or DIGITS, DIGITS)
     test = math.ceil(test_fraction * n)
     val = math.ceil(val_fraction / (1 - test_fraction) * (n - test))
     return {"train": n - test - val, "val": val, "test": test}
 
 
-def digits(seed: int = 0, subset: int | None = None, val_fraction: float = 0.15,
-           test_fraction: float = 0.15):
-    """scikit-learn's bundled 8x8 handwritten digits (1797 images, no download).
-
-    Stratified train / validation / test split (every digit in the same
-    proportion in each part), features standardised with the training part's
-    mean and standard deviation. ``subset`` keeps that many images first
-    (stratified too) for quick runs. Returns a dict of float32 features and
-    (n, 1) int32 labels.
-    """
+def digits(seed: int = 0, subset: int | None = None, val_fraction: float = 0.15, test_fraction: float = 0.15):
+    """scikit-learn's bundled 8x8 handwritten digits (1797 images, no download), split train / validation
+    / test with every digit in the same proportion in each part (``subset``: that many images first,
+    stratified too), standardised with the training part's mean and standard deviation. Returns
+    {part: (float32 features, (n, 1) int32 labels)}."""
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 
     x, y = load_digits(return_X_y=True)
     if subset is not None and subset < len(y):
         x, _, y, _ = train_test_split(x, y, train_size=subset, stratify=y, random_state=seed)
-    x_rest, x_test, y_rest, y_test = train_test_split(
-        x, y, test_size=test_fraction, stratify=y, random_state=seed)
+    x_rest, x_test, y_rest, y_test = train_test_split(x, y, test_size=test_fraction, stratify=y, random_state=seed)
     x_train, x_val, y_train, y_val = train_test_split(
         x_rest, y_rest, test_size=val_fraction / (1 - test_fraction), stratify=y_rest,
         random_state=seed)
     mean = x_train.mean(axis=0)
     std = x_train.std(axis=0)
     std[std == 0] = 1.0  # pixels that are always blank in the training part
-    out = {}
-    for name, (xs, ys) in {"train": (x_train, y_train), "val": (x_val, y_val),
-                           "test": (x_test, y_test)}.items():
-        out[name] = (((xs - mean) / std).astype(np.float32),
-                     ys.astype(np.int32).reshape(-1, 1))
-    return out
+    parts = {"train": (x_train, y_train), "val": (x_val, y_val), "test": (x_test, y_test)}
+    return {name: (((xs - mean) / std).astype(np.float32), ys.astype(np.int32).reshape(-1, 1))
+            for name, (xs, ys) in parts.items()}

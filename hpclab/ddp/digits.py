@@ -1,14 +1,13 @@
 """Exercise 6 without PyTorch: an MLP classifier for handwritten digits, data-parallel.
 
-The workshop trains a CNN on MNIST (60k images, a download); scikit-learn's
-bundled 8x8 digits need no download and are learned to >= 95 % by a small
-MLP in seconds on a GPU. The simulator runs a reduced configuration and
-says so.
+The workshop trains a CNN on MNIST (60k images, a download); scikit-learn's bundled 8x8 digits need
+no download and are learned to >= 95 % by a small MLP in seconds on a GPU. The simulator runs a
+reduced configuration and says so.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -39,21 +38,11 @@ class DigitsConfig:
 
     @classmethod
     def for_backend(cls, **overrides) -> "DigitsConfig":
-        """The full run on a GPU; on the simulator a reduced one (one thread per CUDA
-        thread makes the full run take hours there)."""
+        """The full run on a GPU; on the simulator a reduced one (a Python thread per CUDA thread makes the
+        full run take hours there). ``overrides`` that are None keep the default."""
         base = cls() if not backend.is_simulator() else cls(
-            hidden=(16,), epochs=2, global_batch=20, lr=2e-2, subset=400, threshold=0.75,
-            reduced=True)
-        for key, value in overrides.items():
-            if value is not None:
-                setattr(base, key, value)
-        return base
-
-
-def epoch_line(epoch: int, epochs: int, train: tuple, val: tuple, seconds: float) -> str:
-    """The workshop's per-epoch line: train and validation loss and accuracy."""
-    return (f"Epoch {epoch:>3}/{epochs} | train loss {train[0]:.4f} acc {100 * train[1]:6.2f}% "
-            f"| val loss {val[0]:.4f} acc {100 * val[1]:6.2f}% | {seconds:.2f} s")
+            hidden=(16,), epochs=2, global_batch=20, lr=2e-2, subset=400, threshold=0.75, reduced=True)
+        return replace(base, **{key: value for key, value in overrides.items() if value is not None})
 
 
 def train_digits(comm, placement, cfg: DigitsConfig, say=print) -> dict:
@@ -80,7 +69,7 @@ def train_digits(comm, placement, cfg: DigitsConfig, say=print) -> dict:
                          scale_lr=cfg.scale_lr, loss="xent", loss_scaling=mixed)
     monitor = GPUMonitor(placement.gpu_uuid).start() if cfg.monitor and rank == 0 else None
 
-    history, identical, time_to_target = [], True, None
+    history, time_to_target = [], None
 
     def epochs():
         nonlocal time_to_target
@@ -96,22 +85,19 @@ def train_digits(comm, placement, cfg: DigitsConfig, say=print) -> dict:
                             "val_loss": val[0], "val_acc": val[1], "seconds": seconds})
             if time_to_target is None and val[1] >= cfg.threshold:
                 time_to_target = time.perf_counter() - t_start
-            if rank == 0:
-                say(epoch_line(epoch + 1, cfg.epochs, train, val, seconds))
+            if rank == 0:       # the workshop's per-epoch line
+                say(f"Epoch {epoch + 1:>3}/{cfg.epochs} | train loss {train[0]:.4f} acc {100 * train[1]:6.2f}% "
+                    f"| val loss {val[0]:.4f} acc {100 * val[1]:6.2f}% | {seconds:.2f} s")
 
     _, _, train_seconds = wall(epochs, comm)
-    replicas = trainer.replicas()
-    identical &= replicas["identical"]
+    identical = trainer.replicas()["identical"]
     test_loss, test_acc = trainer.evaluate(*dev["test"])
     usage = monitor.stop() if monitor else None
     used_after = device_memory_used()
-
-    per_rank = sampler.per_rank
     return {
         "config": asdict(cfg), "sizes": sizes, "parameters": n_params,
-        "samples": {k: int(len(v[1])) for k, v in data.items()},
-        "history": history, "test_loss": test_loss, "test_accuracy": test_acc,
-        "passed": bool(test_acc >= cfg.threshold and identical),
+        "samples": {k: int(len(v[1])) for k, v in data.items()}, "history": history, "test_loss": test_loss,
+        "test_accuracy": test_acc, "passed": bool(test_acc >= cfg.threshold and identical),
         "replicas_identical": bool(identical), "train_seconds": train_seconds,
         "time_to_threshold_s": time_to_target, "steps": trainer.steps,
         "skipped_steps": trainer.scaler.skipped if trainer.scaler else 0,
@@ -120,9 +106,8 @@ def train_digits(comm, placement, cfg: DigitsConfig, say=print) -> dict:
         "samples_per_s": trainer.steps * cfg.global_batch / train_seconds,
         "memory": {
             "estimate_14p_bytes": memory_estimate_bytes(n_params),
-            "allocated_by_model_bytes": model.memory_bytes(per_rank, cfg.optimizer),
-            "device_used_delta_bytes": (None if used_before is None
-                                        else used_after - used_before),
+            "allocated_by_model_bytes": model.memory_bytes(sampler.per_rank, cfg.optimizer),
+            "device_used_delta_bytes": None if used_before is None else used_after - used_before,
             "device_used_after_bytes": used_after,
         },
         "gpu_usage": usage,

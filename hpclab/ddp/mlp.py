@@ -1,18 +1,14 @@
 """GPU kernels for training a multilayer perceptron: everything one step needs.
 
-A dense layer is ``Y = act(X @ W + b)`` with ``X`` (batch, in), ``W`` (in, out),
-``b`` (out,). Its backward pass is three products and a column sum::
+A dense layer is ``Y = act(X @ W + b)`` with ``X`` (batch, in), ``W`` (in, out), ``b`` (out,). Its
+backward pass is three products and a column sum::
 
-    dZ = dY * act'(Z)      grad W = X^T dZ      grad b = sum over rows of dZ
-                           grad X = dZ W^T
+    dZ = dY * act'(Z)      grad W = X^T dZ      grad b = sum over rows of dZ      grad X = dZ W^T
 
-All three products go through :func:`gemm` (A@B, A^T@B, A@B^T), the
-workbook's matrix multiply (:mod:`hpclab.matmul.fast`). The kernels here
-accumulate in float32, or float64 when the data are float64, and store in the
-output's dtype, so the same code serves float64 (exact comparisons between
-rank counts), float32 and float16 compute for mixed precision. They loop over
-their elements (grid-stride), so any launch shape computes the same answer;
-:func:`hpclab.launch.launch_1d` picks one for the backend.
+The products go through :func:`gemm`, the workbook's matrix multiply (:mod:`hpclab.matmul.fast`). The
+kernels accumulate in float32 (float64 for float64 data) and store in the output's dtype: float64 for
+exact comparisons between rank counts, float32, float16 for mixed precision. Grid-stride loops make
+any launch shape compute the same answer.
 """
 from __future__ import annotations
 
@@ -29,36 +25,26 @@ from hpclab.launch import launch_1d  # noqa: E402
 from hpclab.matmul import fast as mm  # noqa: E402
 from numba.core.errors import NumbaPerformanceWarning  # noqa: E402
 
-# A small model launches small grids on purpose (the tiny MLP of Exercise 5
-# is the example of DDP not paying off); Numba's under-utilisation hint would
-# print on every rank for every kernel.
+# A small model launches small grids on purpose (Exercise 5's tiny MLP is the example of DDP not paying
+# off); Numba's under-utilisation hint would print on every rank for every kernel.
 warnings.filterwarnings("ignore", message=r"Grid size \d+ will likely", category=NumbaPerformanceWarning)
 
-# Adding it widens float16 to float32 and leaves float32 and float64 as they are
-# (a NumPy scalar: a constant in a compiled kernel, cheap on the simulator).
+# Adding it widens float16 to float32 and leaves float32 and float64 as they are (a NumPy scalar: a
+# constant in a compiled kernel, cheap on the simulator).
 WIDEN = np.float32(0)
 
 
 # -- matrix multiply ----------------------------------------------------------------
 def gemm_kernel(dtype) -> str:
-    """The matmul kernel the dense layers use: the fast one, except on the simulator.
-
-    There every CUDA thread is a Python thread and each of the fast kernel's
-    barriers a round of thread switches: the naive kernel's one block of 8
-    threads stepping over C trains 5 to 20 times faster. float16 takes the fast
-    kernel there too, the one that multiplies float16 in float32.
-    """
+    """The matmul kernel the dense layers use: the fast one, except on the simulator for float32 and
+    float64, where each of its barriers is a round of Python thread switches and the naive kernel trains
+    5 to 20 times faster (float16 needs the fast kernel: it multiplies float16 in float32)."""
     return "naive" if backend.is_simulator() and np.dtype(dtype) != mm.HALF else "fast"
 
 
 def gemm(a, b, out, trans_a: bool = False, trans_b: bool = False, kernel: str | None = None):
-    """out = op(a) @ op(b) on the device; returns out.
-
-    The one place where the dense layers multiply matrices. a and b share a
-    dtype; float16 ones are multiplied in float32 and stored in out's dtype
-    (float16 or float32). Shapes are checked here so that a wrong layer size
-    is an error, not garbage.
-    """
+    """out = op(a) @ op(b) on the device; returns out. a and b share a dtype; float16 is multiplied in
+    float32 and stored as out's (float16 or float32). Shapes are checked: a wrong layer size is an error."""
     kernel = kernel or gemm_kernel(a.dtype)
     M, _, N, dtype = mm.check_operands(a, b, kernel, trans_a, trans_b)
     if tuple(out.shape) != (M, N) or np.dtype(out.dtype) not in (dtype, mm.acc_dtype(dtype)):
@@ -83,12 +69,6 @@ def bias_act_kernel(z, bias, out, relu):
             out[i, j] = v
 
 
-def bias_act(z, bias, out=None, relu: bool = False):
-    out = z if out is None else out
-    bias_act_kernel[launch_1d(z.size)](z, bias, out, relu)
-    return out
-
-
 @cuda.jit
 def relu_backward_kernel(dy, y, out):
     """out = dy where the ReLU was active (y > 0), else 0; out may be dy."""
@@ -102,8 +82,7 @@ def relu_backward_kernel(dy, y, out):
             out[i, j] = 0
 
 
-def relu_backward(dy, y, out=None):
-    out = dy if out is None else out
+def relu_backward(dy, y, out):
     relu_backward_kernel[launch_1d(dy.size)](dy, y, out)
     return out
 
@@ -195,23 +174,17 @@ def mse_kernel(pred, target, dpred, stats, grad_scale, loss_scale):
 
 
 def softmax_cross_entropy(logits, labels, dlogits, stats, grad_scale: float, loss_scale: float):
-    """Softmax cross-entropy of each row against integer labels ((n, 1) int32).
-
-    Writes the gradient of ``sum(losses) * grad_scale`` into dlogits and, per
-    row, ``(loss * loss_scale, 1 if the prediction is right)`` into stats (n, 2).
-    With both scales 1/global_batch, summing stats over rows and ranks gives
-    the mean loss and accuracy of the global batch.
-    """
+    """Softmax cross-entropy of each row against integer labels ((n, 1) int32): the gradient of
+    ``sum(losses) * grad_scale`` into dlogits, per row ``(loss * loss_scale, 1 if right)`` into stats (n, 2).
+    With both scales 1/global_batch, stats summed over rows and ranks are the global batch's mean loss
+    and accuracy."""
     softmax_xent_kernel[launch_1d(logits.shape[0])](logits, labels, dlogits, stats, grad_scale, loss_scale)
     return dlogits
 
 
 def mean_squared_error(pred, target, dpred, stats, grad_scale: float, loss_scale: float):
-    """Squared error per row (summed over outputs); same conventions as the cross-entropy.
-
-    For PyTorch's ``MSELoss`` (mean over every element) use
-    ``scale = 1 / (global_batch * outputs)``.
-    """
+    """Squared error per row (summed over outputs), as :func:`softmax_cross_entropy`; PyTorch's ``MSELoss``
+    (mean over every element) is ``scale = 1 / (global_batch * outputs)``."""
     mse_kernel[launch_1d(pred.shape[0])](pred, target, dpred, stats, grad_scale, loss_scale)
     return dpred
 
@@ -269,23 +242,15 @@ def any_nonfinite(x) -> bool:
 def dense_forward(x, w, b, out, relu: bool):
     """out = act(x @ w + b)."""
     gemm(x, w, out)
-    return bias_act(out, b, out, relu)
+    bias_act_kernel[launch_1d(out.size)](out, b, out, relu)
+    return out
 
 
 def dense_backward(x, w, dz, dw, db, dx=None):
-    """Gradients of a dense layer from dZ (the gradient before the activation).
-
-    dw = x^T dz, db = column sums of dz, and dx = dz w^T unless dx is None
-    (the first layer needs no gradient for its input).
-    """
+    """Gradients of a dense layer from dZ (the gradient before the activation): dw = x^T dz, db = column
+    sums of dz, and dx = dz w^T unless dx is None (the first layer needs no gradient for its input)."""
     gemm(x, dz, dw, trans_a=True)
     col_sum(dz, db)
     if dx is not None:
-        input_gradient(dz, w, dx)
+        gemm(dz, w, dx, trans_b=True)
     return dw, db, dx
-
-
-def input_gradient(dz, w, dx):
-    """dx = dz w^T: the gradient a dense layer passes back to the layer before it."""
-    gemm(dz, w, dx, trans_b=True)
-    return dx

@@ -1,16 +1,10 @@
 """An MLP whose parameters live in one flat device vector, and its gradients in another.
 
-Flat storage is what makes data parallelism cheap to write: broadcasting the
-initial weights, all-reducing the gradients, checking that replicas agree and
-applying the optimiser are each one operation on one array. Each layer's W
-and b are views into the flat vectors. The gradient vector (the "bucket")
-has two extra slots at its end for the batch's loss and number of correct
-predictions, so a single all-reduce per step carries all of them.
-
-Precision: ``dtype`` is that of the master weights, gradients and optimiser
-state; ``compute_dtype`` is what the forward and backward passes use. With
-float16 compute (mixed precision) the model keeps a float16 copy of the
-weights, refreshed after every update.
+Flat storage makes broadcasting the weights, all-reducing the gradients, checking replicas and the optimiser step
+one operation on one array each; each layer's W and b are views into it. The gradient vector (the "bucket") ends
+with two slots for the batch's loss and correct predictions, so one all-reduce per step carries all of them.
+``dtype`` is that of the master weights, gradients and optimiser state, ``compute_dtype`` that of the passes:
+float16 (mixed precision) keeps a float16 copy of the weights, refreshed after every update.
 """
 from __future__ import annotations
 
@@ -22,37 +16,29 @@ cuda = K.cuda
 EXTRA_SLOTS = 2  # loss, correct predictions
 
 
-def layout(sizes) -> list[tuple[str, tuple[int, ...]]]:
-    """Parameter names and shapes of an MLP with these layer widths."""
-    out = []
-    for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
-        out += [(f"W{i}", (n_in, n_out)), (f"b{i}", (n_out,))]
-    return out
-
-
 def count_parameters(sizes) -> int:
-    return sum(int(np.prod(shape)) for _, shape in layout(sizes))
+    """W and b of every layer."""
+    return int(sum((n_in + 1) * n_out for n_in, n_out in zip(sizes[:-1], sizes[1:])))
 
 
 def init_parameters(sizes, seed: int, dtype=np.float32) -> np.ndarray:
     """PyTorch's default for nn.Linear: W and b uniform in +-1/sqrt(fan_in), flattened."""
     rng = np.random.default_rng(seed)
     parts = []
-    for name, shape in layout(sizes):
-        fan_in = shape[0] if name.startswith("W") else sizes[int(name[1:])]
-        bound = 1.0 / np.sqrt(fan_in)
-        parts.append(rng.uniform(-bound, bound, size=shape).ravel())
+    for n_in, n_out in zip(sizes[:-1], sizes[1:]):
+        bound = 1.0 / np.sqrt(n_in)
+        parts += [rng.uniform(-bound, bound, size=(n_in, n_out)).ravel(), rng.uniform(-bound, bound, size=n_out)]
     return np.concatenate(parts).astype(dtype)
 
 
 def unflatten(flat, sizes) -> list:
     """[(W0, b0), (W1, b1), ...] as views into a flat vector (NumPy or device array)."""
-    views, offset = [], 0
-    for name, shape in layout(sizes):
-        n = int(np.prod(shape))
-        views.append(flat[offset:offset + n].reshape(shape))
-        offset += n
-    return [(views[i], views[i + 1]) for i in range(0, len(views), 2)]
+    layers, start = [], 0
+    for n_in, n_out in zip(sizes[:-1], sizes[1:]):
+        w_end = start + n_in * n_out
+        layers.append((flat[start:w_end].reshape(n_in, n_out), flat[w_end:w_end + n_out]))
+        start = w_end + n_out
+    return layers
 
 
 def flatten(layers) -> np.ndarray:
@@ -62,13 +48,9 @@ def flatten(layers) -> np.ndarray:
 
 def memory_breakdown(sizes, batch: int, optimizer: str = "adam", dtype=np.float32,
                      compute_dtype=None) -> dict[str, int]:
-    """Bytes a model of these layer widths needs for training, by purpose (no allocation).
-
-    Master weights, a float16 compute copy under mixed precision, gradients
-    (the bucket), optimiser state (SGD's velocity or Adam's two moments) and
-    the activations of one batch (inputs and outputs of every layer, and
-    their gradients).
-    """
+    """Bytes a model of these layer widths needs for training, by purpose (no allocation): master weights,
+    a compute copy under mixed precision, gradients (the bucket), optimiser state (SGD's velocity or Adam's
+    two moments) and one batch's activations (every layer's inputs and outputs, and their gradients)."""
     dtype = np.dtype(dtype)
     compute_dtype = np.dtype(compute_dtype or dtype)
     sizes = [int(s) for s in sizes]
@@ -102,11 +84,6 @@ class MLP:
         self.grads = unflatten(self.bucket[:self.n_params], self.sizes)
         self.stat_slots = self.bucket[self.n_params:]
         self._work: dict[int, dict] = {}
-        self._aranges: dict[int, object] = {}
-
-    # -- parameters -------------------------------------------------------------------
-    def describe(self) -> tuple:
-        return (tuple(self.sizes), self.dtype.name, self.compute_dtype.name)
 
     def load(self, flat_host: np.ndarray) -> None:
         if flat_host.shape != (self.n_params,):
@@ -125,7 +102,6 @@ class MLP:
         """What this model allocates, by purpose (for comparison with 14 x parameters)."""
         return memory_breakdown(self.sizes, batch, optimizer, self.dtype, self.compute_dtype)
 
-    # -- one pass ---------------------------------------------------------------------
     def workspace(self, n: int) -> dict:
         """Activation and gradient buffers for a batch of n rows (allocated once per n)."""
         if n not in self._work:
@@ -145,24 +121,16 @@ class MLP:
             K.dense_forward(acts[i], w, b, acts[i + 1], relu=i < last)
         return acts[-1]
 
-    def loss_and_gradients(self, n: int, targets, loss: str, grad_scale: float, loss_scale: float,
-                           on_ready=None):
-        """Forward, loss and backward for the n rows in the workspace.
-
-        Gradients of ``grad_scale * sum of per-row losses`` land in the
-        bucket; the bucket's last two slots get ``loss_scale * sum of losses``
-        and the number of correct predictions. ``on_ready(i)``, if given, is
-        called as soon as layer i's gradients are written (last layer first),
-        before the gradient for the layer below is computed: the moment
-        overlapped data parallelism starts that layer's all-reduce.
-        """
+    def loss_and_gradients(self, n: int, targets, loss: str, grad_scale: float, loss_scale: float, on_ready=None):
+        """Forward, loss and backward for the n rows in the workspace: the gradients of ``grad_scale * sum
+        of per-row losses`` in the bucket, ``loss_scale * sum of losses`` and the number of correct
+        predictions in its last two slots. ``on_ready(i)`` is called as soon as layer i's gradients are
+        written (last layer first): where overlapped data parallelism starts that layer's all-reduce."""
         work = self.workspace(n)
         logits = self.forward(n)
         dz = work["dz"][-1]
-        if loss == "xent":
-            K.softmax_cross_entropy(logits, targets, dz, work["stats"], grad_scale, loss_scale)
-        else:
-            K.mean_squared_error(logits, targets, dz, work["stats"], grad_scale, loss_scale)
+        fn = K.softmax_cross_entropy if loss == "xent" else K.mean_squared_error
+        fn(logits, targets, dz, work["stats"], grad_scale, loss_scale)
         K.col_sum(work["stats"], self.stat_slots)
         for i in reversed(range(len(self.layers))):
             w, _ = self.layers[i]
@@ -171,7 +139,7 @@ class MLP:
             if on_ready is not None:
                 on_ready(i)
             if i > 0:
-                dx = K.input_gradient(dz, w, work["dz"][i])
+                dx = K.gemm(dz, w, work["dz"][i], trans_b=True)        # the gradient passed back: dz w^T
                 dz = K.relu_backward(dx, work["acts"][i], dx)
         return self.bucket
 
@@ -179,9 +147,7 @@ class MLP:
         """[sum of per-row losses, correct predictions] for the rows x (device), no gradients."""
         n = x.shape[0]
         work = self.workspace(n)
-        if n not in self._aranges:
-            self._aranges[n] = cuda.to_device(np.arange(n, dtype=np.int32))
-        K.take_rows(x, self._aranges[n], work["acts"][0])
+        K.cast(x.reshape(x.size), work["acts"][0].reshape(x.size))       # the rows, in the compute dtype
         logits = self.forward(n)
         fn = K.softmax_cross_entropy if loss == "xent" else K.mean_squared_error
         fn(logits, y, work["dz"][-1], work["stats"], 0.0, 1.0)

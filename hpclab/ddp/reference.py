@@ -1,8 +1,7 @@
 """NumPy versions of the MLP kernels: the answers the GPU kernels are tested against.
 
-Written for clarity, not speed, in float64 unless the inputs say otherwise.
-:func:`mlp_loss_and_grads` is a whole forward and backward pass; the tests
-check it against finite differences, then check the GPU against it.
+Written for clarity, not speed, in float64 unless the inputs say otherwise. :func:`mlp_loss_and_grads` is a whole
+forward and backward pass; the tests check it against finite differences, then check the GPU against it.
 """
 from __future__ import annotations
 

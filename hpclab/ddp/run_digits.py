@@ -19,10 +19,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--hidden", type=count_list(1, 1 << 16, example="128,64"), default=None,
                         help="hidden layer widths, e.g. 128,64 (default 128,64; 16 on the simulator)")
     parser.add_argument("--epochs", type=count(1, None), default=None, help="default 20 (2 on the simulator)")
-    parser.add_argument("--global-batch", type=count(1, DIGITS), default=None,
-                        help="default 64 (20 on the simulator)")
-    parser.add_argument("--lr", type=real(0, lo_open=True), default=None,
-                        help="default 2e-3 (2e-2 on the simulator)")
+    parser.add_argument("--global-batch", type=count(1, DIGITS), default=None, help="default 64 (20 on the simulator)")
+    parser.add_argument("--lr", type=real(0, lo_open=True), default=None, help="default 2e-3 (2e-2 on the simulator)")
     parser.add_argument("--optimizer", choices=("sgd", "adam"), default=None, help="default adam")
     parser.add_argument("--precision", choices=("fp32", "mixed"), default=None,
                         help="mixed: float16 compute, float32 master weights, dynamic loss scaling")
@@ -41,11 +39,8 @@ def add_arguments(parser) -> None:
 
 
 def config(args) -> DigitsConfig:
-    return DigitsConfig.for_backend(
-        hidden=args.hidden, epochs=args.epochs, global_batch=args.global_batch, lr=args.lr,
-        optimizer=args.optimizer, precision=args.precision, subset=args.subset,
-        threshold=args.threshold, comm=args.comm, scale_lr=args.scale_lr, monitor=args.monitor,
-        seed=args.seed)
+    """The options given (each a field of the configuration), the backend's defaults for the others."""
+    return DigitsConfig.for_backend(**{k: v for k, v in vars(args).items() if k in DigitsConfig.__dataclass_fields__})
 
 
 def validate(args, launch) -> None:
@@ -72,7 +67,7 @@ def validate(args, launch) -> None:
 
 
 def _mib(b) -> str:
-    return "n/a" if b is None else f"{b / 2 ** 20:.2f} MiB"
+    return f"{b / 2 ** 20:.2f} MiB"
 
 
 def run(args, ctx) -> Report:
@@ -83,9 +78,8 @@ def run(args, ctx) -> Report:
               f"{cfg.epochs} epochs, pass at {cfg.threshold:.0%}); a GPU runs 128,64 on all 1797 "
               "images for 20 epochs and must reach 95 %", flush=True)
     out = train_digits(comm, ctx.placement, cfg)
-    p = ctx.placement
     report = Report(
-        rank_line=(f"{p.label()} | per-rank batch {cfg.global_batch // comm.size} | steps "
+        rank_line=(f"{ctx.placement.label()} | per-rank batch {cfg.global_batch // comm.size} | steps "
                    f"{out['steps']} | test accuracy {100 * out['test_accuracy']:.2f}%"),
         passed=out["passed"],
         timings={"train_s": out["train_seconds"],
@@ -99,8 +93,8 @@ def run(args, ctx) -> Report:
             ("Model", f"{' -> '.join(map(str, out['sizes']))} ReLU MLP, {out['parameters']} parameters"),
             ("Configuration", "reduced (simulator)" if cfg.reduced else "full"),
             ("Data", f"digits: {n['train']} train / {n['val']} validation / {n['test']} test, stratified"),
-            ("Precision", cfg.precision + (f" (final loss scale {out['loss_scale']:g}, "
-                                           f"{out['skipped_steps']} steps skipped)" if cfg.precision == "mixed" else "")),
+            ("Precision", cfg.precision + (f" (final loss scale {out['loss_scale']:g}, {out['skipped_steps']} "
+                                           "steps skipped)" if cfg.precision == "mixed" else "")),
             ("Training", f"{cfg.epochs} epochs, global batch {cfg.global_batch}, {cfg.optimizer} "
                          f"lr {cfg.lr:g}, {out['train_seconds']:.2f} s, {out['samples_per_s']:.0f} samples/s"),
             ("Time to threshold", "not reached" if out["time_to_threshold_s"] is None

@@ -38,11 +38,7 @@ def add_arguments(parser) -> None:
 
 
 def config(args) -> SyntheticConfig:
-    return SyntheticConfig(
-        global_batch=args.global_batch, per_rank_batch=args.per_rank_batch, epochs=args.epochs,
-        lr=args.lr, optimizer=args.optimizer, momentum=args.momentum, scale_lr=args.scale_lr,
-        comm=args.comm, dtype=args.dtype, hidden=args.hidden, samples=args.samples, seed=args.seed,
-        overlap=args.overlap, bucket_mb=args.bucket_mb)
+    return SyntheticConfig(**{k: v for k, v in vars(args).items() if k in SyntheticConfig.__dataclass_fields__})
 
 
 def validate(args, launch) -> None:
@@ -74,27 +70,23 @@ def run(args, ctx) -> Report:
     out = train_synthetic(comm, cfg)
     losses, epoch_losses, times = out["losses"], out["epoch_losses"], out["times_s"]
     identical = out["replicas_identical"]
-    p = ctx.placement
     report = Report(
-        rank_line=(f"{p.label()} | per-rank batch {out['per_rank_batch']} | steps/epoch "
+        rank_line=(f"{ctx.placement.label()} | per-rank batch {out['per_rank_batch']} | steps/epoch "
                    f"{out['steps_per_epoch']} | first loss {losses[0]:.6e} | final loss "
                    f"{losses[-1]:.6e} | weight sum {out['weight_checksums']['sum']:.15e}"),
         passed=bool(identical and out["finite"] and out["learned"]),
         timings={f"{k}_s": v for k, v in times.items()},
     )
     if rank == 0:
-        sizes = out["sizes"]
         report.final = [
-            ("Model", f"{' -> '.join(map(str, sizes))} ReLU MLP, {out['parameters']} parameters, "
+            ("Model", f"{' -> '.join(map(str, out['sizes']))} ReLU MLP, {out['parameters']} parameters, "
                       f"{out['dtype']}"),
             ("Data", f"{args.samples} synthetic samples (seed {args.seed}), squared-error loss"),
             ("Global batch", f"{out['global_batch']} = {size} rank(s) x {out['per_rank_batch']}"
                              + (" (per-rank batch held fixed)" if args.per_rank_batch else "")),
-            ("Steps", f"{out['steps_per_epoch']} per epoch x {args.epochs} epochs"
-                      + (f" ({out['dropped_per_epoch']} samples skipped per epoch)"
-                         if out["dropped_per_epoch"] else "")),
-            ("Optimizer", f"{args.optimizer}, lr {out['lr']:g}"
-                          + (" (scaled by ranks)" if args.scale_lr else "")),
+            ("Steps", f"{out['steps_per_epoch']} per epoch x {args.epochs} epochs" + (
+                f" ({out['dropped_per_epoch']} samples skipped per epoch)" if out["dropped_per_epoch"] else "")),
+            ("Optimizer", f"{args.optimizer}, lr {out['lr']:g}" + (" (scaled by ranks)" if args.scale_lr else "")),
             ("Gradient all-reduce", f"{out['comm']}, one per step, {out['bucket_values']} values"),
             ("Epoch losses", ", ".join(f"{v:.6f}" for v in epoch_losses)),
             ("Replicas identical", f"{identical} (checked after every epoch)"),

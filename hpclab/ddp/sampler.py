@@ -1,11 +1,8 @@
 """Which samples each rank trains on: one shuffled order per epoch, shared by all ranks.
 
-Every rank draws the same permutation (seeded by seed + epoch), cuts it into
-global batches, and takes its own contiguous slice of each. The union of the
-per-rank slices is exactly the global batch, so the averaged gradient is the
-gradient a single GPU would compute on that batch. Samples left over after
-the last full global batch are skipped that epoch (a different set each
-epoch, since the order changes).
+Every rank draws the same permutation (seeded by seed and epoch), cuts it into global batches and takes its own
+contiguous slice of each: the slices together are the global batch, so the averaged gradient is what one GPU
+computes on it. Samples left after the last full global batch are skipped that epoch (a different set each epoch).
 """
 from __future__ import annotations
 
@@ -17,37 +14,30 @@ def check_batch(n_samples: int, global_batch: int, size: int, flag: str = "--glo
     if global_batch <= 0:
         raise ValueError(f"the global batch must be positive (got {global_batch})")
     if global_batch > n_samples:
-        raise ValueError(
-            f"global batch {global_batch} is larger than the data set ({n_samples} samples), "
-            f"so not one full batch fits; use {flag} {n_samples} or less")
+        raise ValueError(f"global batch {global_batch} is larger than the data set ({n_samples} samples), so not "
+                         f"one full batch fits; use {flag} {n_samples} or less")
     if global_batch % size:
         lower = global_batch // size * size
-        higher = lower + size
-        options = " or ".join(str(b) for b in (lower, higher) if 0 < b <= n_samples)
-        raise ValueError(
-            f"global batch {global_batch} does not divide among {size} ranks "
-            f"({global_batch / size:g} samples each); use {flag} {options} "
-            f"(a multiple of {size}), or --per-rank-batch to fix each rank's share instead")
+        options = " or ".join(str(b) for b in (lower, lower + size) if 0 < b <= n_samples)
+        raise ValueError(f"global batch {global_batch} does not divide among {size} ranks ({global_batch / size:g} "
+                         f"samples each); use {flag} {options} (a multiple of {size}), or --per-rank-batch to fix "
+                         "each rank's share instead")
     return global_batch // size
 
 
 class DistributedSampler:
     """Per-epoch sample indices for one rank (like PyTorch's, with set_epoch built in)."""
 
-    def __init__(self, n_samples: int, global_batch: int, rank: int, size: int,
-                 seed: int = 0, shuffle: bool = True):
+    def __init__(self, n_samples: int, global_batch: int, rank: int, size: int, seed: int = 0):
         self.per_rank = check_batch(n_samples, global_batch, size)
         self.n_samples, self.global_batch = n_samples, global_batch
-        self.rank, self.size, self.seed, self.shuffle = rank, size, seed, shuffle
+        self.rank, self.size, self.seed = rank, size, seed
         self.steps_per_epoch = n_samples // global_batch
         self.dropped = n_samples - self.steps_per_epoch * global_batch
 
     def global_batches(self, epoch: int) -> np.ndarray:
         """(steps, global_batch) indices: the same on every rank."""
-        if self.shuffle:
-            order = np.random.default_rng([self.seed, epoch]).permutation(self.n_samples)
-        else:
-            order = np.arange(self.n_samples)
+        order = np.random.default_rng([self.seed, epoch]).permutation(self.n_samples)
         used = self.steps_per_epoch * self.global_batch
         return order[:used].reshape(self.steps_per_epoch, self.global_batch)
 

@@ -1,11 +1,7 @@
 """Batch size and learning rate: train the digits model for each pair and tabulate.
 
-The multi-node training guide's advice is to tune both together: a larger
-global batch takes fewer, less noisy steps per epoch, and usually wants a
-larger learning rate (the linear scaling rule) to learn as much per epoch.
-``sweep`` trains one model per (global batch, learning rate) pair with
-everything else from :class:`~hpclab.ddp.digits.DigitsConfig` (reduced on
-the simulator) and returns one row per run, the same on every rank.
+The multi-node training guide's advice is to tune both together: a larger global batch takes fewer,
+less noisy steps per epoch and usually wants a larger learning rate (the linear scaling rule).
 """
 from __future__ import annotations
 
@@ -13,11 +9,8 @@ from hpclab.ddp.digits import DigitsConfig, train_digits
 
 
 def sweep(comm, placement, batches, lrs, **overrides) -> list[dict]:
-    """Train on every rank for each global batch x learning rate; rows in that order.
-
-    ``overrides`` go to ``DigitsConfig.for_backend`` (epochs, hidden, subset, ...).
-    Each global batch must divide among the ranks; a ``RankError`` says so otherwise.
-    """
+    """Train on every rank for each global batch x learning rate; one row per run in that order, the same
+    on every rank. ``overrides`` go to ``DigitsConfig.for_backend`` (epochs, hidden, subset, ...)."""
     rows = []
     for batch in batches:
         for lr in lrs:
@@ -25,13 +18,12 @@ def sweep(comm, placement, batches, lrs, **overrides) -> list[dict]:
             out = train_digits(comm, placement, cfg, say=lambda _line: None)
             last = out["history"][-1]
             rows.append({
-                "global_batch": cfg.global_batch, "lr": cfg.lr, "epochs": cfg.epochs,
-                "steps": out["steps"], "train_loss": last["train_loss"], "val_acc": last["val_acc"],
-                "test_acc": out["test_accuracy"], "train_s": out["train_seconds"],
-                "samples_per_s": out["samples_per_s"],
-                "time_to_threshold_s": out["time_to_threshold_s"],
-                "threshold": cfg.threshold, "optimizer": cfg.optimizer, "ranks": comm.size,
-                "replicas_identical": out["replicas_identical"], "reduced": cfg.reduced,
+                "global_batch": cfg.global_batch, "lr": cfg.lr, "epochs": cfg.epochs, "steps": out["steps"],
+                "train_loss": last["train_loss"], "val_acc": last["val_acc"], "test_acc": out["test_accuracy"],
+                "train_s": out["train_seconds"], "samples_per_s": out["samples_per_s"],
+                "time_to_threshold_s": out["time_to_threshold_s"], "threshold": cfg.threshold,
+                "optimizer": cfg.optimizer, "ranks": comm.size, "replicas_identical": out["replicas_identical"],
+                "reduced": cfg.reduced,
             })
     return rows
 
@@ -46,9 +38,8 @@ def format_table(rows: list[dict]) -> str:
     lines = [f"{'batch':>6} {'lr':>8} {'steps':>6} {'train loss':>10} {'val acc':>8} "
              f"{'test acc':>8} {'train s':>8} {'samples/s':>10} {'to threshold':>12}"]
     for r in rows:
-        reach = ("-" if r["time_to_threshold_s"] is None else f"{r['time_to_threshold_s']:.2f} s")
-        lines.append(f"{r['global_batch']:>6} {r['lr']:>8.2g} {r['steps']:>6} "
-                     f"{r['train_loss']:>10.4f} {100 * r['val_acc']:>7.2f}% "
-                     f"{100 * r['test_acc']:>7.2f}% {r['train_s']:>8.2f} "
+        reach = "-" if r["time_to_threshold_s"] is None else f"{r['time_to_threshold_s']:.2f} s"
+        lines.append(f"{r['global_batch']:>6} {r['lr']:>8.2g} {r['steps']:>6} {r['train_loss']:>10.4f} "
+                     f"{100 * r['val_acc']:>7.2f}% {100 * r['test_acc']:>7.2f}% {r['train_s']:>8.2f} "
                      f"{r['samples_per_s']:>10.0f} {reach:>12}")
     return "\n".join(lines)

@@ -42,10 +42,9 @@ def global_batch_for(cfg: SyntheticConfig, size: int) -> int:
     if cfg.per_rank_batch:
         batch = cfg.per_rank_batch * size
         if batch > cfg.samples:
-            raise ValueError(
-                f"--per-rank-batch {cfg.per_rank_batch} x {size} ranks = {batch} samples per step, "
-                f"more than the data set ({cfg.samples} samples); use --per-rank-batch "
-                f"{max(1, cfg.samples // size)} or less")
+            raise ValueError(f"--per-rank-batch {cfg.per_rank_batch} x {size} ranks = {batch} samples per step, "
+                             f"more than the data set ({cfg.samples} samples); use --per-rank-batch "
+                             f"{max(1, cfg.samples // size)} or less")
         return batch
     return cfg.global_batch or 32
 
@@ -66,30 +65,24 @@ def train_synthetic(comm, cfg: SyntheticConfig) -> dict:
     x, y = synthetic(cfg.samples, seed=cfg.seed)
     with hcomm.step(comm, "model setup"):
         model = MLP(sizes, dtype)
-        # Every rank starts from its own random weights: the broadcast from
-        # rank 0 is what makes them equal (and the replica check proves it).
+        # Each rank starts from its own random weights: rank 0's broadcast makes them equal (replicas check it).
         model.load(init_parameters(sizes, seed=cfg.seed + 7919 * rank))
         x_dev, y_dev = be.to_device(x.astype(dtype)), be.to_device(y.astype(dtype))
-    trainer = DDPTrainer(model, comm, be, optimizer=cfg.optimizer, lr=cfg.lr,
-                         momentum=cfg.momentum, scale_lr=cfg.scale_lr, loss="mse", overlap=cfg.overlap,
-                         bucket_mb=cfg.bucket_mb)
+    trainer = DDPTrainer(model, comm, be, optimizer=cfg.optimizer, lr=cfg.lr, momentum=cfg.momentum,
+                         scale_lr=cfg.scale_lr, loss="mse", overlap=cfg.overlap, bucket_mb=cfg.bucket_mb)
     losses, epoch_losses, checks = [], [], []
     for epoch in range(cfg.epochs):
         step_losses, _ = trainer.train_epoch(x_dev, y_dev, sampler, epoch)
         losses += step_losses
         epoch_losses.append(float(np.mean(step_losses)))
         checks.append(trainer.replicas())   # once per epoch, on every rank
-    learned = (epoch_losses[-1] < epoch_losses[0] if len(epoch_losses) > 1
-               else losses[-1] < losses[0])
+    learned = (epoch_losses[-1] < epoch_losses[0] if len(epoch_losses) > 1 else losses[-1] < losses[0])
     return {
-        "losses": losses, "epoch_losses": epoch_losses,
-        "replicas_identical": all(c["identical"] for c in checks),
-        "weight_checksums": checks[-1], "global_batch": global_batch,
-        "per_rank_batch": sampler.per_rank, "steps_per_epoch": sampler.steps_per_epoch,
-        "dropped_per_epoch": sampler.dropped, "epochs": cfg.epochs,
-        "parameters": count_parameters(sizes), "sizes": sizes, "lr": trainer.lr,
-        "comm": trainer.be.name, "dtype": dtype.name, "bucket_values": int(model.bucket.size),
-        "finite": all(math.isfinite(v) for v in losses), "learned": bool(learned),
-        "times_s": trainer.phases.max_over_ranks(comm),
+        "losses": losses, "epoch_losses": epoch_losses, "replicas_identical": all(c["identical"] for c in checks),
+        "weight_checksums": checks[-1], "global_batch": global_batch, "per_rank_batch": sampler.per_rank,
+        "steps_per_epoch": sampler.steps_per_epoch, "dropped_per_epoch": sampler.dropped, "epochs": cfg.epochs,
+        "parameters": count_parameters(sizes), "sizes": sizes, "lr": trainer.lr, "comm": trainer.be.name,
+        "dtype": dtype.name, "bucket_values": int(model.bucket.size), "learned": bool(learned),
+        "finite": all(math.isfinite(v) for v in losses), "times_s": trainer.phases.max_over_ranks(comm),
         "weights": model.parameters_host(),
     }

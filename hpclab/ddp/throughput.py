@@ -1,52 +1,30 @@
 """Samples per second of data-parallel training steps, and how they scale with ranks.
 
-A step is timed as a whole (barrier, then MPI.Wtime around ``steps`` steps,
-maximum over ranks) and split into compute (forward and backward), comm (the
-gradient all-reduce) and update. Throughput does not depend on the values
-trained on, so the data are random.
-
-``scaling`` runs the measurement on sub-communicators of the first k ranks
-for each k asked for: 1..n engines of one notebook session, no relaunch.
+A step is timed as a whole (:func:`hpclab.timing.wall` around ``steps`` steps) and split into
+compute (forward and backward), comm (the gradient all-reduce) and update. ``scaling`` measures on
+the first k ranks for each k asked for: 1..n engines of one notebook session, no relaunch.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from hpclab.mpi import first_ranks
+from hpclab.ddp.model import MLP, init_parameters
+from hpclab.ddp.trainer import DDPTrainer, random_batch
+from hpclab.mpi import MPI, first_ranks
+from hpclab.scaling import speedups
 from hpclab.timing import Phases, wall
-
-
-def time_steps(trainer, x_dev, y_dev, idx_dev, global_batch: int, steps: int, warmup: int, comm):
-    """(seconds per step, max over ranks; {phase: seconds per step}) after ``warmup`` steps."""
-    from mpi4py import MPI
-
-    for _ in range(warmup):
-        trainer.step(x_dev, y_dev, idx_dev, global_batch)
-    trainer.phases = Phases(sync=True)
-    trainer.allreduce_busy_s = 0.0
-    _, _, slowest = wall(lambda: [trainer.step(x_dev, y_dev, idx_dev, global_batch) for _ in range(steps)], comm)
-    phases = {k: v / steps for k, v in trainer.phases.max_over_ranks(comm).items()}
-    if trainer.overlap:   # not a phase: it runs during compute; how long the all-reduces took
-        phases["allreduce_busy"] = comm.allreduce(trainer.allreduce_busy_s, op=MPI.MAX) / steps
-    return slowest / steps, phases
 
 
 def measure(comm, sizes, global_batch: int, steps: int = 5, warmup: int = 2,
             precision: str = "fp32", comm_backend="auto", overlap: bool = False,
             bucket_mb: float = 25.0) -> dict:
-    """Time data-parallel steps of an MLP classifier with layer widths ``sizes`` on ``comm``.
+    """Time data-parallel steps of an MLP classifier with layer widths ``sizes`` on ``comm``, the global
+    batch split evenly among the ranks (it must divide), on random data; one row, the same on every rank.
 
-    The global batch is split evenly among the ranks (it must divide).
-    Returns one row (the same on every rank) with samples/s and the split.
-    With ``overlap`` the gradient buckets (``bucket_mb``) are all-reduced during
-    the backward pass; ``comm_s`` is then the all-reduce time left after the
-    backward pass (not hidden), ``allreduce_s`` the time the all-reduces took and
-    ``hidden_share`` the part of it hidden behind compute.
+    With ``overlap`` the gradient buckets (``bucket_mb``) are all-reduced during the backward pass;
+    ``comm_s`` is then the all-reduce time left after the backward pass (not hidden), ``allreduce_s``
+    the time the all-reduces took and ``hidden_share`` the part of it hidden behind compute.
     """
-    from hpclab.ddp import mlp as K
-    from hpclab.ddp.model import MLP, init_parameters
-    from hpclab.ddp.trainer import DDPTrainer
-
     size = comm.size
     if global_batch % size:
         raise ValueError(f"global batch {global_batch} does not divide among {size} ranks")
@@ -56,33 +34,29 @@ def measure(comm, sizes, global_batch: int, steps: int = 5, warmup: int = 2,
     model.load(init_parameters(sizes, seed=0))
     trainer = DDPTrainer(model, comm, comm_backend, optimizer="sgd", lr=1e-3, loss="xent",
                          loss_scaling=mixed, overlap=overlap, bucket_mb=bucket_mb)
-    rng = np.random.default_rng(comm.rank)
-    x_dev = K.cuda.to_device(rng.standard_normal((per, sizes[0])).astype(np.float32))
-    y_dev = K.cuda.to_device(rng.integers(0, sizes[-1], (per, 1)).astype(np.int32))
-    idx_dev = K.cuda.to_device(np.arange(per, dtype=np.int32))
-    step_s, ph = time_steps(trainer, x_dev, y_dev, idx_dev, global_batch, steps, warmup, comm)
-    busy = ph.pop("allreduce_busy", ph.get("comm", 0.0))
+    batch = random_batch(comm, sizes, per)
+    for _ in range(warmup):
+        trainer.step(*batch, global_batch)
+    trainer.phases, trainer.allreduce_busy_s = Phases(sync=True), 0.0
+    _, _, slowest = wall(lambda: [trainer.step(*batch, global_batch) for _ in range(steps)], comm)
+    step_s = slowest / steps
+    ph = {k: v / steps for k, v in trainer.phases.max_over_ranks(comm).items()}
+    # With overlap the all-reduces run during compute, so their own time is not a phase.
+    busy = comm.allreduce(trainer.allreduce_busy_s, op=MPI().MAX) / steps if overlap else ph.get("comm", 0.0)
     total = sum(ph.values())
-    return {"gpus": size, "parameters": model.n_params, "global_batch": global_batch,
-            "per_gpu_batch": per, "precision": precision, "comm": trainer.be.name,
-            "overlap": overlap, "bucket_mb": bucket_mb if overlap else "",
-            "buckets": len(trainer.buckets) if overlap else 1,
-            "step_s": step_s, "samples_per_s": global_batch / step_s,
-            "compute_s": ph.get("compute", 0.0), "comm_s": ph.get("comm", 0.0),
-            "update_s": ph.get("update", 0.0),
-            "comm_share": ph.get("comm", 0.0) / total if total else 0.0,
-            "allreduce_s": busy,
-            "hidden_share": max(0.0, 1.0 - ph.get("comm", 0.0) / busy) if overlap and busy else 0.0}
+    comm_s = ph.get("comm", 0.0)
+    return {"gpus": size, "parameters": model.n_params, "global_batch": global_batch, "per_gpu_batch": per,
+            "precision": precision, "comm": trainer.be.name, "overlap": overlap,
+            "bucket_mb": bucket_mb if overlap else "", "buckets": len(trainer.buckets) if overlap else 1,
+            "step_s": step_s, "samples_per_s": global_batch / step_s, "compute_s": ph.get("compute", 0.0),
+            "comm_s": comm_s, "update_s": ph.get("update", 0.0), "comm_share": comm_s / total if total else 0.0,
+            "allreduce_s": busy, "hidden_share": max(0.0, 1.0 - comm_s / busy) if overlap and busy else 0.0}
 
 
 def scaling(comm, sizes, counts, global_batch: int | None = None,
             per_gpu_batch: int | None = None, **kwargs) -> list[dict]:
-    """``measure`` on the first k ranks for each k in ``counts``; rows on every rank.
-
-    Give ``global_batch`` (strong scaling: the same batch split k ways) or
-    ``per_gpu_batch`` (weak scaling: the global batch grows with k). Ranks
-    outside a sub-communicator wait at the next measurement's split.
-    """
+    """``measure`` on the first k ranks for each k in ``counts``; rows on every rank. Give ``global_batch``
+    (strong scaling: the same batch split k ways) or ``per_gpu_batch`` (weak: the batch grows with k)."""
     if (global_batch is None) == (per_gpu_batch is None):
         raise ValueError("give global_batch (strong scaling) or per_gpu_batch (weak scaling)")
     rows = []
@@ -95,11 +69,9 @@ def scaling(comm, sizes, counts, global_batch: int | None = None,
                 batch = global_batch if global_batch is not None else per_gpu_batch * k
                 row = measure(sub, sizes, batch, **kwargs)
         rows.append(comm.bcast(row, root=0))
-    base = rows[0]["samples_per_s"] if rows and rows[0]["gpus"] == 1 else None
-    for row in rows:
-        row["sweep"] = "strong" if global_batch is not None else "weak"
-        row["speedup"] = row["samples_per_s"] / base if base else None
-        row["efficiency"] = row["speedup"] / row["gpus"] if base else None
+    sweep = "strong" if global_batch is not None else "weak"
+    for row, (s, e) in zip(rows, speedups([r["gpus"] for r in rows], [r["step_s"] for r in rows], sweep)):
+        row.update(sweep=sweep, speedup=s, efficiency=e)
     return rows
 
 
@@ -108,9 +80,7 @@ def format_rows(rows: list[dict]) -> str:
     lines = [f"{'ranks':>5} {'batch':>6} {'per rank':>8} {'step ms':>9} {'samples/s':>10} "
              f"{'speedup':>8} {'efficiency':>10} {'comm share':>10}"]
     for r in rows:
-        speed = "" if r.get("speedup") is None else f"{r['speedup']:.2f}"
-        eff = "" if r.get("efficiency") is None else f"{r['efficiency']:.2f}"
         lines.append(f"{r['gpus']:>5} {r['global_batch']:>6} {r['per_gpu_batch']:>8} "
-                     f"{1e3 * r['step_s']:>9.2f} {r['samples_per_s']:>10.0f} {speed:>8} "
-                     f"{eff:>10} {100 * r['comm_share']:>9.1f}%")
+                     f"{1e3 * r['step_s']:>9.2f} {r['samples_per_s']:>10.0f} {r['speedup']:>8.2f} "
+                     f"{r['efficiency']:>10.2f} {100 * r['comm_share']:>9.1f}%")
     return "\n".join(lines)

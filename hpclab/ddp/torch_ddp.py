@@ -15,8 +15,13 @@ import sys
 
 import numpy as np
 
+from hpclab import comm as hcomm
+from hpclab.ddp import mlp as K
 from hpclab.ddp.data import digits, synthetic
+from hpclab.ddp.model import MLP, init_parameters, unflatten
 from hpclab.decomp import block_range
+from hpclab.device import local_rank, select_gpu
+from hpclab.mpi import MPI, world
 
 try:
     import torch
@@ -39,13 +44,11 @@ def rendezvous(comm=None, env=os.environ) -> dict:
     """Rank, local rank, world size (from torchrun's variables, else MPI, else Slurm) and rank 0's address
     (``MASTER_ADDR``/``PORT``, else over MPI, else the workshop's rule: first node, ``29500 + job id % 20000``)."""
     if comm is None and "RANK" not in env:
-        from hpclab.mpi import world
         comm = world() if world().size > 1 or "SLURM_PROCID" not in env else None
     if "RANK" in env:
         rank, size, local, local_size, how = (int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0)),
                                               int(env.get("LOCAL_WORLD_SIZE", 1)), "torchrun")
     elif comm is not None:
-        from hpclab.device import local_rank
         (local, local_size), rank, size, how = local_rank(comm), comm.rank, comm.size, "MPI"
     else:
         rank, size, local = int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), int(env["SLURM_LOCALID"])
@@ -97,10 +100,6 @@ def compare_gradients(info: dict, comm, steps: int = 3, global_batch: int = 32, 
                       lr: float = 0.05) -> dict:
     """PyTorch DDP against the workbook's DDP on the 6 -> 4 -> 2 MLP: ``steps`` SGD steps in float64,
     the same weights, data and batches, each rank the rows PyTorch's sampler gives it."""
-    from hpclab import comm as hcomm
-    from hpclab.ddp import MLP, init_parameters, mlp as K, unflatten
-    from hpclab.device import select_gpu
-
     select_gpu(comm)                                            # Numba on this rank's GPU
     sizes, dev, per_rank = [6, 4, 2], info["device"], max(1, global_batch // info["world_size"])
     x, y = synthetic(256, seed=seed)
@@ -129,7 +128,7 @@ def compare_gradients(info: dict, comm, steps: int = 3, global_batch: int = 32, 
         ours = reduced.copy_to_host()[:model.n_params]
         K.sgd_update(model.params, reduced[:model.n_params], velocity, lr=lr)
         worst = max(worst, float(np.abs(theirs - ours).max() / np.abs(ours).max()))
-    worst = comm.allreduce(worst, op=__import__("mpi4py").MPI.MAX)
+    worst = comm.allreduce(worst, op=MPI().MAX)
     return {"steps": steps, "ranks": comm.size, "max_rel_diff": worst, "passed": worst <= GRAD_RTOL, "via": be.name}
 
 
@@ -179,7 +178,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if torch is None:
         return print(available()[1], file=sys.stderr) or 1
-    comm = __import__("hpclab.mpi", fromlist=["world"]).world()
+    comm = world()
     info = setup(comm if comm.size > 1 else None)
     say = print if info["rank"] == 0 else (lambda *a: None)
     say(f"PyTorch DDP, {info['world_size']} rank(s): {info['backend']} on {info['device']}, ranks from {info['from']}")

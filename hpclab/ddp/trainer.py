@@ -1,19 +1,12 @@
 """Data-parallel training: the mechanism PyTorch's DDP hides, in four moves.
 
 1. Rank 0's initial weights are broadcast, so every replica starts the same.
-2. Each rank computes the gradient of its share of the global batch, scaled
-   by 1/global_batch (not 1/per-rank batch): summed over ranks, that is the
-   mean gradient over the global batch, exactly what one GPU would compute.
-3. One all-reduce (sum) of the flat gradient bucket per step, through the
-   chosen ``hpclab.comm`` backend; the batch's loss rides in the same bucket.
-4. Every rank applies the same update to the same weights with the same
-   gradient, so the replicas stay identical; :func:`replica_checksums` checks.
-
-With ``overlap=True`` step 3 is what PyTorch's DDP does instead: the bucket is
-cut into pieces of about ``bucket_mb`` (:mod:`hpclab.ddp.buckets`), and each
-piece is all-reduced as soon as the backward pass has written it, on a stream
-of its own, while the GPU computes the gradients of the layers below. The
-sums are the same numbers as one all-reduce of the whole bucket.
+2. Each rank's gradient of its share of the global batch is scaled by 1/global_batch, so the sum
+   over ranks is the mean gradient over the global batch: what one GPU would compute.
+3. One all-reduce (sum) of the flat gradient bucket per step; the batch's loss rides in it. With
+   ``overlap=True``, as PyTorch's DDP does: buckets of about ``bucket_mb`` (:mod:`hpclab.ddp.buckets`),
+   each all-reduced on a stream of its own as soon as the backward pass has written it.
+4. Every rank applies the same update, so the replicas stay identical (:func:`replica_checksums`).
 """
 from __future__ import annotations
 
@@ -23,31 +16,24 @@ import zlib
 
 import numpy as np
 
-from hpclab import comm as hcomm, timeline as T
-from hpclab.errors import RankError
+from hpclab import backend, comm as hcomm, timeline as T
 from hpclab.ddp import buckets as B, mlp as K
+from hpclab.ddp.model import MLP, init_parameters
+from hpclab.errors import RankError
+from hpclab.mpi import MPI
+from hpclab.streams import comm_stream
 from hpclab.timing import Phases
-from hpclab.ddp.model import MLP
 
 cuda = K.cuda
 OPTIMIZERS = ("sgd", "adam")
 
 
-def everyone_fails(comm, what: str, message: str) -> RankError:
-    """An error every rank raises identically (they all saw the same numbers)."""
-    return RankError(what, {r: message for r in range(comm.size)}, comm.size)
-
-
 def check_same_model(comm, model: MLP) -> None:
-    """Compare layer widths and dtypes on all ranks before any collective on them.
-
-    Buffers of different lengths in an all-reduce hang or corrupt memory; an
-    allgather of the descriptions finds it first and names the odd ranks.
-    """
-    everyone = comm.allgather(model.describe())
-    bad = {r: f"model {list(d[0])} ({d[1]}, compute {d[2]}) but rank 0 has "
-              f"{list(everyone[0][0])} ({everyone[0][1]}, compute {everyone[0][2]}); "
-              "every rank must build the same model"
+    """Compare layer widths and dtypes on all ranks before any collective on them: buffers of different
+    lengths in an all-reduce hang or corrupt memory."""
+    everyone = comm.allgather((tuple(model.sizes), model.dtype.name, model.compute_dtype.name))
+    bad = {r: f"model {list(d[0])} ({d[1]}, compute {d[2]}) but rank 0 has {list(everyone[0][0])} "
+              f"({everyone[0][1]}, compute {everyone[0][2]}); every rank must build the same model"
            for r, d in enumerate(everyone) if d != everyone[0]}
     if bad:
         raise RankError("model shape check", bad, comm.size)
@@ -62,32 +48,22 @@ def broadcast_parameters(be, model: MLP) -> None:
 
 
 def replica_checksums(comm, model: MLP) -> dict:
-    """Min and max over ranks of three checksums of the weights: equal iff replicas agree.
-
-    A float64 sum, a position-weighted sum (catches swapped values) and a
-    CRC32 of the raw bytes (catches any bit that differs).
-    """
-    from mpi4py import MPI
-
+    """Min and max over ranks of three checksums of the weights, equal iff the replicas agree: a float64
+    sum, a position-weighted sum (swapped values) and a CRC32 of the raw bytes (any bit)."""
     p = model.parameters_host()
     p64 = p.astype(np.float64)
-    mine = np.array([p64.sum(), (p64 * (1.0 + np.arange(p64.size) % 7)).sum(),
-                     float(zlib.crc32(p.tobytes()))])
+    mine = np.array([p64.sum(), (p64 * (1.0 + np.arange(p64.size) % 7)).sum(), float(zlib.crc32(p.tobytes()))])
     lo, hi = np.empty_like(mine), np.empty_like(mine)
-    comm.Allreduce(mine, lo, op=MPI.MIN)
-    comm.Allreduce(mine, hi, op=MPI.MAX)
-    return {"identical": bool(np.array_equal(lo, hi)), "sum": float(mine[0]),
-            "min": lo.tolist(), "max": hi.tolist()}
+    comm.Allreduce(mine, lo, op=MPI().MIN)
+    comm.Allreduce(mine, hi, op=MPI().MAX)
+    return {"identical": bool(np.array_equal(lo, hi)), "sum": float(mine[0]), "min": lo.tolist(), "max": hi.tolist()}
 
 
 class LossScaler:
-    """Dynamic loss scaling for float16 gradients (the scheme of PyTorch's GradScaler).
-
-    The loss is multiplied by ``scale`` before the backward pass so that small
-    gradients survive float16; gradients are divided by it before the update.
-    A step whose gradients overflow is skipped and the scale halved; after
-    ``growth_interval`` good steps in a row the scale doubles.
-    """
+    """Dynamic loss scaling for float16 gradients (PyTorch's GradScaler's scheme): the loss is multiplied
+    by ``scale`` so that small gradients survive float16, the gradients divided by it before the update.
+    A step whose gradients overflow is skipped and the scale halved; ``growth_interval`` good steps in a
+    row double it."""
 
     def __init__(self, scale: float = 2.0 ** 16, growth_interval: int = 200):
         self.scale, self.growth_interval = scale, growth_interval
@@ -95,14 +71,11 @@ class LossScaler:
 
     def update(self, overflow: bool) -> None:
         if overflow:
-            self.scale /= 2
-            self.good_steps = 0
-            self.skipped += 1
-            return
-        self.good_steps += 1
-        if self.good_steps == self.growth_interval:
-            self.scale *= 2
-            self.good_steps = 0
+            self.scale, self.good_steps, self.skipped = self.scale / 2, 0, self.skipped + 1
+        else:
+            self.good_steps += 1
+            if self.good_steps == self.growth_interval:
+                self.scale, self.good_steps = self.scale * 2, 0
 
 
 class DDPTrainer:
@@ -119,8 +92,7 @@ class DDPTrainer:
         self.model, self.comm, self.loss = model, comm, loss
         self.be = hcomm.get(comm_backend, comm) if isinstance(comm_backend, str) else comm_backend
         self.optimizer, self.momentum = optimizer, momentum
-        # Linear scaling rule: n ranks at a fixed per-rank batch see an n times
-        # larger global batch, so take n times larger steps.
+        # Linear scaling rule: n ranks at a fixed per-rank batch see an n times larger global batch: larger steps.
         self.lr = lr * comm.size if scale_lr else lr
         self.scaler = LossScaler() if loss_scaling else None
         self.phases = Phases(sync=True)
@@ -129,20 +101,17 @@ class DDPTrainer:
         check_same_model(comm, model)
         broadcast_parameters(self.be, model)
         zeros = np.zeros(model.n_params, model.dtype)
-        self.state = [cuda.to_device(zeros) for _ in range(1 if optimizer == "sgd" else 2)]
-        self._targets: dict[int, object] = {}
-        self.overlap, self.bucket_mb = overlap, bucket_mb
-        # The all-reduced gradients land here, one buffer for the whole training (a new 200 MB
-        # array per step would cost an allocation and a free every step). The model was checked
-        # to be the same on every rank above, so the all-reduce skips its own shape check.
+        self.state = [cuda.to_device(zeros) for _ in range(1 if optimizer == "sgd" else 2)]   # velocity, or 2 moments
+        self._targets: dict[int, object] = {}     # a target buffer per batch size
+        self.overlap = overlap
+        # The all-reduced gradients land here, one buffer for the whole training (not 200 MB allocated and
+        # freed per step); the models were checked to agree above, so the all-reduce skips its shape check.
         self.summed = cuda.device_array_like(model.bucket)
         if overlap:
-            from hpclab.streams import comm_stream
-
             self.buckets = B.plan(model.sizes, bucket_mb * 2 ** 20, model.dtype.itemsize)
             self.comm_stream = comm_stream()[0]
-            # Per bucket: "gradients written" on the default stream, and the all-reduce's start
-            # and end on the comm stream (made once: events made per step are freed per step).
+            # Per bucket: "gradients written" on the default stream, the all-reduce's start and end on the comm
+            # stream (made once: events made per step are freed per step).
             self._events = [[cuda.event() for _ in range(3)] for _ in self.buckets]
             self._backward_done = cuda.event()
             tops = [len(model.sizes) - 2] + [b.ready_after - 1 for b in self.buckets[:-1]]
@@ -150,22 +119,9 @@ class DDPTrainer:
                            f"all-reduce layer {top}" for b, top in zip(self.buckets, tops)]
             self.allreduce_busy_s = 0.0     # GPU time of the bucket all-reduces, summed over steps
 
-    def _target_buffer(self, y_dev, n: int):
-        if n not in self._targets:
-            self._targets[n] = cuda.device_array((n, y_dev.shape[1]), y_dev.dtype)
-        return self._targets[n]
-
-    def _scales(self, global_rows: int, outputs: int) -> float:
-        # Cross-entropy: mean over samples. Squared error: mean over every
-        # element, like PyTorch's MSELoss.
-        return 1.0 / (global_rows if self.loss == "xent" else global_rows * outputs)
-
     def step(self, x_dev, y_dev, idx_dev, global_batch: int) -> tuple[float, float]:
-        """One training step on this rank's rows ``idx_dev`` of the data set.
-
-        Returns the global batch's mean loss and number of correct predictions
-        (identical on every rank).
-        """
+        """One training step on this rank's rows ``idx_dev`` of the data set; returns the global batch's
+        mean loss and number of correct predictions (identical on every rank)."""
         if self.overlap:
             return self._step_overlapped(x_dev, y_dev, idx_dev, global_batch)
         with self.phases("compute"):
@@ -178,8 +134,11 @@ class DDPTrainer:
         """This rank's rows through the model and back: gradients (and loss slots) in the
         bucket. Returns the loss scale used (1 without loss scaling)."""
         model, n = self.model, idx_dev.shape[0]
-        work, targets = model.workspace(n), self._target_buffer(y_dev, n)
-        scale = self._scales(global_batch, model.sizes[-1])
+        if n not in self._targets:
+            self._targets[n] = cuda.device_array((n, y_dev.shape[1]), y_dev.dtype)
+        work, targets = model.workspace(n), self._targets[n]
+        # Cross-entropy: mean over samples. Squared error: mean over every element, like PyTorch's MSELoss.
+        scale = 1.0 / (global_batch if self.loss == "xent" else global_batch * model.sizes[-1])
         loss_scale = self.scaler.scale if self.scaler else 1.0
         tl = self.timeline
         if tl:              # a span per layer's gradients, cut where the backward pass reports them written
@@ -196,12 +155,9 @@ class DDPTrainer:
         return loss_scale
 
     def _step_overlapped(self, x_dev, y_dev, idx_dev, global_batch: int) -> tuple[float, float]:
-        """:meth:`step` with each gradient bucket all-reduced as soon as it is written.
-
-        Phases: ``compute`` until the backward pass is done, ``comm`` the wait for
-        the all-reduces still running after it (the part not hidden), ``update``.
-        ``allreduce_busy_s`` adds up how long the all-reduces themselves took.
-        """
+        """:meth:`step` with each gradient bucket all-reduced as soon as it is written. Phases: ``compute``
+        until the backward pass is done, ``comm`` the wait for the all-reduces still running after it (the
+        part not hidden), ``update``; ``allreduce_busy_s`` adds up how long the all-reduces took."""
         bucket = self.model.bucket
         queue = list(zip(self.buckets, self._events, self._names))
         blocking = 0.0             # seconds in all-reduces that ran to completion (MPI backends)
@@ -241,27 +197,23 @@ class DDPTrainer:
         with self.phases("update"), (self.timeline or T.OFF).span("update", "compute"):
             loss, correct = (float(v) for v in summed[model.n_params:].copy_to_host())
             if not math.isfinite(loss):
-                raise everyone_fails(self.comm, "training", (
-                    f"the loss became {loss} at step {self.steps + 1} (learning rate {self.lr:g}); "
-                    "training diverged: lower --lr (or use --optimizer adam)"))
+                why = (f"the loss became {loss} at step {self.steps + 1} (learning rate {self.lr:g}); "
+                       "training diverged: lower --lr (or use --optimizer adam)")
+                # Every rank saw the same summed loss: all raise the same error.
+                raise RankError("training", dict.fromkeys(range(self.comm.size), why), self.comm.size)
             grads = summed[:model.n_params]
+            overflow = self.scaler is not None and K.any_nonfinite(grads)   # the same on every rank: same sums
             if self.scaler:
-                overflow = K.any_nonfinite(grads)  # same answer on every rank: same sums
                 self.scaler.update(overflow)
-                if overflow:
-                    self.steps += 1
-                    return loss, correct
-            self._apply(grads, 1.0 / loss_scale)
-            model.refresh_compute_copy()
+            if not overflow:                # an overflowing step is skipped
+                if self.optimizer == "sgd":
+                    K.sgd_update(model.params, grads, self.state[0], self.lr, self.momentum, 1.0 / loss_scale)
+                else:
+                    K.adam_update(model.params, grads, self.state[0], self.state[1], self.steps + 1,
+                                  self.lr, grad_scale=1.0 / loss_scale)
+                model.refresh_compute_copy()
         self.steps += 1
         return loss, correct
-
-    def _apply(self, grads, grad_scale: float) -> None:
-        if self.optimizer == "sgd":
-            K.sgd_update(self.model.params, grads, self.state[0], self.lr, self.momentum, grad_scale)
-        else:
-            K.adam_update(self.model.params, grads, self.state[0], self.state[1], self.steps + 1,
-                          self.lr, grad_scale=grad_scale)
 
     def train_epoch(self, x_dev, y_dev, sampler, epoch: int) -> tuple[list[float], float]:
         """All steps of one epoch; returns (per-step losses, accuracy over the epoch)."""
@@ -275,8 +227,6 @@ class DDPTrainer:
 
     def evaluate(self, x_dev, y_dev, batch: int = 512) -> tuple[float, float]:
         """(mean loss, accuracy) over a whole data set, shared among the ranks."""
-        from mpi4py import MPI
-
         n = x_dev.shape[0]
         start, stop = hcomm.block_range(n, self.comm.size, self.comm.rank)
         totals = np.zeros(2)
@@ -284,7 +234,7 @@ class DDPTrainer:
             rows = min(batch, stop - lo)
             totals += self.model.evaluate_rows(x_dev[lo:lo + rows], y_dev[lo:lo + rows], self.loss)
         summed = np.empty_like(totals)
-        self.comm.Allreduce(totals, summed, op=MPI.SUM)
+        self.comm.Allreduce(totals, summed, op=MPI().SUM)
         per = n if self.loss == "xent" else n * self.model.sizes[-1]
         return float(summed[0] / per), float(summed[1] / n)
 
@@ -292,21 +242,24 @@ class DDPTrainer:
         return replica_checksums(self.comm, self.model)
 
 
+def random_batch(comm, sizes, rows: int) -> list:
+    """(inputs, class labels, row indices 0..rows-1) on the device, random per rank: for timing steps,
+    whose speed does not depend on the values."""
+    rng = np.random.default_rng(comm.rank)
+    return [cuda.to_device(v) for v in (rng.standard_normal((rows, sizes[0])).astype(np.float32),
+                                        rng.integers(0, sizes[-1], (rows, 1)).astype(np.int32),
+                                        np.arange(rows, dtype=np.int32))]
+
+
 def timeline_step(comm, overlap: bool, sizes=None, per_rank: int | None = None) -> list[dict] | None:
     """A step of an MLP (3 x 4096, 1024 samples a rank on a GPU) after two untimed ones, a bucket a
     layer: every rank's spans (:mod:`hpclab.timeline`) on rank 0."""
-    from hpclab import backend
-    from hpclab.ddp.model import init_parameters
-
     sizes = sizes or backend.auto_size(gpu=[4096] * 4, sim=[6, 4, 4, 2])
     per_rank = per_rank or backend.auto_size(gpu=1024, sim=8)
     model = MLP(sizes)
     model.load(init_parameters(sizes, seed=0))
     trainer = DDPTrainer(model, comm, lr=1e-3, overlap=overlap, bucket_mb=1e-6)   # below any layer's size
-    rng = np.random.default_rng(comm.rank)
-    batch = [cuda.to_device(v) for v in (rng.standard_normal((per_rank, sizes[0])).astype(np.float32),
-                                         rng.integers(0, sizes[-1], (per_rank, 1)).astype(np.int32),
-                                         np.arange(per_rank, dtype=np.int32))]
+    batch = random_batch(comm, sizes, per_rank)
     for timed in (False, False, True):
         if timed:
             trainer.timeline = T.Timeline()
