@@ -16,7 +16,6 @@ the cost of hpclab's layer is the ratio of the two.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import statistics
@@ -25,7 +24,15 @@ import sys
 import numpy as np
 
 from hpclab import backend
+from hpclab.comm import choose, get
+from hpclab.comm.nccl import NEEDS_OWN_GPU, destroy_all, require_one_gpu_per_rank, unique_id
+from hpclab.comm.nccl import available as nccl_available
+from hpclab.device import describe_sharing, select_gpu, sharing
+from hpclab.errors import RankError, step
+from hpclab.mpi import cuda_aware, world
 from hpclab.options import Parser, UsageError, count
+from hpclab.results.recorded import figure
+from hpclab.runner import env_rank
 from hpclab.timing import wall
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -64,7 +71,7 @@ def busbw_factor(n: int) -> float:
     return 2 * (n - 1) / n if n > 1 else 1.0
 
 
-def parser() -> argparse.ArgumentParser:
+def parser() -> Parser:
     p = Parser(prog="hpclab bench allreduce", description=__doc__)
     p.add_argument("--sizes", default=None,
                    help="message sizes in bytes, comma-separated, K/M/G = 1024^k "
@@ -81,7 +88,6 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-# -- timing -----------------------------------------------------------------------
 def timed(call, comm, repeats: int, warmup: int) -> float:
     """Median over repeats of the slowest rank's time for one complete call (every backend
     returns only when the result is complete)."""
@@ -93,15 +99,11 @@ def timed(call, comm, repeats: int, warmup: int) -> float:
 def plan(once: float, repeats: int | None, warmup: int | None, sim: bool) -> tuple[int, int]:
     """(repeats, warm-up calls): enough repeats for ~0.3 s per row, fewer warm-ups for slow
     calls (the first call has warmed up already). The same on every rank: ``once`` is."""
-    if sim:
-        reps, warm = 3, 0
-    else:
-        reps = int(min(50, max(3, 0.3 / max(once, 1e-6))))
-        warm = 0 if once > 0.05 else 2
+    reps = 3 if sim else int(min(50, max(3, 0.3 / max(once, 1e-6))))
+    warm = 0 if sim or once > 0.05 else 2
     return (repeats or reps), (warm if warmup is None else warmup)
 
 
-# -- the measured cases ---------------------------------------------------------------
 class HpclabCase:
     """hpclab's backend: device buffers from Numba, ``be.allreduce(send, out=out, check=False)``."""
 
@@ -110,7 +112,7 @@ class HpclabCase:
         self.name = be.name
 
     def prepare(self, count: int):
-        from hpclab.collectives.kernels import fill
+        from hpclab.collectives.kernels import fill      # loads numba.cuda: after the backend choice
 
         be = self.be
         self.send = fill(count, be.rank + 1.0, 0, dtype=self.dtype.type)
@@ -121,15 +123,14 @@ class HpclabCase:
         return lambda: be.allreduce(send, out=out, check=False)
 
     def verify(self, expected: float) -> bool:
-        got = self.out.copy_to_host()
-        return bool(np.all(got == expected))
+        return bool(np.all(self.out.copy_to_host() == expected))
 
     def release(self) -> None:
         self.send = self.out = None
         self.be.release()
 
-    def close(self) -> None:
-        pass  # hpclab's NCCL communicator is destroyed with the others below
+    def close(self) -> None:    # hpclab's NCCL communicators are destroyed together, by run()
+        pass
 
 
 class RawNcclCase:
@@ -140,8 +141,6 @@ class RawNcclCase:
     def __init__(self, comm, dtype):
         import cupy as cp
         from cupy.cuda import nccl
-
-        from hpclab.comm.nccl import require_one_gpu_per_rank, unique_id
 
         require_one_gpu_per_rank(comm)     # NCCL refuses ranks that share a device
         self.cp, self.nccl, self.dtype = cp, nccl, np.dtype(dtype)
@@ -176,10 +175,6 @@ class RawNcclCase:
 
 
 def backends_to_run(requested: str, comm, notes: list[str]) -> list[str]:
-    from hpclab.comm import choose
-    from hpclab.comm.nccl import available as nccl_available
-    from hpclab.mpi import cuda_aware
-
     if requested == "auto":
         name, why = choose(comm)
         notes.append(f"auto chose {name}: {why}")
@@ -197,9 +192,6 @@ def backends_to_run(requested: str, comm, notes: list[str]) -> list[str]:
         names.append("mpi-cuda")
     else:
         notes.append(f"mpi-cuda skipped: MPI is not CUDA-aware ({how})")
-    from hpclab.comm.nccl import NEEDS_OWN_GPU
-    from hpclab.device import describe_sharing, sharing
-
     shared = sharing(comm)
     ok, why = nccl_available()
     if shared:
@@ -214,14 +206,9 @@ def backends_to_run(requested: str, comm, notes: list[str]) -> list[str]:
 def ratios(rows: list[dict]) -> list[dict]:
     """hpclab-nccl against raw NCCL, size by size."""
     raw = {r["size_bytes"]: r for r in rows if r["backend"] == RAW}
-    out = []
-    for r in rows:
-        base = raw.get(r["size_bytes"])
-        if r["backend"] == "nccl" and base:
-            out.append({"size_bytes": r["size_bytes"],
-                        "busbw_ratio": r["busbw_GBps"] / base["busbw_GBps"],
-                        "time_ratio": r["time_us"] / base["time_us"]})
-    return out
+    return [{"size_bytes": r["size_bytes"], "busbw_ratio": r["busbw_GBps"] / raw[r["size_bytes"]]["busbw_GBps"],
+             "time_ratio": r["time_us"] / raw[r["size_bytes"]]["time_us"]}
+            for r in rows if r["backend"] == "nccl" and r["size_bytes"] in raw]
 
 
 def targets(rat: list[dict]) -> dict:
@@ -244,8 +231,6 @@ def targets(rat: list[dict]) -> dict:
 def figures(rows: list[dict], n: int) -> list[dict]:
     """Time and bus bandwidth per backend and size, raw NCCL the baseline (the first sizes, below 64 B,
     include NCCL's set-up: not a latency)."""
-    from hpclab.results.recorded import figure
-
     raw = {r["size_bytes"]: r for r in rows if r["backend"] == RAW}
     out = []
     for r in (r for r in rows if r["size_bytes"] >= 64):
@@ -270,8 +255,6 @@ def table(rows: list[dict], n: int) -> str:
 def measure(cases, sizes, comm, dtype="float32", repeats=None, warmup=None) -> list[dict]:
     """One row per (size, case): sizes outer, so drift hits every backend alike."""
     from mpi4py import MPI
-
-    from hpclab.errors import step
 
     n, sim = comm.size, backend.is_simulator()
     expected = n * (n + 1) / 2
@@ -300,9 +283,6 @@ def run(comm, requested="all", sizes=("1K", "64K"), dtype="float32", repeats=Non
     ``requested``: auto, all, or a backend name. With nccl among the backends and
     ``raw``, the raw-NCCL baseline is measured too. Usable from a notebook's ``%%px`` cell.
     """
-    from hpclab.comm import get
-    from hpclab.errors import step
-
     sizes = [parse_size(s) if isinstance(s, str) else int(s) for s in sizes]
     notes: list[str] = []
     with step(comm, "backend setup"):
@@ -318,15 +298,11 @@ def run(comm, requested="all", sizes=("1K", "64K"), dtype="float32", repeats=Non
     for case in cases:
         case.close()
     if "nccl" in names:
-        from hpclab.comm.nccl import destroy_all
-
         destroy_all()
     return rows, notes
 
 
 def main(argv: list[str]) -> int:
-    from hpclab.runner import env_rank
-
     rank = env_rank()
     args = parser().parse_args(argv)       # a UsageError here: the hpclab command says it, exit 2
     try:
@@ -338,11 +314,6 @@ def main(argv: list[str]) -> int:
     except backend.BackendError as exc:
         print(f"[rank {rank}] error: {exc}", file=sys.stderr, flush=True)
         return 2
-
-    from hpclab.errors import RankError, step
-    from hpclab.device import select_gpu
-    from hpclab.mpi import world
-
     comm = world()
     rank = comm.rank
     sizes = sizes or (["1K", "64K"] if backend.is_simulator() else ["4", "1K", "64K", "1M", "16M", "256M"])

@@ -1,31 +1,19 @@
 """NCCL: GPU-to-GPU collectives, with MPI used only to start them.
 
-Bootstrap (the workshop's Exercise 4): rank 0 asks NCCL for a unique id, MPI
-broadcasts it, and every rank creates its communicator with that id, its rank
-and the number of ranks, on the GPU it selected (``hpclab.device``). After
-that, MPI carries no data.
+Bootstrap (the workshop's Exercise 4): rank 0 asks NCCL for a unique id, MPI broadcasts it, and
+every rank creates its communicator with that id, its rank and the number of ranks, on the GPU it
+selected (``hpclab.device``). After that, MPI carries no data.
 
-Which Python binding, and why: ``cupy.cuda.nccl``. Its calls take raw device
-pointers and a raw stream handle, so Numba device arrays work through their
-``__cuda_array_interface__`` pointer with no conversion and no guessing of
-which device a buffer lives on; it is what CuPy (the ``gpu`` extra) ships, and
-it was checked on our H200 machines on Numba arrays. NVIDIA's ``nccl4py``
-initialises there too, but its all-reduce rejected a Numba array allocated
-after ``cuda.select_device(1)`` ("sendbuf is on device 0, but communicator is
-on device 1"): it infers the buffer's device itself, and got it wrong for
-memory from Numba's context. A binding that trusts the pointer is the safer
-one for Numba.
+The binding is ``cupy.cuda.nccl``: it takes raw device pointers and stream handles, so Numba
+arrays work through their pointers, with no guessing of which device a buffer lives on (checked
+on H200s). NVIDIA's ``nccl4py`` infers the device itself, and rejected a Numba array allocated
+after ``cuda.select_device(1)`` ("sendbuf is on device 0, but communicator is on device 1").
 
-Streams: every NCCL call is enqueued on Numba's default stream, the stream
-the kernels that produced the data ran on, so NCCL starts only after they
-finish without any extra event or device-wide synchronisation; the call then
-waits for that stream, so a result is complete when a method returns (the
-same contract as the MPI backends). ``sendrecv`` takes the stream that
-wrote its buffer instead, so a halo exchange can run on a high-priority
-stream beside kernels that keep the GPU busy (``hpclab.streams``).
-
-The hot path (``allreduce(buf, out=out, check=False)``) is one NCCL call and
-one stream synchronisation: no allocation, no cross-rank check.
+Every call is enqueued on Numba's default stream, behind the kernels that produced the data, and
+waits for it: a result is complete when a method returns, as with the MPI backends. ``sendrecv``
+takes the stream that wrote its buffer instead, so a halo exchange can run on a high-priority
+stream beside busy kernels (``hpclab.streams``). The hot path (``allreduce(buf, out=out,
+check=False)``) is one NCCL call and one stream synchronisation.
 """
 from __future__ import annotations
 
@@ -36,6 +24,7 @@ import numpy as np
 
 from hpclab import backend
 from hpclab.comm.base import Backend
+from hpclab.device import describe_sharing, sharing
 from hpclab.errors import RankError, step
 
 NEEDS_OWN_GPU = "NCCL needs one GPU per rank (it refuses two ranks of one communicator on the same device)"
@@ -74,8 +63,6 @@ class SharedGPUError(RankError):
     """NCCL asked for on ranks that share a GPU; raised on every rank, before NCCL is touched."""
 
     def __init__(self, shared, size: int):
-        from hpclab.device import describe_sharing
-
         self.shared = shared
         message = (f"{describe_sharing(shared)}, and {NEEDS_OWN_GPU}. Instead use --backend auto or "
                    "mpi-host (host-staged MPI; works on a shared GPU), mpi-cuda where MPI is CUDA-aware, "
@@ -88,14 +75,8 @@ class SharedGPUError(RankError):
 
 
 def require_one_gpu_per_rank(comm) -> None:
-    """Raise :class:`SharedGPUError` on every rank of ``comm`` if any two of them use one device.
-
-    Collective (one small allgather). NCCL would fail in ncclCommInitRank with
-    NCCL_ERROR_INVALID_USAGE on such ranks; asking first gives a message that
-    names the ranks, the GPU and what to do instead.
-    """
-    from hpclab.device import sharing
-
+    """Raise :class:`SharedGPUError` on every rank of ``comm`` if any two of them use one device
+    (collective). NCCL would fail with NCCL_ERROR_INVALID_USAGE; this names the ranks and the fix."""
     shared = sharing(comm)
     if shared:
         raise SharedGPUError(shared, comm.size)
@@ -132,22 +113,15 @@ def stream_handle(stream) -> int:
 
 
 def pointer(buf) -> int:
-    """Device address of a Numba (or any CUDA-array-interface) array."""
-    ctypes_ptr = getattr(buf, "device_ctypes_pointer", None)
-    if ctypes_ptr is not None:
-        return ctypes_ptr.value or 0
-    return buf.__cuda_array_interface__["data"][0]
+    """Device address of a Numba device array (0 for an empty one)."""
+    return buf.device_ctypes_pointer.value or 0
 
 
 def communicator(comm):
-    """This rank's NCCL communicator over the ranks of ``comm`` (made once, then reused).
-
-    Collective on first use. It lives on the GPU that is current on this rank
-    (the one ``hpclab.device.select_gpu`` chose).
-    """
-    cached = _communicators.get(id(comm))
-    if cached is not None:
-        return cached[1], cached[2]
+    """This rank's NCCL communicator over the ranks of ``comm``, on its current GPU (the one
+    ``hpclab.device.select_gpu`` chose); made once, collectively, then reused."""
+    if id(comm) in _communicators:
+        return _communicators[id(comm)][1:]
     cuda = backend.cuda()
     with step(comm, "NCCL availability"):
         nccl = load()
@@ -167,15 +141,10 @@ def communicator(comm):
 
 @atexit.register
 def destroy_all() -> None:
-    """Destroy the communicators made here, oldest first.
-
-    Destroying may wait for the other ranks of the node to destroy theirs, so
-    every rank does it in the same order; at exit this runs before the CUDA
-    contexts go away (and before MPI is finalised).
-    """
+    """Destroy the communicators made here, oldest first: destroying may wait for the node's other
+    ranks, so every rank keeps the same order; at exit this runs before CUDA and MPI go away."""
     while _communicators:
-        key = next(iter(_communicators))
-        _, nccomm, _ = _communicators.pop(key)
+        _, nccomm, _ = _communicators.pop(next(iter(_communicators)))
         try:
             nccomm.destroy()
         except Exception:  # noqa: BLE001 - nothing useful to do at exit
@@ -201,7 +170,6 @@ class NcclBackend(Backend):
     def describe(self) -> str:
         return f"nccl (NCCL {self.version} via cupy.cuda.nccl, GPU {self.device})"
 
-    # -- helpers ----------------------------------------------------------------
     def local_problem(self, buf, out=None):
         problem = super().local_problem(buf, out)
         if problem:
@@ -234,7 +202,6 @@ class NcclBackend(Backend):
             self._nccl.groupEnd()
         self._wait(stream)
 
-    # -- the API ------------------------------------------------------------------
     def allreduce(self, buf, op="sum", out=None, check=True):
         buf = self.prepared(buf, "allreduce", op=op, out=out, check=check)
         if out is None:
@@ -321,15 +288,9 @@ class NcclBackend(Backend):
         return out
 
     def sendrecv(self, sendbuf, dest, source, recvbuf=None, stream=0):
-        """Send to ``dest`` and receive from ``source`` at once (halo exchange).
-
-        ``MPI.PROC_NULL`` for either side means no neighbour there: that half
-        is skipped. Send and receive go in one NCCL group, so neighbours that
-        send to each other do not wait on each other. ``stream``: the stream
-        that wrote ``sendbuf``; the transfer is queued on it, behind those
-        kernels (the host does not wait for them first), instead of on the
-        default stream, and only that stream is waited for at the end.
-        """
+        """Send to ``dest`` and receive from ``source`` at once, in one NCCL group (halo exchange);
+        ``MPI.PROC_NULL`` skips that half. Queued on ``stream``, the stream that wrote ``sendbuf``
+        (behind its kernels, without the host waiting for them), and only that stream is waited for."""
         from mpi4py import MPI
 
         sendbuf = self.to_device(sendbuf)
