@@ -1,20 +1,14 @@
 """``hpclab bench matmul``: the Numba kernels against cuBLAS, in one run, on one GPU.
 
-For each size (float32; N is an N x N x N product, MxNxK an M x K by K x N one):
-the naive kernel (the smallest product only, and at most 4096: it is slow), the tiled kernel, a sweep of candidate tile
-shapes of the register-blocked kernel (the default one is ``FAST_CONFIG``),
-and cuBLAS SGEMM through CuPy when it is importable. Reports TFLOP/s, the
-ratio to cuBLAS (each kernel's median against cuBLAS's median timed in turns
-with it, kernel, cuBLAS, kernel, ...: a kernel timed minutes after cuBLAS may
-meet other clocks; in turns both see the same ones) and to the GPU's FP32 peak, a
-correctness spot-check against cuBLAS (or NumPy), and per configuration the
-registers per thread, shared memory per block, local memory (spills) and the
-occupancy that follows.
-
     hpclab bench matmul --sizes 4096,8192,4095,3000x5000x700 [--json] [--out FILE]
 
-On the simulator it runs tiny sizes to show that everything works; its
-figures say nothing about speed.
+For each size (float32; N is an N x N x N product, MxNxK an M x K by K x N one): the naive kernel
+(the smallest product only, up to 4096: it is slow), the tiled kernel, candidate tile shapes of
+the fast and warp kernels, and cuBLAS SGEMM through CuPy when it imports. Reported: TFLOP/s, the
+ratio to cuBLAS (timed in turns with each kernel, kernel, cuBLAS, kernel, ...: a kernel timed
+minutes after cuBLAS may meet other clocks) and to the FP32 peak, a correctness check against
+cuBLAS (or NumPy), and per configuration the registers, shared and local memory (spills) and the
+occupancy that follows. On the simulator it runs tiny sizes: the figures say nothing about speed.
 """
 from __future__ import annotations
 
@@ -29,6 +23,8 @@ import numpy as np
 from hpclab import backend
 from hpclab.device import identity
 from hpclab.options import Parser, count
+from hpclab.results.recorded import figure
+from hpclab.timing import median_time, median_times
 
 # Candidate tile shapes for the sweep: (bm, bn, bk, tm, tn, vec, pad).
 CANDIDATES = [
@@ -171,8 +167,6 @@ RESOURCES = {"regs_per_thread": "registers", "shared_bytes_per_block": "B", "loc
 def figures(d: dict) -> list[dict]:
     """The run's figures (``hpclab.results.recorded.figure``): each kernel and tile shape against the cuBLAS
     timed in turns with it, and its resources and SASS counts."""
-    from hpclab.results.recorded import figure
-
     rows = []
     for size, block in d["sizes"].items():
         cublas = next((r["tflops"] for r in block["rows"] if r["kernel"] == "cublas"), None)
@@ -191,8 +185,7 @@ def figures(d: dict) -> list[dict]:
 def main(argv=None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     backend.select()
-    from hpclab.matmul import fast as mm, naive, tiled, warp
-    from hpclab.timing import median_time, median_times
+    from hpclab.matmul import fast as mm, naive, tiled, warp     # loads numba.cuda: after the backend choice
 
     cuda = mm.cuda
     sim = backend.is_simulator()
@@ -340,7 +333,6 @@ def measure(n: int, repeats: int = 3, kernels=("naive", "tiled", "fast", "warp")
     """
     backend.select()
     from hpclab.matmul import fast as mm
-    from hpclab.timing import median_time
 
     rng = np.random.default_rng(n)
     a_h = rng.uniform(-1, 1, (n, n)).astype(np.float32)

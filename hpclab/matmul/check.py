@@ -13,7 +13,8 @@ import numpy as np
 from hpclab.verdict import Verdict, say
 
 
-def _tol(dtype, k: int) -> float:
+def tolerance(dtype, k: int) -> float:
+    """Largest error accepted, relative to max|C|: rounding grows about like sqrt(k)."""
     eps = np.finfo(np.dtype(dtype) if np.dtype(dtype).kind == "f" else np.float64).eps
     return 8 * eps * max(1.0, np.sqrt(k))
 
@@ -30,7 +31,7 @@ def diagnose(c, a, b, tile: int | None = None) -> str | None:
     m, k = a.shape
     n = b.shape[1]
     ref = a.astype(np.float64) @ b.astype(np.float64)
-    tol = _tol(a.dtype, k)
+    tol = tolerance(a.dtype, k)
     if c.shape != (m, n):
         if c.shape == (n, m) and _close(c.T, ref, tol):
             return (f"the result has shape {c.shape} and is the transpose of A @ B ({m} x {n}): "

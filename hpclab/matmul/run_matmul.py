@@ -13,6 +13,7 @@ import numpy as np
 
 from hpclab import backend, budget, comm as hcomm
 from hpclab.matmul import fast as mm
+from hpclab.matmul.check import tolerance
 from hpclab.options import count, seed
 from hpclab.runner import Report
 from hpclab.timing import Phases, wall
@@ -47,12 +48,6 @@ def validate(args, launch) -> None:
     flops, rate = 2 * n ** 3 * args.repeats, launch.fastest("flops")
     budget.refuse_long("--n", n, flops / (rate * launch.ranks),
                        f"{flops:.3g} floating-point operations at under {rate:.0e} per second per rank")
-
-
-def tolerance(dtype, k: int) -> float:
-    """Largest error accepted, relative to max|C|: rounding grows about like sqrt(k)."""
-    eps = np.finfo(dtype).eps
-    return 8 * eps * max(1.0, np.sqrt(k))
 
 
 def distributed_matmul(a, b, n: int, dtype, kernel: str, comm, phases: Phases):

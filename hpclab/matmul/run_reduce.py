@@ -1,21 +1,17 @@
 """The source tutorial's MPI + CUDA program, done right, plus its "how to improve" table.
 
-Every rank fills A (N x N) with 1 + rank and B with 0.5, multiplies them on
-its GPU (a dense layer's forward pass), sums C on the host and MPI-reduces the
-sums to rank 0. Every element of C_r is (1 + r) * 0.5 * N, so rank r's sum is
-N^2 * (1 + r) * 0.5 * N = (1 + r) N^3 / 2, and over P ranks
+Every rank fills A (N x N) with 1 + rank and B with 0.5, multiplies them on its GPU (a dense
+layer's forward pass), sums C on the host and MPI-reduces the sums to rank 0. Every element of
+C_r is (1 + r) * 0.5 * N, so rank r's sum is (1 + r) N^3 / 2, and over P ranks
 
     global sum = N^3 / 2 * (1 + 2 + ... + P) = N^3 * P (P + 1) / 4.
 
-For N = 256 and 2 ranks that is 25165824; the tutorial printed 8388608, which
-is rank 0's share alone (P = 1), so that output cannot come from 2 ranks.
+For N = 256 and 2 ranks that is 25165824; the tutorial printed 8388608, rank 0's share alone.
 
-``--iterations K`` turns it into a small data-parallel training loop: each rank
-is a worker with its own batch A_r and the shared weights B; per iteration it
-runs the forward pass, reports the loss (the tutorial's reduction), computes
-the gradient of loss = mean(C) with respect to B (A_r^T @ dC), all-reduces it
-and takes a gradient step, timing compute, host<->device transfer and
-communication separately.
+``--iterations K`` makes it a small data-parallel training loop: per iteration each rank runs the
+forward pass on its batch A_r, reports the loss (the tutorial's reduction), computes the gradient
+of loss = mean(C) with respect to the shared weights B (A_r^T @ dC), all-reduces it and takes a
+step, timing compute, host<->device transfer and communication separately.
 """
 from __future__ import annotations
 
@@ -76,20 +72,16 @@ def closed_form_sum(n: int, ranks: int, b: float = 0.5) -> float:
 
 
 def closed_form_sums(n: int, ranks: int, iterations: int, lr: float) -> list[float]:
-    """Global sums per iteration with the tutorial's data and loss = mean(C).
-
-    dL/dB_kj = sum_i A[i,k] / n^2 = (1 + r) / n on rank r; the all-reduced mean over
-    ranks is (P + 1) / (2 n), so B stays constant and drops by lr (P + 1) / (2 n) each step.
-    """
+    """Global sums per iteration with the tutorial's data and loss = mean(C): dL/dB_kj = (1 + r) / n
+    on rank r, (P + 1) / (2 n) averaged over ranks, so B stays constant and drops by lr times that."""
     step = lr * (ranks + 1) / (2 * n)
     return [closed_form_sum(n, ranks, 0.5 - t * step) for t in range(iterations)]
 
 
 def sum_tolerance(n: int, dtype) -> float:
-    """Relative tolerance of the global sums: each element of C is a length-n dot product
-    accumulated in ``dtype``, whose rounding error is bounded by about n units of roundoff
-    (Higham's gamma_n; with the tutorial's equal terms the errors do not cancel), and the
-    host adds the n^2 elements pairwise, 2 log2(n) units more."""
+    """Relative tolerance of the global sums: a length-n dot product in ``dtype`` errs by about n units
+    of roundoff (Higham's gamma_n; the tutorial's equal terms do not cancel), and the host's pairwise
+    sum of the n^2 elements by 2 log2(n) more."""
     return (n + 2 * np.log2(max(n, 2))) * float(np.finfo(dtype).eps) / 2
 
 
@@ -124,8 +116,6 @@ def add_scaled_kernel(y, alpha, x):
 
 def add_scaled(y, alpha: float, x) -> None:
     """y += alpha * x on device arrays of one shape (the gradient step B -= lr * G)."""
-    if tuple(y.shape) != tuple(x.shape):
-        raise ValueError(f"add_scaled: shapes differ, {tuple(y.shape)} and {tuple(x.shape)}")
     add_scaled_kernel[launch_1d(y.size)](y, np.dtype(y.dtype).type(alpha), x)
 
 
