@@ -108,8 +108,7 @@ class HpclabCase:
     """hpclab's backend: device buffers from Numba, ``be.allreduce(send, out=out, check=False)``."""
 
     def __init__(self, be, dtype):
-        self.be, self.dtype = be, np.dtype(dtype)
-        self.name = be.name
+        self.be, self.dtype, self.name = be, np.dtype(dtype), be.name
 
     def prepare(self, count: int):
         from hpclab.collectives.kernels import fill      # loads numba.cuda: after the backend choice
@@ -243,7 +242,8 @@ def figures(rows: list[dict], n: int) -> list[dict]:
 
 
 def table(rows: list[dict], n: int) -> str:
-    head = f"{'backend':<9} {'size':>6} {'bytes':>11} {'time (us)':>11} {'algbw GB/s':>11} {'busbw GB/s':>11} {'reps':>4}  check"
+    head = (f"{'backend':<9} {'size':>6} {'bytes':>11} {'time (us)':>11} {'algbw GB/s':>11} {'busbw GB/s':>11} "
+            f"{'reps':>4}  check")
     lines = [f"all-reduce over {n} ranks; busbw = algbw x 2(n-1)/n", head, "-" * len(head)]
     for r in rows:
         lines.append(f"{r['backend']:<9} {human(r['size_bytes']):>6} {r['size_bytes']:>11} {r['time_us']:>11.2f} "

@@ -18,7 +18,6 @@ check=False)``) is one NCCL call and one stream synchronisation.
 from __future__ import annotations
 
 import atexit
-from contextlib import contextmanager
 
 import numpy as np
 
@@ -191,13 +190,14 @@ class NcclBackend(Backend):
     def _copy(self, dst, src) -> None:
         dst.copy_to_device(src, stream=self._stream_obj)  # device to device, same stream
 
-    @contextmanager
-    def _group(self, stream=None):
-        """Point-to-point calls inside run as one NCCL group (no pair waits on another);
-        the stream (a raw handle; default: the backend's) is waited for afterwards."""
+    def _exchange(self, transfers, stream=None) -> None:
+        """NCCL's ("send" | "recv", buffer, peer) transfers in one group (no pair waits on another),
+        queued on ``stream`` (a raw handle; default: the backend's), which is then waited for."""
+        stream = self._stream if stream is None else stream
         self._nccl.groupStart()
         try:
-            yield
+            for kind, buf, peer in transfers:
+                getattr(self.nccl_comm, kind)(pointer(buf), buf.size, self._code(buf), peer, stream)
         finally:
             self._nccl.groupEnd()
         self._wait(stream)
@@ -255,36 +255,23 @@ class NcclBackend(Backend):
         buf = self.prepared(buf, "scatter", divisible=True)
         rows = buf.shape[0] // self.size
         out = self.cuda.device_array((rows, *buf.shape[1:]), dtype=buf.dtype)
-        code = self._code(buf)
-        if self.rank == root:
-            self._copy(out, buf[root * rows:(root + 1) * rows])
-        with self._group():
-            if self.rank == root:
-                for r in range(self.size):
-                    if r != root:
-                        part = buf[r * rows:(r + 1) * rows]
-                        self.nccl_comm.send(pointer(part), part.size, code, r, self._stream)
-            else:
-                self.nccl_comm.recv(pointer(out), out.size, code, root, self._stream)
+        if self.rank != root:
+            self._exchange([("recv", out, root)])
+            return out
+        self._copy(out, buf[root * rows:(root + 1) * rows])
+        self._exchange([("send", buf[r * rows:(r + 1) * rows], r) for r in range(self.size) if r != root])
         return out
 
     def gather(self, buf, root=0):
         """Every rank's rows, stacked on the root (None elsewhere), in one NCCL group."""
         buf = self.prepared(buf, "gather")
         rows = buf.shape[0]
-        out = None
-        code = self._code(buf)
-        if self.rank == root:
-            out = self.cuda.device_array((self.size * rows, *buf.shape[1:]), dtype=buf.dtype)
-            self._copy(out[root * rows:(root + 1) * rows], buf)
-        with self._group():
-            if self.rank == root:
-                for r in range(self.size):
-                    if r != root:
-                        part = out[r * rows:(r + 1) * rows]
-                        self.nccl_comm.recv(pointer(part), part.size, code, r, self._stream)
-            else:
-                self.nccl_comm.send(pointer(buf), buf.size, code, root, self._stream)
+        if self.rank != root:
+            self._exchange([("send", buf, root)])
+            return None
+        out = self.cuda.device_array((self.size * rows, *buf.shape[1:]), dtype=buf.dtype)
+        self._copy(out[root * rows:(root + 1) * rows], buf)
+        self._exchange([("recv", out[r * rows:(r + 1) * rows], r) for r in range(self.size) if r != root])
         return out
 
     def sendrecv(self, sendbuf, dest, source, recvbuf=None, stream=0):
@@ -303,10 +290,6 @@ class NcclBackend(Backend):
             recvbuf.copy_to_device(sendbuf, stream=stream or self._stream_obj)
             self._wait(handle)
             return recvbuf
-        with self._group(handle):
-            if dest != MPI.PROC_NULL:
-                self.nccl_comm.send(pointer(sendbuf), sendbuf.size, self._code(sendbuf), dest, handle)
-            if source != MPI.PROC_NULL:
-                self.nccl_comm.recv(pointer(recvbuf), recvbuf.size, self._code(recvbuf), source, handle)
+        self._exchange([(kind, b, peer) for kind, b, peer in (("send", sendbuf, dest), ("recv", recvbuf, source))
+                        if peer != MPI.PROC_NULL], handle)
         return recvbuf
-

@@ -26,26 +26,13 @@ from hpclab.options import Parser, count
 from hpclab.results.recorded import figure
 from hpclab.timing import median_time, median_times
 
-# Candidate tile shapes for the sweep: (bm, bn, bk, tm, tn, vec, pad).
-CANDIDATES = [
-    (128, 128, 8, 8, 8, 4, 4),
-    (128, 128, 16, 8, 8, 4, 4),
-    (128, 128, 8, 8, 8, 1, 4),
-    (128, 128, 8, 8, 8, 4, 0),
-    (64, 128, 8, 8, 8, 4, 4),
-    (128, 64, 8, 8, 4, 4, 4),
-    (64, 64, 8, 4, 4, 4, 4),
-    (128, 128, 16, 8, 8, 1, 4),
-]
-# Candidate shapes of the warp-tiled kernel: (bm, bn, bk, wm, wn, mi, ni[, pad]).
-WARP_CANDIDATES = [
-    (128, 128, 16, 32, 64, 2, 2),
-    (128, 128, 16, 64, 32, 2, 2),
-    (128, 128, 16, 32, 64, 2, 2, 0),
-    (128, 128, 16, 32, 64, 2, 2, 8),
-    (128, 128, 8, 32, 64, 2, 2),
-    (128, 256, 16, 64, 64, 4, 2),
-]
+# Candidate tile shapes for the sweep: (bm, bn, bk, tm, tn, vec, pad) of the fast kernel ...
+CANDIDATES = [(128, 128, 8, 8, 8, 4, 4), (128, 128, 16, 8, 8, 4, 4), (128, 128, 8, 8, 8, 1, 4),
+              (128, 128, 8, 8, 8, 4, 0), (64, 128, 8, 8, 8, 4, 4), (128, 64, 8, 8, 4, 4, 4), (64, 64, 8, 4, 4, 4, 4),
+              (128, 128, 16, 8, 8, 1, 4)]
+# ... and (bm, bn, bk, wm, wn, mi, ni[, pad]) of the warp-tiled one.
+WARP_CANDIDATES = [(128, 128, 16, 32, 64, 2, 2), (128, 128, 16, 64, 32, 2, 2), (128, 128, 16, 32, 64, 2, 2, 0),
+                   (128, 128, 16, 32, 64, 2, 2, 8), (128, 128, 8, 32, 64, 2, 2), (128, 256, 16, 64, 64, 4, 2)]
 TOLERANCE = 1e-4          # max |C - cuBLAS| / max |cuBLAS| accepted for float32
 KNOWN_BOOST_GHZ = {"H100": 1.98, "H200": 1.98, "A100": 1.41}   # if the driver does not say
 FP32_LANES_PER_SM = {(7, 0): 64, (8, 0): 64}   # others (Turing excepted) have 128
@@ -109,11 +96,9 @@ def device_info(cuda) -> dict:
     info = {"name": name, "compute_capability": f"{cc[0]}.{cc[1]}", "sms": sms, "clock_ghz": clock_ghz,
             "fp32_lanes_per_sm": lanes,
             "fp32_peak_tflops": 2 * lanes * sms * clock_ghz / 1e3 if sms and clock_ghz else None}
-    limits = {"regs_per_sm": "MAX_REGISTERS_PER_MULTIPROCESSOR",
-              "smem_per_sm": "MAX_SHARED_MEMORY_PER_MULTIPROCESSOR",
-              "threads_per_sm": "MAX_THREADS_PER_MULTIPROCESSOR",
-              "blocks_per_sm": "MAX_BLOCKS_PER_MULTIPROCESSOR"}
-    values = {k: _attr(dev, v) for k, v in limits.items()}
+    values = {k: _attr(dev, f"MAX_{v}_PER_MULTIPROCESSOR") for k, v in (
+        ("regs_per_sm", "REGISTERS"), ("smem_per_sm", "SHARED_MEMORY"), ("threads_per_sm", "THREADS"),
+        ("blocks_per_sm", "BLOCKS"))}
     if all(values.values()):
         info.update(values)
     return info
@@ -135,13 +120,9 @@ def resources(kernel, threads: int, dev: dict) -> dict:
     if "regs_per_sm" not in dev:
         return out
     regs_block = ((out["regs_per_thread"] * 32 + 255) // 256 * 256) * ((threads + 31) // 32)
-    limits = {
-        "registers": dev["regs_per_sm"] // max(regs_block, 1),
-        "shared memory": (dev["smem_per_sm"] // out["shared_bytes_per_block"]
-                          if out["shared_bytes_per_block"] else 99),
-        "threads": dev["threads_per_sm"] // threads,
-        "blocks": dev["blocks_per_sm"],
-    }
+    smem = out["shared_bytes_per_block"]
+    limits = {"registers": dev["regs_per_sm"] // max(regs_block, 1), "threads": dev["threads_per_sm"] // threads,
+              "shared memory": dev["smem_per_sm"] // smem if smem else 99, "blocks": dev["blocks_per_sm"]}
     blocks = min(limits.values())
     out.update(blocks_per_sm=blocks, warps_per_sm=blocks * threads // 32,
                occupancy=blocks * threads / dev["threads_per_sm"],
@@ -176,7 +157,8 @@ def figures(d: dict) -> list[dict]:
                 variant = f"{variant}-{re.sub(r'[^A-Za-z0-9.]+', '-', r['config']).strip('-')}"
             base = r.get("cublas_tflops", cublas) if r["kernel"] != "cublas" else None
             rows.append(figure("matmul", variant, 1, int(size), "N", "tflops", r["tflops"], "TFLOP/s", "cublas", base))
-            rows += [figure("matmul", variant, 1, int(size), "N", k, r[k], unit) for k, unit in RESOURCES.items() if k in r]
+            rows += [figure("matmul", variant, 1, int(size), "N", k, r[k], unit)
+                     for k, unit in RESOURCES.items() if k in r]
             rows += [figure("matmul", variant, 1, int(size), "N", f"sass_{op}", n, "instructions")
                      for op, n in r.get("sass", {}).items()]
     return rows
@@ -210,8 +192,8 @@ def main(argv=None) -> int:
         warp_configs += [warp.WarpConfig(*c) for c in WARP_CANDIDATES if warp.WarpConfig(*c) != warp.CONFIG]
     record = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "command": "hpclab bench matmul " + " ".join(sys.argv[1:] if argv is None else argv),
-              "backend": backend.name(), "device": dev, "device_name": dev["name"], "default_fast_config": default.label(),
-              "default_warp_config": warp.CONFIG.label(),
+              "backend": backend.name(), "device": dev, "device_name": dev["name"],
+              "default_fast_config": default.label(), "default_warp_config": warp.CONFIG.label(),
               "sizes": {}, "shapes": {}}   # square sizes (N), other shapes (MxNxK)
     smallest = min(sizes, key=lambda s: s[0] * s[1] * s[2])
     for m, n, k in sizes:
@@ -247,8 +229,7 @@ def main(argv=None) -> int:
         if max(m, n, k) <= args.naive_max and (m, n, k) == smallest:
             plan.append(("naive", None, max(1, min(reps, 2))))
         plan.append(("tiled", None, max(1, min(reps, 3))))
-        plan += [("fast", cfg, reps) for cfg in configs]
-        plan += [("warp", cfg, reps) for cfg in warp_configs]
+        plan += [("fast", cfg, reps) for cfg in configs] + [("warp", cfg, reps) for cfg in warp_configs]
         for kernel, cfg, r in plan:
             row = {"kernel": kernel, "config": cfg.label() if cfg else
                    (f"{tiled.TILE}x{tiled.TILE} tiles" if kernel == "tiled" else "one output per thread")}
@@ -261,9 +242,9 @@ def main(argv=None) -> int:
                     row["cublas_tflops"] = flop / t_ref / 1e12
                 err = check(c)
                 row.update(seconds=t, tflops=flop / t / 1e12, max_rel_error=err, correct=err <= TOLERANCE)
-                compiled = (naive.naive_kernel if kernel == "naive" else
-                            tiled.tiled_kernel if kernel == "tiled" else
-                            warp.kernel_for(a, b, c, cfg) if kernel == "warp" else mm.fast_kernel(f32, cfg, False, False))
+                compiled = (warp.kernel_for(a, b, c, cfg) if kernel == "warp" else
+                            mm.fast_kernel(f32, cfg, False, False) if kernel == "fast" else
+                            naive.naive_kernel if kernel == "naive" else tiled.tiled_kernel)
                 threads = cfg.threads if cfg else (naive.BLOCK ** 2 if kernel == "naive" else tiled.TILE ** 2)
                 row.update(resources(compiled, threads, dev))
                 if cfg in (default, warp.CONFIG) and (m, n, k) == sizes[0]:

@@ -87,7 +87,8 @@ def figures(d: dict) -> list[dict]:
     4-bins-per-division midpoint kernel against one division per bin (the launch-shape scan is not kept)."""
     xoro, plain = d["mc_xoroshiro_samples_per_s"], d["midpoint_plain_bins_per_s"]
     rows = [figure("pi-mc", variant, 1, "", "", "rate", d[key], "samples/s", "bench-xoroshiro128p", xoro)
-            for key, variant in (("mc_counter_samples_per_s", "bench"), ("mc_philox10_samples_per_s", "bench-philox10"))]
+            for key, variant in (("mc_counter_samples_per_s", "bench"),
+                                 ("mc_philox10_samples_per_s", "bench-philox10"))]
     return rows + [figure("pi-mc", "bench-xoroshiro128p", 1, "", "", "rate", xoro, "samples/s"),
                    figure("pi-mc", "bench-xoroshiro128p", 1, d["xoroshiro_states"], "states", "init_s",
                           d["xoroshiro_init_s"], "s"),
