@@ -72,13 +72,9 @@ class Backend:
         return self.name
 
     def allreduce_enqueue(self, buf, out, stream) -> bool:
-        """Sum ``buf`` over ranks into ``out`` (same shape, on the device), ordered on ``stream``.
-
-        A backend that can enqueue the collective on a CUDA stream (NCCL) does so
-        and returns at once with True: the result is there when the stream gets
-        past it. Here (MPI), it runs to completion now and returns False. No checks:
-        for loops that checked their buffers once (data-parallel gradient buckets).
-        """
+        """Sum ``buf`` over ranks into ``out`` (same shape, on the device), ordered on ``stream``, unchecked
+        (for buffers checked once: gradient buckets). NCCL enqueues it there and returns True at once;
+        here (MPI) it runs to completion now and returns False."""
         self.allreduce(buf, op="sum", out=out, check=False)
         return False
 

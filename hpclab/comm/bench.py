@@ -2,17 +2,13 @@
 
     mpiexec -n 2 python -m hpclab bench allreduce --sizes 4,1K,1M,256M --backend all --json
 
-Per message size and backend: the median time of ``--repeats`` calls (after
-warm-up; each call starts after a barrier; a call's time is the slowest
-rank's), the algorithm bandwidth ``algbw = bytes / time`` and the bus
-bandwidth ``busbw = algbw * 2(n-1)/n`` (nccl-tests' definition: what each
-link carries in a ring all-reduce, comparable across rank counts).
-Every rank fills its buffer with ``rank + 1``; the result must be
-``n(n+1)/2`` everywhere, or the row is not verified.
-
-On GPUs with NCCL, a raw-NCCL baseline runs in the same job: CuPy arrays and
-``cupy.cuda.nccl`` called directly, no hpclab layers, timed the same way, so
-the cost of hpclab's layer is the ratio of the two.
+Per message size and backend: the median time of ``--repeats`` calls after warm-up (each call
+starts after a barrier; its time is the slowest rank's), the algorithm bandwidth ``algbw = bytes /
+time`` and the bus bandwidth ``busbw = algbw * 2(n-1)/n`` (nccl-tests' definition: what each link
+carries in a ring all-reduce, comparable across rank counts). Every rank fills its buffer with
+``rank + 1``; a row is verified when the result is ``n(n+1)/2`` everywhere. On GPUs with NCCL a
+raw-NCCL baseline (CuPy arrays, ``cupy.cuda.nccl`` called directly) is timed in the same job: the
+ratio of the two is the cost of hpclab's layer.
 """
 from __future__ import annotations
 
@@ -29,7 +25,7 @@ from hpclab.comm.nccl import NEEDS_OWN_GPU, destroy_all, require_one_gpu_per_ran
 from hpclab.comm.nccl import available as nccl_available
 from hpclab.device import describe_sharing, select_gpu, sharing
 from hpclab.errors import RankError, step
-from hpclab.mpi import cuda_aware, world
+from hpclab.mpi import MPI, cuda_aware, world
 from hpclab.options import Parser, UsageError, count
 from hpclab.results.recorded import figure
 from hpclab.runner import env_rank
@@ -80,8 +76,6 @@ def parser() -> Parser:
                    help="which backend(s) to measure; all = every one that runs here")
     p.add_argument("--repeats", type=count(1, 10**6), default=None,
                    help="timed calls per size (default: as many as fit ~0.3 s, 3..50 on a GPU; 3 on the simulator)")
-    p.add_argument("--warmup", type=count(0, 10**6), default=None,
-                   help="untimed calls after the first one (default 2, none for calls over 50 ms or on the simulator)")
     p.add_argument("--dtype", default="float32", choices=("float32", "float64"))
     p.add_argument("--no-raw", action="store_true", help="skip the raw-NCCL baseline")
     p.add_argument("--json", action="store_true", help="end rank 0's output with one JSON line")
@@ -96,12 +90,11 @@ def timed(call, comm, repeats: int, warmup: int) -> float:
     return float(statistics.median(wall(call, comm, sync=False)[2] for _ in range(repeats)))
 
 
-def plan(once: float, repeats: int | None, warmup: int | None, sim: bool) -> tuple[int, int]:
-    """(repeats, warm-up calls): enough repeats for ~0.3 s per row, fewer warm-ups for slow
-    calls (the first call has warmed up already). The same on every rank: ``once`` is."""
+def plan(once: float, repeats: int | None, sim: bool) -> tuple[int, int]:
+    """(repeats, warm-up calls after the first): enough repeats for ~0.3 s per row, no more warm-up
+    for calls over 50 ms. The same on every rank: ``once``, the first call's slowest rank, is."""
     reps = 3 if sim else int(min(50, max(3, 0.3 / max(once, 1e-6))))
-    warm = 0 if sim or once > 0.05 else 2
-    return (repeats or reps), (warm if warmup is None else warmup)
+    return (repeats or reps), (0 if sim or once > 0.05 else 2)
 
 
 class HpclabCase:
@@ -184,10 +177,8 @@ def backends_to_run(requested: str, comm, notes: list[str]) -> list[str]:
     if backend.is_simulator():
         notes.append("simulator: only mpi-host runs here (mpi-cuda and nccl need real GPUs)")
         return names
-    from mpi4py import MPI
-
     aware, how = cuda_aware()
-    if comm.allreduce(aware, op=MPI.LAND):
+    if comm.allreduce(aware, op=MPI().LAND):
         names.append("mpi-cuda")
     else:
         notes.append(f"mpi-cuda skipped: MPI is not CUDA-aware ({how})")
@@ -195,7 +186,7 @@ def backends_to_run(requested: str, comm, notes: list[str]) -> list[str]:
     ok, why = nccl_available()
     if shared:
         notes.append(f"nccl skipped: {describe_sharing(shared)}, and {NEEDS_OWN_GPU}")
-    elif comm.allreduce(ok, op=MPI.LAND):
+    elif comm.allreduce(ok, op=MPI().LAND):
         names.append("nccl")
     else:
         notes.append(f"nccl skipped: {why}")
@@ -252,10 +243,8 @@ def table(rows: list[dict], n: int) -> str:
     return "\n".join(lines)
 
 
-def measure(cases, sizes, comm, dtype="float32", repeats=None, warmup=None) -> list[dict]:
+def measure(cases, sizes, comm, dtype="float32", repeats=None) -> list[dict]:
     """One row per (size, case): sizes outer, so drift hits every backend alike."""
-    from mpi4py import MPI
-
     n, sim = comm.size, backend.is_simulator()
     expected = n * (n + 1) / 2
     itemsize = np.dtype(dtype).itemsize
@@ -265,9 +254,9 @@ def measure(cases, sizes, comm, dtype="float32", repeats=None, warmup=None) -> l
         for case in cases:
             with step(comm, f"{case.name}: {size} B buffers"):
                 call = case.prepare(count)
-            reps, warm = plan(wall(call, comm, sync=False)[2], repeats, warmup, sim)   # also warms up
+            reps, warm = plan(wall(call, comm, sync=False)[2], repeats, sim)   # also warms up
             t = timed(call, comm, reps, warm)
-            ok = comm.allreduce(case.verify(expected), op=MPI.LAND)
+            ok = comm.allreduce(case.verify(expected), op=MPI().LAND)
             algbw = size / t / 1e9
             rows.append({"backend": case.name, "size_bytes": size, "count": count, "dtype": dtype,
                          "time_us": t * 1e6, "algbw_GBps": algbw, "busbw_GBps": algbw * busbw_factor(n),
@@ -276,13 +265,10 @@ def measure(cases, sizes, comm, dtype="float32", repeats=None, warmup=None) -> l
     return rows
 
 
-def run(comm, requested="all", sizes=("1K", "64K"), dtype="float32", repeats=None, warmup=None,
+def run(comm, requested="all", sizes=("1K", "64K"), dtype="float32", repeats=None,
         raw=True) -> tuple[list[dict], list[str]]:
-    """Measure on every rank (collective); returns (rows, notes), the same on every rank.
-
-    ``requested``: auto, all, or a backend name. With nccl among the backends and
-    ``raw``, the raw-NCCL baseline is measured too. Usable from a notebook's ``%%px`` cell.
-    """
+    """(rows, notes), the same on every rank (collective; usable from a ``%%px`` cell). ``requested``:
+    auto, all, or a backend name; with nccl among them and ``raw``, the raw-NCCL baseline too."""
     sizes = [parse_size(s) if isinstance(s, str) else int(s) for s in sizes]
     notes: list[str] = []
     with step(comm, "backend setup"):
@@ -292,7 +278,7 @@ def run(comm, requested="all", sizes=("1K", "64K"), dtype="float32", repeats=Non
     if "nccl" in names and raw:
         with step(comm, "raw NCCL baseline"):
             cases.append(RawNcclCase(comm, dtype))
-    rows = measure(cases, sizes, comm, dtype, repeats, warmup)
+    rows = measure(cases, sizes, comm, dtype, repeats)
     # NCCL communicators: destroyed in the same order on every rank
     comm.Barrier()
     for case in cases:
@@ -321,8 +307,7 @@ def main(argv: list[str]) -> int:
         with step(comm, "GPU selection"):
             placement = select_gpu(comm)
         backend.banner(rank)
-        rows, notes = run(comm, args.backend, sizes, args.dtype, args.repeats, args.warmup,
-                          raw=not args.no_raw)
+        rows, notes = run(comm, args.backend, sizes, args.dtype, args.repeats, raw=not args.no_raw)
     except RankError as exc:
         print(f"[rank {rank}] error: {exc}", file=sys.stderr, flush=True)
         return 1

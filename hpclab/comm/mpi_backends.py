@@ -22,7 +22,7 @@ import numpy as np
 from hpclab import backend
 from hpclab.comm.base import Backend
 from hpclab.errors import RankError
-from hpclab.mpi import cuda_aware
+from hpclab.mpi import MPI, cuda_aware
 
 FIX = ("use --backend mpi-host (host staging; works everywhere) or nccl (on GPUs), or load an "
        "MPI built with CUDA support (e.g. Open MPI configured --with-cuda, or with UCX built with "
@@ -31,9 +31,7 @@ FIX = ("use --backend mpi-host (host staging; works everywhere) or nccl (on GPUs
 
 
 def mpi_op(op: str):
-    from mpi4py import MPI
-
-    return {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op]
+    return {"sum": MPI().SUM, "max": MPI().MAX, "min": MPI().MIN}[op]
 
 
 class MPIBackend(Backend):
@@ -92,22 +90,16 @@ class MPIBackend(Backend):
         return self._collective(self.comm.Reduce_scatter_block, buf, part, op=mpi_op(op))
 
     def sendrecv(self, sendbuf, dest, source, recvbuf=None, stream=0):
-        """Send to ``dest`` and receive from ``source`` at once (halo exchange).
-
-        ``dest``/``source`` may be ``MPI.PROC_NULL`` (no neighbour); then
-        nothing is sent or received and ``recvbuf`` is returned unchanged.
-        ``stream``: the CUDA stream that wrote ``sendbuf``; only it is waited
-        for, so kernels on other streams run on meanwhile.
-        """
-        from mpi4py import MPI
-
+        """Send to ``dest`` and receive from ``source`` at once (halo exchange); ``MPI.PROC_NULL`` (no
+        neighbour) skips that half. Only ``stream``, the one that wrote ``sendbuf``, is waited for, so
+        kernels on other streams run on meanwhile."""
         sendbuf = self.to_device(sendbuf)
         recvbuf = recvbuf if recvbuf is not None else self.cuda.device_array_like(sendbuf)
         self._before(stream)
         send = self._outgoing(sendbuf, "halo-send", stream)
         recv = self._incoming(recvbuf.shape, recvbuf.dtype, "halo-recv", out=recvbuf)
         self.comm.Sendrecv(self._mpi(send), dest=dest, recvbuf=self._mpi(recv), source=source)
-        if source != MPI.PROC_NULL:
+        if source != MPI().PROC_NULL:
             self._arrived(recv, out=recvbuf, stream=stream)
         return recvbuf
 

@@ -25,6 +25,7 @@ from hpclab import backend
 from hpclab.comm.base import Backend
 from hpclab.device import describe_sharing, sharing
 from hpclab.errors import RankError, step
+from hpclab.mpi import MPI
 
 NEEDS_OWN_GPU = "NCCL needs one GPU per rank (it refuses two ranks of one communicator on the same device)"
 
@@ -278,8 +279,6 @@ class NcclBackend(Backend):
         """Send to ``dest`` and receive from ``source`` at once, in one NCCL group (halo exchange);
         ``MPI.PROC_NULL`` skips that half. Queued on ``stream``, the stream that wrote ``sendbuf``
         (behind its kernels, without the host waiting for them), and only that stream is waited for."""
-        from mpi4py import MPI
-
         sendbuf = self.to_device(sendbuf)
         recvbuf = recvbuf if recvbuf is not None else self.cuda.device_array_like(sendbuf)
         problem = self.local_problem(sendbuf, None) or self.local_problem(recvbuf, None)
@@ -291,5 +290,5 @@ class NcclBackend(Backend):
             self._wait(handle)
             return recvbuf
         self._exchange([(kind, b, peer) for kind, b, peer in (("send", sendbuf, dest), ("recv", recvbuf, source))
-                        if peer != MPI.PROC_NULL], handle)
+                        if peer != MPI().PROC_NULL], handle)
         return recvbuf

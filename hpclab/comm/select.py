@@ -14,7 +14,7 @@ from hpclab import backend
 from hpclab.comm.mpi_backends import CudaAwareMPI, HostStagedMPI
 from hpclab.comm.nccl import NEEDS_OWN_GPU, NcclBackend, available as nccl_available
 from hpclab.device import describe_sharing, sharing
-from hpclab.mpi import cuda_aware, world
+from hpclab.mpi import MPI, cuda_aware, world
 
 BACKENDS = ("auto", "mpi-host", "mpi-cuda", "nccl")
 _announced = False
@@ -22,11 +22,9 @@ _announced = False
 
 def decide(shared, simulator: bool, nccl_ok: bool | None = None, nccl_why: str = "",
            aware: bool | None = None, how: str = "") -> tuple[str, str]:
-    """(backend, why) from what every rank reported; the same facts give the same answer everywhere.
-
-    ``shared``: the devices several ranks use (:func:`hpclab.device.sharing`);
-    ``nccl_ok``/``aware``: NCCL importable / MPI CUDA-aware on every rank.
-    """
+    """(backend, why) from what every rank reported, the same answer everywhere: ``shared``, the devices
+    several ranks use (:func:`hpclab.device.sharing`); ``nccl_ok``/``aware``: NCCL importable / MPI
+    CUDA-aware on every rank."""
     if shared:
         why = f"{describe_sharing(shared)}, and {NEEDS_OWN_GPU}"
         if simulator:
@@ -48,28 +46,22 @@ def decide(shared, simulator: bool, nccl_ok: bool | None = None, nccl_why: str =
 
 def choose(comm=None) -> tuple[str, str]:
     """(backend name, why) for ``auto``; collective: the same answer on every rank."""
-    from mpi4py import MPI
-
     comm = comm or world()
     shared = sharing(comm)
     simulator = backend.is_simulator()
     nccl_ok, nccl_why, aware, how = None, "", None, ""
     if not simulator and not shared:
         ok, nccl_why = nccl_available()
-        nccl_ok = comm.allreduce(ok, op=MPI.LAND)
+        nccl_ok = comm.allreduce(ok, op=MPI().LAND)
     if not simulator and not nccl_ok:
         mine, how = cuda_aware()
-        aware = comm.allreduce(mine, op=MPI.LAND)
+        aware = comm.allreduce(mine, op=MPI().LAND)
     return decide(shared, simulator, nccl_ok, nccl_why, aware, how)
 
 
 def get(name: str = "auto", comm=None, quiet: bool = False):
-    """A communication backend by name. Collective: call it on every rank.
-
-    Raises ``ValueError`` for an unknown name (the same on every rank) and
-    :class:`~hpclab.comm.RankError` on every rank when the backend cannot run
-    here, with the reason and the fix.
-    """
+    """A communication backend by name (collective: call it on every rank). ``ValueError`` for an unknown
+    name; :class:`~hpclab.comm.RankError` on every rank, with the reason and the fix, where it cannot run."""
     global _announced
     comm = comm or world()
     key = str(name).strip().lower()

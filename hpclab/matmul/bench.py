@@ -34,6 +34,7 @@ CANDIDATES = [(128, 128, 8, 8, 8, 4, 4), (128, 128, 16, 8, 8, 4, 4), (128, 128, 
 WARP_CANDIDATES = [(128, 128, 16, 32, 64, 2, 2), (128, 128, 16, 64, 32, 2, 2), (128, 128, 16, 32, 64, 2, 2, 0),
                    (128, 128, 16, 32, 64, 2, 2, 8), (128, 128, 8, 32, 64, 2, 2), (128, 256, 16, 64, 64, 4, 2)]
 TOLERANCE = 1e-4          # max |C - cuBLAS| / max |cuBLAS| accepted for float32
+NAIVE_MAX = 4096          # the largest N the naive kernel runs at (it is slow)
 KNOWN_BOOST_GHZ = {"H100": 1.98, "H200": 1.98, "A100": 1.41}   # if the driver does not say
 FP32_LANES_PER_SM = {(7, 0): 64, (8, 0): 64}   # others (Turing excepted) have 128
 
@@ -69,7 +70,6 @@ def parse(argv):
     p.add_argument("--repeats", type=count(1, 10**6), default=None,
                    help="timed runs per kernel (median; default 20 at N <= 4096, else 10; naive 2, tiled 3)")
     p.add_argument("--no-sweep", action="store_true", help="only the default fast configuration")
-    p.add_argument("--naive-max", type=count(1, 1 << 17), default=4096, help="largest N for the naive kernel")
     p.add_argument("--json", action="store_true", help="print one JSON line at the end")
     p.add_argument("--out", default=None, help="also write the JSON to this file")
     return p.parse_args(argv)
@@ -226,7 +226,7 @@ def main(argv=None) -> int:
             return float(np.abs(got - ref_rows).max() / np.abs(ref_rows).max())
 
         plan = []
-        if max(m, n, k) <= args.naive_max and (m, n, k) == smallest:
+        if max(m, n, k) <= NAIVE_MAX and (m, n, k) == smallest:
             plan.append(("naive", None, max(1, min(reps, 2))))
         plan.append(("tiled", None, max(1, min(reps, 3))))
         plan += [("fast", cfg, reps) for cfg in configs] + [("warp", cfg, reps) for cfg in warp_configs]
@@ -308,10 +308,8 @@ def print_table(key: str, rows: list[dict], best: dict) -> None:
 
 
 def measure(n: int, repeats: int = 3, kernels=("naive", "tiled", "fast", "warp")) -> dict[str, float]:
-    """TFLOP/s of each kernel, and of cuBLAS when CuPy works, for one n x n float32 product.
-
-    The default configurations only (the notebook's chart); ``main`` runs the full sweep.
-    """
+    """TFLOP/s of each kernel (default configurations: the notebook's chart), and of cuBLAS when CuPy
+    works, for one n x n float32 product; ``main`` runs the full sweep."""
     backend.select()
     from hpclab.matmul import fast as mm
 

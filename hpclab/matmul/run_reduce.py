@@ -23,6 +23,7 @@ from hpclab.matmul import fast as mm
 from hpclab.options import count, real, seed
 from hpclab.runner import Report
 from hpclab.timing import Phases, wall
+from hpclab.mpi import MPI
 
 cuda = mm.cuda
 
@@ -128,8 +129,6 @@ def warm_up(kernel: str, dtype) -> None:
 
 def train(a_host, b_host, kernel: str, iterations: int, lr: float, comm, be):
     """The loop: forward, loss reduction, gradient, all-reduce, step. Returns (sums, per-iteration phases)."""
-    from mpi4py import MPI
-
     n = a_host.shape[0]
     setup = Phases()
     with setup("transfer"):
@@ -150,7 +149,7 @@ def train(a_host, b_host, kernel: str, iterations: int, lr: float, comm, be):
         local = np.array([c_host.sum(dtype=np.float64)])       # exact for the tutorial's data
         total = np.zeros(1)
         with ph("comm"):
-            comm.Reduce(local, total, op=MPI.SUM, root=0)      # the tutorial's MPI_Reduce
+            comm.Reduce(local, total, op=MPI().SUM, root=0)      # the tutorial's MPI_Reduce
         sums.append((float(local[0]), float(total[0])))
         with ph("compute"):
             mm.matmul(a_t, d_c, kernel, out=grad)              # dLoss/dB for loss = mean(C)

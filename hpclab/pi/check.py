@@ -22,13 +22,10 @@ def truncation_bound(bins: int) -> float:
 
 
 def midpoint_bound(bins: int, blocks: int, threads: int, ranks: int) -> float:
-    """|computed - pi| allowed for ``bins`` bins summed by ``ranks`` launches of blocks x threads.
-
-    The h^2 bound, plus float64 rounding: recursive summation of n terms errs by at
-    most about n u pi (u = 2^-53), n being the longest chain of roundings -- a thread's
-    own terms (each with a few roundings of its own), the block's tree, the atomics of
-    the blocks, the reduction over ranks -- doubled for safety; plus the rounding of math.pi.
-    """
+    """|computed - pi| allowed for ``bins`` bins summed by ``ranks`` launches of blocks x threads: the h^2
+    bound plus float64 rounding. Recursive summation of n terms errs by at most about n u pi (u = 2^-53),
+    n the longest chain of roundings (a thread's own terms, each with a few roundings, the block's tree,
+    the blocks' atomics, the ranks' reduction), doubled for safety; plus the rounding of math.pi."""
     share = -(-bins // ranks)                       # the largest rank's bins
     terms = -(-share // (blocks * threads))         # the longest thread's terms
     chain = terms + 16 + math.log2(threads) + blocks + ranks
