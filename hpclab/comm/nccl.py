@@ -203,52 +203,46 @@ class NcclBackend(Backend):
             self._nccl.groupEnd()
         self._wait(stream)
 
+    def _call(self, collective: str, send, recv, *args) -> None:
+        """NCCL's ``collective`` from ``send`` into ``recv`` (then ``args``) on the backend's stream, waited for."""
+        getattr(self.nccl_comm, collective)(pointer(send), pointer(recv), *args, self._stream)
+        self._wait()
+
     def allreduce(self, buf, op="sum", out=None, check=True):
         buf = self.prepared(buf, "allreduce", op=op, out=out, check=check)
-        if out is None:
-            out = self.cuda.device_array(buf.shape, dtype=buf.dtype)
-        self.nccl_comm.allReduce(pointer(buf), pointer(out), buf.size, _TYPES[buf.dtype],
-                                 _OPS[op], self._stream)
-        self._wait()
+        out = self.cuda.device_array(buf.shape, dtype=buf.dtype) if out is None else out
+        self._call("allReduce", buf, out, buf.size, self._code(buf), _OPS[op])
         return out
 
     def allreduce_enqueue(self, buf, out, stream) -> bool:
         # ncclAllReduce on the given stream, no synchronisation: the caller orders the
         # stream after the kernels that wrote buf (an event) and waits for it when it needs out.
-        self.nccl_comm.allReduce(pointer(buf), pointer(out), buf.size, _TYPES[buf.dtype], _OPS["sum"],
+        self.nccl_comm.allReduce(pointer(buf), pointer(out), buf.size, self._code(buf), _OPS["sum"],
                                  stream_handle(stream))
         return True
 
     def reduce(self, buf, root=0, op="sum"):
         buf = self.prepared(buf, "reduce", op=op)
-        # recvbuff matters on the root only; elsewhere it gets a scratch buffer, not buf,
-        # so that no rank's input can be written to
+        # recvbuff matters on the root only; elsewhere a scratch buffer, so that no rank's input is written to
         out = self.cuda.device_array(buf.shape, dtype=buf.dtype)
-        self.nccl_comm.reduce(pointer(buf), pointer(out), buf.size, self._code(buf), _OPS[op],
-                              root, self._stream)
-        self._wait()
+        self._call("reduce", buf, out, buf.size, self._code(buf), _OPS[op], root)
         return out if self.rank == root else buf
 
     def bcast(self, buf, root=0):
         buf = self.prepared(buf, "bcast")
-        self.nccl_comm.broadcast(pointer(buf), pointer(buf), buf.size, self._code(buf), root,
-                                 self._stream)
-        self._wait()
+        self._call("broadcast", buf, buf, buf.size, self._code(buf), root)
         return buf
 
     def allgather(self, buf):
         buf = self.prepared(buf, "allgather")
         out = self.cuda.device_array((self.size * buf.shape[0], *buf.shape[1:]), dtype=buf.dtype)
-        self.nccl_comm.allGather(pointer(buf), pointer(out), buf.size, self._code(buf), self._stream)
-        self._wait()
+        self._call("allGather", buf, out, buf.size, self._code(buf))
         return out
 
     def reduce_scatter(self, buf, op="sum"):
         buf = self.prepared(buf, "reduce_scatter", op=op, divisible=True)
         out = self.cuda.device_array((buf.shape[0] // self.size, *buf.shape[1:]), dtype=buf.dtype)
-        self.nccl_comm.reduceScatter(pointer(buf), pointer(out), out.size, self._code(buf),
-                                     _OPS[op], self._stream)
-        self._wait()
+        self._call("reduceScatter", buf, out, out.size, self._code(buf), _OPS[op])
         return out
 
     def scatter(self, buf, root=0):

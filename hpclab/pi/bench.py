@@ -48,23 +48,18 @@ def measure(seconds: float = 1.0, repeats: int = 3, shapes: bool = True) -> dict
                  "device": identity()[0], "sms": 1 if sim else cuda.get_current_device().MULTIPROCESSOR_COUNT,
                  "launch": {"blocks": blocks, "threads": threads}}
 
-    rate, n = _rate(lambda m: fast.count_hits(0, m, 123), first, limit_mc, seconds, repeats)
-    out["mc_counter_samples_per_s"], out["mc_counter_samples"] = rate, n
-    out["mc_counter_generator"] = f"Philox4x32-{mc.ROUNDS}"
-    rate, n = _rate(lambda m: fast.count_hits(0, m, 123, rounds=10), first, limit_mc, seconds / 2, repeats)
-    out["mc_philox10_samples_per_s"], out["mc_philox10_samples"] = rate, n
-
     states = xoroshiro.states(blocks * threads, 123)
     out["xoroshiro_states"] = blocks * threads
     out["xoroshiro_init_s"] = xoroshiro.init_seconds(blocks * threads, 123)
-    rate, n = _rate(lambda m: xoroshiro.count_hits(m, 123, 0, blocks, threads, states), first // 4,
-                    limit_mc, seconds, repeats)
-    out["mc_xoroshiro_samples_per_s"], out["mc_xoroshiro_samples"] = rate, n
-
-    rate, n = _rate(lambda m: fast.partial_sum(0, m, m), first, limit_mid, seconds, repeats)
-    out["midpoint_bins_per_s"], out["midpoint_bins"] = rate, n
-    rate, n = _rate(lambda m: midpoint.partial_sum(0, m, m), first, limit_mid, seconds, repeats)
-    out["midpoint_plain_bins_per_s"], out["midpoint_plain_bins"] = rate, n
+    out["mc_counter_generator"] = f"Philox4x32-{mc.ROUNDS}"
+    for name, make, start, limit, secs in (
+            ("mc_counter_samples", lambda m: fast.count_hits(0, m, 123), first, limit_mc, seconds),
+            ("mc_philox10_samples", lambda m: fast.count_hits(0, m, 123, rounds=10), first, limit_mc, seconds / 2),
+            ("mc_xoroshiro_samples", lambda m: xoroshiro.count_hits(m, 123, 0, blocks, threads, states), first // 4,
+             limit_mc, seconds),
+            ("midpoint_bins", lambda m: fast.partial_sum(0, m, m), first, limit_mid, seconds),
+            ("midpoint_plain_bins", lambda m: midpoint.partial_sum(0, m, m), first, limit_mid, seconds)):
+        out[f"{name}_per_s"], out[name] = _rate(make, start, limit, secs, repeats)
 
     if shapes and not sim:
         sms = out["sms"]

@@ -50,9 +50,7 @@ def run(args, ctx) -> Report:
     with step(comm, "midpoint kernel"):
         (partial, compute, total), local, wall_s = wall(integrate, comm)
     # Rank blocks may differ (few bins): the bound uses the largest launch.
-    shapes = comm.allgather((blocks, threads))
-    big_blocks = max(b for b, _ in shapes)
-    bound = midpoint_bound(bins, big_blocks, threads, size)
+    bound = midpoint_bound(bins, comm.allreduce(blocks, op=MPI().MAX), threads, size)
     err = abs(total - math.pi)
     compute_max = comm.allreduce(compute, op=MPI().MAX)
     p = ctx.placement
