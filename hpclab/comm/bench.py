@@ -82,14 +82,6 @@ def parser() -> Parser:
     return p
 
 
-def timed(call, comm, repeats: int, warmup: int) -> float:
-    """Median over repeats of the slowest rank's time for one complete call (every backend
-    returns only when the result is complete)."""
-    for _ in range(warmup):
-        call()
-    return float(statistics.median(wall(call, comm, sync=False)[2] for _ in range(repeats)))
-
-
 def plan(once: float, repeats: int | None, sim: bool) -> tuple[int, int]:
     """(repeats, warm-up calls after the first): enough repeats for ~0.3 s per row, no more warm-up
     for calls over 50 ms. The same on every rank: ``once``, the first call's slowest rank, is."""
@@ -255,7 +247,10 @@ def measure(cases, sizes, comm, dtype="float32", repeats=None) -> list[dict]:
             with step(comm, f"{case.name}: {size} B buffers"):
                 call = case.prepare(count)
             reps, warm = plan(wall(call, comm, sync=False)[2], repeats, sim)   # also warms up
-            t = timed(call, comm, reps, warm)
+            for _ in range(warm):
+                call()
+            # every backend returns when the result is complete: a call's time is its slowest rank's
+            t = float(statistics.median(wall(call, comm, sync=False)[2] for _ in range(reps)))
             ok = comm.allreduce(case.verify(expected), op=MPI().LAND)
             algbw = size / t / 1e9
             rows.append({"backend": case.name, "size_bytes": size, "count": count, "dtype": dtype,
