@@ -71,7 +71,8 @@ def _count(shares, args, on_gpus: bool):
             t0 = time.perf_counter()
             hits = count_hits(lo, hi - lo, args.seed, blocks=args.blocks, threads=args.threads)
             seconds = time.perf_counter() - t0
-            return hits, seconds, (cuda.to_device(np.array([hits], dtype=np.int64)), cuda.stream()) if on_gpus else None
+            on_gpu = (cuda.to_device(np.array([hits], dtype=np.int64)), cuda.stream()) if on_gpus else None
+            return hits, seconds, on_gpu
 
     if not on_gpus:
         return [one(d) for d in range(len(shares))]
@@ -91,7 +92,8 @@ def _nccl_all_gpus(shares, args, nccl):
     try:
         for d, (_, _, (buf, stream)) in enumerate(counted):
             with cuda.gpus[d]:
-                comms[d].allReduce(pointer(buf), pointer(buf), 1, nccl.NCCL_INT64, nccl.NCCL_SUM, stream_handle(stream))
+                comms[d].allReduce(pointer(buf), pointer(buf), 1, nccl.NCCL_INT64, nccl.NCCL_SUM,
+                                   stream_handle(stream))
     finally:
         nccl.groupEnd()
     totals = []
