@@ -2,21 +2,16 @@
 
     mpiexec -n 2 python -m hpclab bench allreduce --sizes 4,1K,1M,256M --backend all --json
 
-Per message size and backend: the median time of ``--repeats`` calls (after
-warm-up; each call starts after a barrier; a call's time is the slowest
-rank's), the algorithm bandwidth ``algbw = bytes / time`` and the bus
-bandwidth ``busbw = algbw * 2(n-1)/n`` (nccl-tests' definition: what each
-link carries in a ring all-reduce, comparable across rank counts).
-Every rank fills its buffer with ``rank + 1``; the result must be
-``n(n+1)/2`` everywhere, or the row is not verified.
-
-On GPUs with NCCL, a raw-NCCL baseline runs in the same job: CuPy arrays and
-``cupy.cuda.nccl`` called directly, no hpclab layers, timed the same way, so
-the cost of hpclab's layer is the ratio of the two.
+Per message size and backend: the median time of ``--repeats`` calls after warm-up (each call
+starts after a barrier; its time is the slowest rank's), the algorithm bandwidth ``algbw = bytes /
+time`` and the bus bandwidth ``busbw = algbw * 2(n-1)/n`` (nccl-tests' definition: what each link
+carries in a ring all-reduce, comparable across rank counts). Every rank fills its buffer with
+``rank + 1``; a row is verified when the result is ``n(n+1)/2`` everywhere. On GPUs with NCCL a
+raw-NCCL baseline (CuPy arrays, ``cupy.cuda.nccl`` called directly) is timed in the same job: the
+ratio of the two is the cost of hpclab's layer.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import statistics
@@ -25,7 +20,15 @@ import sys
 import numpy as np
 
 from hpclab import backend
+from hpclab.comm import choose, get
+from hpclab.comm.nccl import NEEDS_OWN_GPU, destroy_all, require_one_gpu_per_rank, unique_id
+from hpclab.comm.nccl import available as nccl_available
+from hpclab.device import describe_sharing, select_gpu, sharing
+from hpclab.errors import RankError, step
+from hpclab.mpi import MPI, cuda_aware, world
 from hpclab.options import Parser, UsageError, count
+from hpclab.results.recorded import figure
+from hpclab.runner import env_rank
 from hpclab.timing import wall
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -64,7 +67,7 @@ def busbw_factor(n: int) -> float:
     return 2 * (n - 1) / n if n > 1 else 1.0
 
 
-def parser() -> argparse.ArgumentParser:
+def parser() -> Parser:
     p = Parser(prog="hpclab bench allreduce", description=__doc__)
     p.add_argument("--sizes", default=None,
                    help="message sizes in bytes, comma-separated, K/M/G = 1024^k "
@@ -73,44 +76,27 @@ def parser() -> argparse.ArgumentParser:
                    help="which backend(s) to measure; all = every one that runs here")
     p.add_argument("--repeats", type=count(1, 10**6), default=None,
                    help="timed calls per size (default: as many as fit ~0.3 s, 3..50 on a GPU; 3 on the simulator)")
-    p.add_argument("--warmup", type=count(0, 10**6), default=None,
-                   help="untimed calls after the first one (default 2, none for calls over 50 ms or on the simulator)")
     p.add_argument("--dtype", default="float32", choices=("float32", "float64"))
     p.add_argument("--no-raw", action="store_true", help="skip the raw-NCCL baseline")
     p.add_argument("--json", action="store_true", help="end rank 0's output with one JSON line")
     return p
 
 
-# -- timing -----------------------------------------------------------------------
-def timed(call, comm, repeats: int, warmup: int) -> float:
-    """Median over repeats of the slowest rank's time for one complete call (every backend
-    returns only when the result is complete)."""
-    for _ in range(warmup):
-        call()
-    return float(statistics.median(wall(call, comm, sync=False)[2] for _ in range(repeats)))
+def plan(once: float, repeats: int | None, sim: bool) -> tuple[int, int]:
+    """(repeats, warm-up calls after the first): enough repeats for ~0.3 s per row, no more warm-up
+    for calls over 50 ms. The same on every rank: ``once``, the first call's slowest rank, is."""
+    reps = 3 if sim else int(min(50, max(3, 0.3 / max(once, 1e-6))))
+    return (repeats or reps), (0 if sim or once > 0.05 else 2)
 
 
-def plan(once: float, repeats: int | None, warmup: int | None, sim: bool) -> tuple[int, int]:
-    """(repeats, warm-up calls): enough repeats for ~0.3 s per row, fewer warm-ups for slow
-    calls (the first call has warmed up already). The same on every rank: ``once`` is."""
-    if sim:
-        reps, warm = 3, 0
-    else:
-        reps = int(min(50, max(3, 0.3 / max(once, 1e-6))))
-        warm = 0 if once > 0.05 else 2
-    return (repeats or reps), (warm if warmup is None else warmup)
-
-
-# -- the measured cases ---------------------------------------------------------------
 class HpclabCase:
     """hpclab's backend: device buffers from Numba, ``be.allreduce(send, out=out, check=False)``."""
 
     def __init__(self, be, dtype):
-        self.be, self.dtype = be, np.dtype(dtype)
-        self.name = be.name
+        self.be, self.dtype, self.name = be, np.dtype(dtype), be.name
 
     def prepare(self, count: int):
-        from hpclab.collectives.kernels import fill
+        from hpclab.collectives.kernels import fill      # loads numba.cuda: after the backend choice
 
         be = self.be
         self.send = fill(count, be.rank + 1.0, 0, dtype=self.dtype.type)
@@ -121,15 +107,14 @@ class HpclabCase:
         return lambda: be.allreduce(send, out=out, check=False)
 
     def verify(self, expected: float) -> bool:
-        got = self.out.copy_to_host()
-        return bool(np.all(got == expected))
+        return bool(np.all(self.out.copy_to_host() == expected))
 
     def release(self) -> None:
         self.send = self.out = None
         self.be.release()
 
-    def close(self) -> None:
-        pass  # hpclab's NCCL communicator is destroyed with the others below
+    def close(self) -> None:    # hpclab's NCCL communicators are destroyed together, by run()
+        pass
 
 
 class RawNcclCase:
@@ -140,8 +125,6 @@ class RawNcclCase:
     def __init__(self, comm, dtype):
         import cupy as cp
         from cupy.cuda import nccl
-
-        from hpclab.comm.nccl import require_one_gpu_per_rank, unique_id
 
         require_one_gpu_per_rank(comm)     # NCCL refuses ranks that share a device
         self.cp, self.nccl, self.dtype = cp, nccl, np.dtype(dtype)
@@ -176,10 +159,6 @@ class RawNcclCase:
 
 
 def backends_to_run(requested: str, comm, notes: list[str]) -> list[str]:
-    from hpclab.comm import choose
-    from hpclab.comm.nccl import available as nccl_available
-    from hpclab.mpi import cuda_aware
-
     if requested == "auto":
         name, why = choose(comm)
         notes.append(f"auto chose {name}: {why}")
@@ -190,21 +169,16 @@ def backends_to_run(requested: str, comm, notes: list[str]) -> list[str]:
     if backend.is_simulator():
         notes.append("simulator: only mpi-host runs here (mpi-cuda and nccl need real GPUs)")
         return names
-    from mpi4py import MPI
-
     aware, how = cuda_aware()
-    if comm.allreduce(aware, op=MPI.LAND):
+    if comm.allreduce(aware, op=MPI().LAND):
         names.append("mpi-cuda")
     else:
         notes.append(f"mpi-cuda skipped: MPI is not CUDA-aware ({how})")
-    from hpclab.comm.nccl import NEEDS_OWN_GPU
-    from hpclab.device import describe_sharing, sharing
-
     shared = sharing(comm)
     ok, why = nccl_available()
     if shared:
         notes.append(f"nccl skipped: {describe_sharing(shared)}, and {NEEDS_OWN_GPU}")
-    elif comm.allreduce(ok, op=MPI.LAND):
+    elif comm.allreduce(ok, op=MPI().LAND):
         names.append("nccl")
     else:
         notes.append(f"nccl skipped: {why}")
@@ -214,14 +188,9 @@ def backends_to_run(requested: str, comm, notes: list[str]) -> list[str]:
 def ratios(rows: list[dict]) -> list[dict]:
     """hpclab-nccl against raw NCCL, size by size."""
     raw = {r["size_bytes"]: r for r in rows if r["backend"] == RAW}
-    out = []
-    for r in rows:
-        base = raw.get(r["size_bytes"])
-        if r["backend"] == "nccl" and base:
-            out.append({"size_bytes": r["size_bytes"],
-                        "busbw_ratio": r["busbw_GBps"] / base["busbw_GBps"],
-                        "time_ratio": r["time_us"] / base["time_us"]})
-    return out
+    return [{"size_bytes": r["size_bytes"], "busbw_ratio": r["busbw_GBps"] / raw[r["size_bytes"]]["busbw_GBps"],
+             "time_ratio": r["time_us"] / raw[r["size_bytes"]]["time_us"]}
+            for r in rows if r["backend"] == "nccl" and r["size_bytes"] in raw]
 
 
 def targets(rat: list[dict]) -> dict:
@@ -244,8 +213,6 @@ def targets(rat: list[dict]) -> dict:
 def figures(rows: list[dict], n: int) -> list[dict]:
     """Time and bus bandwidth per backend and size, raw NCCL the baseline (the first sizes, below 64 B,
     include NCCL's set-up: not a latency)."""
-    from hpclab.results.recorded import figure
-
     raw = {r["size_bytes"]: r for r in rows if r["backend"] == RAW}
     out = []
     for r in (r for r in rows if r["size_bytes"] >= 64):
@@ -258,7 +225,8 @@ def figures(rows: list[dict], n: int) -> list[dict]:
 
 
 def table(rows: list[dict], n: int) -> str:
-    head = f"{'backend':<9} {'size':>6} {'bytes':>11} {'time (us)':>11} {'algbw GB/s':>11} {'busbw GB/s':>11} {'reps':>4}  check"
+    head = (f"{'backend':<9} {'size':>6} {'bytes':>11} {'time (us)':>11} {'algbw GB/s':>11} {'busbw GB/s':>11} "
+            f"{'reps':>4}  check")
     lines = [f"all-reduce over {n} ranks; busbw = algbw x 2(n-1)/n", head, "-" * len(head)]
     for r in rows:
         lines.append(f"{r['backend']:<9} {human(r['size_bytes']):>6} {r['size_bytes']:>11} {r['time_us']:>11.2f} "
@@ -267,12 +235,8 @@ def table(rows: list[dict], n: int) -> str:
     return "\n".join(lines)
 
 
-def measure(cases, sizes, comm, dtype="float32", repeats=None, warmup=None) -> list[dict]:
+def measure(cases, sizes, comm, dtype="float32", repeats=None) -> list[dict]:
     """One row per (size, case): sizes outer, so drift hits every backend alike."""
-    from mpi4py import MPI
-
-    from hpclab.errors import step
-
     n, sim = comm.size, backend.is_simulator()
     expected = n * (n + 1) / 2
     itemsize = np.dtype(dtype).itemsize
@@ -282,9 +246,12 @@ def measure(cases, sizes, comm, dtype="float32", repeats=None, warmup=None) -> l
         for case in cases:
             with step(comm, f"{case.name}: {size} B buffers"):
                 call = case.prepare(count)
-            reps, warm = plan(wall(call, comm, sync=False)[2], repeats, warmup, sim)   # also warms up
-            t = timed(call, comm, reps, warm)
-            ok = comm.allreduce(case.verify(expected), op=MPI.LAND)
+            reps, warm = plan(wall(call, comm, sync=False)[2], repeats, sim)   # also warms up
+            for _ in range(warm):
+                call()
+            # every backend returns when the result is complete: a call's time is its slowest rank's
+            t = float(statistics.median(wall(call, comm, sync=False)[2] for _ in range(reps)))
+            ok = comm.allreduce(case.verify(expected), op=MPI().LAND)
             algbw = size / t / 1e9
             rows.append({"backend": case.name, "size_bytes": size, "count": count, "dtype": dtype,
                          "time_us": t * 1e6, "algbw_GBps": algbw, "busbw_GBps": algbw * busbw_factor(n),
@@ -293,16 +260,10 @@ def measure(cases, sizes, comm, dtype="float32", repeats=None, warmup=None) -> l
     return rows
 
 
-def run(comm, requested="all", sizes=("1K", "64K"), dtype="float32", repeats=None, warmup=None,
+def run(comm, requested="all", sizes=("1K", "64K"), dtype="float32", repeats=None,
         raw=True) -> tuple[list[dict], list[str]]:
-    """Measure on every rank (collective); returns (rows, notes), the same on every rank.
-
-    ``requested``: auto, all, or a backend name. With nccl among the backends and
-    ``raw``, the raw-NCCL baseline is measured too. Usable from a notebook's ``%%px`` cell.
-    """
-    from hpclab.comm import get
-    from hpclab.errors import step
-
+    """(rows, notes), the same on every rank (collective; usable from a ``%%px`` cell). ``requested``:
+    auto, all, or a backend name; with nccl among them and ``raw``, the raw-NCCL baseline too."""
     sizes = [parse_size(s) if isinstance(s, str) else int(s) for s in sizes]
     notes: list[str] = []
     with step(comm, "backend setup"):
@@ -312,21 +273,17 @@ def run(comm, requested="all", sizes=("1K", "64K"), dtype="float32", repeats=Non
     if "nccl" in names and raw:
         with step(comm, "raw NCCL baseline"):
             cases.append(RawNcclCase(comm, dtype))
-    rows = measure(cases, sizes, comm, dtype, repeats, warmup)
+    rows = measure(cases, sizes, comm, dtype, repeats)
     # NCCL communicators: destroyed in the same order on every rank
     comm.Barrier()
     for case in cases:
         case.close()
     if "nccl" in names:
-        from hpclab.comm.nccl import destroy_all
-
         destroy_all()
     return rows, notes
 
 
 def main(argv: list[str]) -> int:
-    from hpclab.runner import env_rank
-
     rank = env_rank()
     args = parser().parse_args(argv)       # a UsageError here: the hpclab command says it, exit 2
     try:
@@ -338,11 +295,6 @@ def main(argv: list[str]) -> int:
     except backend.BackendError as exc:
         print(f"[rank {rank}] error: {exc}", file=sys.stderr, flush=True)
         return 2
-
-    from hpclab.errors import RankError, step
-    from hpclab.device import select_gpu
-    from hpclab.mpi import world
-
     comm = world()
     rank = comm.rank
     sizes = sizes or (["1K", "64K"] if backend.is_simulator() else ["4", "1K", "64K", "1M", "16M", "256M"])
@@ -350,8 +302,7 @@ def main(argv: list[str]) -> int:
         with step(comm, "GPU selection"):
             placement = select_gpu(comm)
         backend.banner(rank)
-        rows, notes = run(comm, args.backend, sizes, args.dtype, args.repeats, args.warmup,
-                          raw=not args.no_raw)
+        rows, notes = run(comm, args.backend, sizes, args.dtype, args.repeats, raw=not args.no_raw)
     except RankError as exc:
         print(f"[rank {rank}] error: {exc}", file=sys.stderr, flush=True)
         return 1

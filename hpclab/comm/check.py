@@ -1,14 +1,11 @@
 """Checks for notebook 05: the NCCL bootstrap written by the learner.
 
-The bootstrap: rank 0 asks NCCL for a unique id, MPI broadcasts it, and every
-rank creates its communicator with (number of ranks, that id, its rank).
-On GPUs the learner's function runs against ``cupy.cuda.nccl`` and the
-communicator it returns must all-reduce correctly. On the simulator there is
-no NCCL: the function gets :class:`StandInNccl`, which offers the same two
-calls and records them, so the check still judges the bootstrap itself. The
-same stand-in serves where ranks share a GPU (one GPU, several ranks): NCCL
-refuses two ranks of one communicator on one device, so the learner's
-communicators could not be made there.
+The bootstrap: rank 0 asks NCCL for a unique id, MPI broadcasts it, and every rank creates its
+communicator with (number of ranks, that id, its rank). On GPUs the learner's function runs
+against ``cupy.cuda.nccl``, and the communicator it returns must all-reduce correctly. Where NCCL
+cannot run (the simulator; ranks sharing a GPU, which NCCL refuses) the function gets
+:class:`StandInNccl`, which offers the same two calls and records them, so the check still
+judges the bootstrap itself.
 """
 from __future__ import annotations
 
@@ -17,6 +14,8 @@ import os
 import numpy as np
 
 from hpclab import backend
+from hpclab.comm.nccl import NEEDS_OWN_GPU, load, pointer
+from hpclab.device import describe_sharing, sharing
 from hpclab.verdict import Verdict, say as _say
 
 ID_BYTES = 128
@@ -34,11 +33,8 @@ class StandInCommunicator:
 
 
 class StandInNccl:
-    """What the bootstrap needs of ``cupy.cuda.nccl``, recording every call.
-
-    ``get_unique_id`` returns 128 random signed bytes, a different id on every
-    call and in every process, as NCCL's does.
-    """
+    """What the bootstrap needs of ``cupy.cuda.nccl``, recording every call. ``get_unique_id`` returns
+    128 random signed bytes, a different id on every call and in every process, as NCCL's does."""
 
     def __init__(self, reason: str = "the Numba CUDA simulator has no NCCL"):
         self.reason = reason          # why the real NCCL is not used here, in words
@@ -57,24 +53,17 @@ class StandInNccl:
 def nccl_module(comm=None):
     """``cupy.cuda.nccl`` with one GPU per rank (when it imports), else a recording stand-in
     whose ``reason`` says why. Collective (it asks every rank of ``comm`` which GPU it uses)."""
-    from hpclab.comm.nccl import NEEDS_OWN_GPU
-    from hpclab.device import describe_sharing, sharing
-
     if backend.is_simulator():
         return StandInNccl()
     shared = sharing(comm)
     if shared:
         return StandInNccl(f"{describe_sharing(shared)}, and {NEEDS_OWN_GPU}")
-    from hpclab.comm.nccl import load
-
     return load()
 
 
 def bootstrap(fn, comm, nccl, quiet: bool | None = None) -> Verdict:
-    """Run ``fn(comm, nccl) -> (unique id, communicator)`` on every rank and judge it.
-
-    Collective. The verdict is the same on every rank; rank 0 prints it.
-    """
+    """Run ``fn(comm, nccl) -> (unique id, communicator)`` on every rank and judge it (collective:
+    the verdict is the same on every rank; rank 0 prints it)."""
     quiet = comm.rank != 0 if quiet is None else quiet
     error, uid, nccomm = None, None, None
     try:
@@ -129,8 +118,6 @@ def _judge(everyone: list[dict], size: int, stand_in: bool) -> Verdict:
 def _reduce_with(nccomm, comm) -> Verdict:
     """On GPUs: the communicator must span the ranks, sit on this rank's GPU, and all-reduce."""
     from cupy.cuda import nccl, runtime
-
-    from hpclab.comm.nccl import pointer
 
     cuda = backend.cuda()
     facts = (nccomm.size(), nccomm.rank_id(), nccomm.device_id(), cuda.get_current_device().id)

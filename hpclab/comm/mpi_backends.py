@@ -1,24 +1,19 @@
-"""The two MPI backends, written once: host-staged MPI and CUDA-aware MPI.
+"""The two MPI backends: host-staged MPI and CUDA-aware MPI, the same MPI calls on different memory.
 
-Both make the same MPI calls; they differ only in which memory MPI is handed:
+- ``mpi-host`` (:class:`HostStagedMPI`): device -> (pinned) host -> MPI -> host -> device. Works
+  with any MPI and on the simulator; every message crosses PCIe twice, which CUDA-aware MPI and
+  NCCL avoid.
+- ``mpi-cuda`` (:class:`CudaAwareMPI`): the device arrays themselves (mpi4py's upper-case methods
+  pass a ``__cuda_array_interface__`` pointer to MPI). An MPI that is *not* CUDA-aware treats the
+  pointer as host memory and segfaults (mpi4py #115), so awareness is asked first, on every rank
+  (:func:`hpclab.mpi.cuda_aware`). On the simulator device memory is host memory, so with
+  ``HPCLAB_MPI_CUDA_AWARE=1`` this backend runs its real code path there too.
 
-- ``mpi-host`` (:class:`HostStagedMPI`): device -> (pinned) host -> MPI -> host -> device.
-  Works with any MPI and on the simulator; every message crosses PCIe twice, which is what
-  CUDA-aware MPI and NCCL avoid.
-- ``mpi-cuda`` (:class:`CudaAwareMPI`): the device arrays themselves. mpi4py's upper-case
-  methods accept any object with ``__cuda_array_interface__`` and pass the device pointer to
-  MPI; a CUDA-aware MPI moves the data itself (through GPUDirect P2P/RDMA where the hardware
-  allows, else by staging inside the library). An MPI that is *not* CUDA-aware treats the
-  pointer as host memory and segfaults (mpi4py #115), so awareness is asked first, on every
-  rank (:func:`hpclab.mpi.cuda_aware`). On the simulator "device" memory is host memory, so
-  with ``HPCLAB_MPI_CUDA_AWARE=1`` this backend runs there too (the code path is the real one).
-
-:class:`MPIBackend` holds the operations; a subclass says which memory through hooks:
-``_outgoing`` (memory holding a device array's data, for MPI to read), ``_incoming`` (memory
-for MPI to write into), ``_arrived`` (the device array holding what MPI wrote), ``_mpi`` (the
-object mpi4py is handed for that memory) and ``_before`` (called first: CUDA-aware MPI
-synchronises there, because MPI knows nothing of CUDA streams). ``stream`` is the CUDA stream
-whose work produced the data (0: the whole device), and the one host-staged copies run on.
+A subclass says which memory through hooks: ``_outgoing(dbuf, slot, stream)`` (memory holding a
+device array's data, for MPI to read), ``_incoming(shape, dtype, slot, out)`` (memory for MPI to
+write into), ``_arrived(recv, out, stream)`` (the device array holding what MPI wrote), ``_mpi``
+(what mpi4py is handed) and ``_before`` (CUDA-aware MPI synchronises there: MPI knows nothing of
+CUDA streams). ``stream``: the stream whose work produced the data (0: the whole device).
 """
 from __future__ import annotations
 
@@ -27,7 +22,7 @@ import numpy as np
 from hpclab import backend
 from hpclab.comm.base import Backend
 from hpclab.errors import RankError
-from hpclab.mpi import cuda_aware
+from hpclab.mpi import MPI, cuda_aware
 
 FIX = ("use --backend mpi-host (host staging; works everywhere) or nccl (on GPUs), or load an "
        "MPI built with CUDA support (e.g. Open MPI configured --with-cuda, or with UCX built with "
@@ -36,44 +31,33 @@ FIX = ("use --backend mpi-host (host staging; works everywhere) or nccl (on GPUs
 
 
 def mpi_op(op: str):
-    from mpi4py import MPI
-
-    return {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op]
+    return {"sum": MPI().SUM, "max": MPI().MAX, "min": MPI().MIN}[op]
 
 
 class MPIBackend(Backend):
-    # -- hooks ----------------------------------------------------------------
     def _before(self, stream=0) -> None:
         pass
-
-    def _outgoing(self, dbuf, slot="send", stream=0):
-        raise NotImplementedError
-
-    def _incoming(self, shape, dtype, slot="recv", out=None):
-        raise NotImplementedError
-
-    def _arrived(self, recv, out=None, stream=0):
-        raise NotImplementedError
 
     def _mpi(self, buf):
         return buf
 
-    # -- the API --------------------------------------------------------------
+    def _collective(self, mpi_call, buf, shape, sends=True, receives=True, out=None, **kw):
+        """``mpi_call(send, recv, **kw)`` on the prepared ``buf``: the device array of ``shape`` that
+        arrived, or None on a rank that receives nothing (``sends``: this rank's data is read)."""
+        self._before()
+        send = self._outgoing(buf) if sends else None
+        recv = self._incoming(shape, buf.dtype, "recv", out) if receives else None
+        mpi_call(self._mpi(send), self._mpi(recv), **kw)
+        return self._arrived(recv, out) if receives else None
+
     def allreduce(self, buf, op="sum", out=None, check=True):
         buf = self.prepared(buf, "allreduce", op=op, out=out, check=check)
-        self._before()
-        send = self._outgoing(buf)
-        recv = self._incoming(buf.shape, buf.dtype, "recv", out)
-        self.comm.Allreduce(self._mpi(send), self._mpi(recv), op=mpi_op(op))
-        return self._arrived(recv, out)
+        return self._collective(self.comm.Allreduce, buf, buf.shape, out=out, op=mpi_op(op))
 
     def reduce(self, buf, root=0, op="sum"):
         buf = self.prepared(buf, "reduce", op=op)
-        self._before()
-        send = self._outgoing(buf)
-        recv = self._incoming(buf.shape, buf.dtype, "recv") if self.rank == root else None
-        self.comm.Reduce(self._mpi(send), self._mpi(recv), op=mpi_op(op), root=root)
-        return self._arrived(recv) if self.rank == root else buf
+        got = self._collective(self.comm.Reduce, buf, buf.shape, receives=self.rank == root, op=mpi_op(op), root=root)
+        return got if self.rank == root else buf
 
     def bcast(self, buf, root=0):
         """Root's ``buf`` into every rank's ``buf`` (in place, as MPI_Bcast)."""
@@ -88,55 +72,34 @@ class MPIBackend(Backend):
 
     def scatter(self, buf, root=0):
         buf = self.prepared(buf, "scatter", divisible=True)
-        self._before()
-        chunk = (buf.shape[0] // self.size, *buf.shape[1:])
-        send = self._outgoing(buf) if self.rank == root else None
-        recv = self._incoming(chunk, buf.dtype, "recv")
-        self.comm.Scatter(self._mpi(send), self._mpi(recv), root=root)
-        return self._arrived(recv)
+        part = (buf.shape[0] // self.size, *buf.shape[1:])
+        return self._collective(self.comm.Scatter, buf, part, sends=self.rank == root, root=root)
 
     def gather(self, buf, root=0):
         buf = self.prepared(buf, "gather")
-        self._before()
-        send = self._outgoing(buf)
         whole = (self.size * buf.shape[0], *buf.shape[1:])
-        recv = self._incoming(whole, buf.dtype, "recv") if self.rank == root else None
-        self.comm.Gather(self._mpi(send), self._mpi(recv), root=root)
-        return self._arrived(recv) if self.rank == root else None
+        return self._collective(self.comm.Gather, buf, whole, receives=self.rank == root, root=root)
 
     def allgather(self, buf):
         buf = self.prepared(buf, "allgather")
-        self._before()
-        send = self._outgoing(buf)
-        recv = self._incoming((self.size * buf.shape[0], *buf.shape[1:]), buf.dtype, "recv")
-        self.comm.Allgather(self._mpi(send), self._mpi(recv))
-        return self._arrived(recv)
+        return self._collective(self.comm.Allgather, buf, (self.size * buf.shape[0], *buf.shape[1:]))
 
     def reduce_scatter(self, buf, op="sum"):
         buf = self.prepared(buf, "reduce_scatter", op=op, divisible=True)
-        self._before()
-        send = self._outgoing(buf)
-        recv = self._incoming((buf.shape[0] // self.size, *buf.shape[1:]), buf.dtype, "recv")
-        self.comm.Reduce_scatter_block(self._mpi(send), self._mpi(recv), op=mpi_op(op))
-        return self._arrived(recv)
+        part = (buf.shape[0] // self.size, *buf.shape[1:])
+        return self._collective(self.comm.Reduce_scatter_block, buf, part, op=mpi_op(op))
 
     def sendrecv(self, sendbuf, dest, source, recvbuf=None, stream=0):
-        """Send to ``dest`` and receive from ``source`` at once (halo exchange).
-
-        ``dest``/``source`` may be ``MPI.PROC_NULL`` (no neighbour); then
-        nothing is sent or received and ``recvbuf`` is returned unchanged.
-        ``stream``: the CUDA stream that wrote ``sendbuf``; only it is waited
-        for, so kernels on other streams run on meanwhile.
-        """
-        from mpi4py import MPI
-
+        """Send to ``dest`` and receive from ``source`` at once (halo exchange); ``MPI.PROC_NULL`` (no
+        neighbour) skips that half. Only ``stream``, the one that wrote ``sendbuf``, is waited for, so
+        kernels on other streams run on meanwhile."""
         sendbuf = self.to_device(sendbuf)
         recvbuf = recvbuf if recvbuf is not None else self.cuda.device_array_like(sendbuf)
         self._before(stream)
         send = self._outgoing(sendbuf, "halo-send", stream)
         recv = self._incoming(recvbuf.shape, recvbuf.dtype, "halo-recv", out=recvbuf)
         self.comm.Sendrecv(self._mpi(send), dest=dest, recvbuf=self._mpi(recv), source=source)
-        if source != MPI.PROC_NULL:
+        if source != MPI().PROC_NULL:
             self._arrived(recv, out=recvbuf, stream=stream)
         return recvbuf
 
@@ -196,11 +159,8 @@ class CudaAwareMPI(MPIBackend):
         return f"mpi-cuda (device pointers to MPI; {self.how})"
 
     def _mpi(self, buf):
-        # The simulator's device arrays wrap NumPy arrays: that host memory is
-        # what "device memory" is there, so MPI is given it directly.
-        if buf is None or not self._sim:
-            return buf
-        return np.asarray(buf)
+        # The simulator's device arrays wrap NumPy arrays, the "device memory" MPI is given there.
+        return np.asarray(buf) if self._sim and buf is not None else buf
 
     def _before(self, stream=0) -> None:
         # MPI must not read data a kernel is still writing.

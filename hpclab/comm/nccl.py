@@ -1,42 +1,31 @@
 """NCCL: GPU-to-GPU collectives, with MPI used only to start them.
 
-Bootstrap (the workshop's Exercise 4): rank 0 asks NCCL for a unique id, MPI
-broadcasts it, and every rank creates its communicator with that id, its rank
-and the number of ranks, on the GPU it selected (``hpclab.device``). After
-that, MPI carries no data.
+Bootstrap (the workshop's Exercise 4): rank 0 asks NCCL for a unique id, MPI broadcasts it, and
+every rank creates its communicator with that id, its rank and the number of ranks, on the GPU it
+selected (``hpclab.device``). After that, MPI carries no data.
 
-Which Python binding, and why: ``cupy.cuda.nccl``. Its calls take raw device
-pointers and a raw stream handle, so Numba device arrays work through their
-``__cuda_array_interface__`` pointer with no conversion and no guessing of
-which device a buffer lives on; it is what CuPy (the ``gpu`` extra) ships, and
-it was checked on our H200 machines on Numba arrays. NVIDIA's ``nccl4py``
-initialises there too, but its all-reduce rejected a Numba array allocated
-after ``cuda.select_device(1)`` ("sendbuf is on device 0, but communicator is
-on device 1"): it infers the buffer's device itself, and got it wrong for
-memory from Numba's context. A binding that trusts the pointer is the safer
-one for Numba.
+The binding is ``cupy.cuda.nccl``: it takes raw device pointers and stream handles, so Numba
+arrays work through their pointers, with no guessing of which device a buffer lives on (checked
+on H200s). NVIDIA's ``nccl4py`` infers the device itself, and rejected a Numba array allocated
+after ``cuda.select_device(1)`` ("sendbuf is on device 0, but communicator is on device 1").
 
-Streams: every NCCL call is enqueued on Numba's default stream, the stream
-the kernels that produced the data ran on, so NCCL starts only after they
-finish without any extra event or device-wide synchronisation; the call then
-waits for that stream, so a result is complete when a method returns (the
-same contract as the MPI backends). ``sendrecv`` takes the stream that
-wrote its buffer instead, so a halo exchange can run on a high-priority
-stream beside kernels that keep the GPU busy (``hpclab.streams``).
-
-The hot path (``allreduce(buf, out=out, check=False)``) is one NCCL call and
-one stream synchronisation: no allocation, no cross-rank check.
+Every call is enqueued on Numba's default stream, behind the kernels that produced the data, and
+waits for it: a result is complete when a method returns, as with the MPI backends. ``sendrecv``
+takes the stream that wrote its buffer instead, so a halo exchange can run on a high-priority
+stream beside busy kernels (``hpclab.streams``). The hot path (``allreduce(buf, out=out,
+check=False)``) is one NCCL call and one stream synchronisation.
 """
 from __future__ import annotations
 
 import atexit
-from contextlib import contextmanager
 
 import numpy as np
 
 from hpclab import backend
 from hpclab.comm.base import Backend
+from hpclab.device import describe_sharing, sharing
 from hpclab.errors import RankError, step
+from hpclab.mpi import MPI
 
 NEEDS_OWN_GPU = "NCCL needs one GPU per rank (it refuses two ranks of one communicator on the same device)"
 
@@ -74,8 +63,6 @@ class SharedGPUError(RankError):
     """NCCL asked for on ranks that share a GPU; raised on every rank, before NCCL is touched."""
 
     def __init__(self, shared, size: int):
-        from hpclab.device import describe_sharing
-
         self.shared = shared
         message = (f"{describe_sharing(shared)}, and {NEEDS_OWN_GPU}. Instead use --backend auto or "
                    "mpi-host (host-staged MPI; works on a shared GPU), mpi-cuda where MPI is CUDA-aware, "
@@ -88,14 +75,8 @@ class SharedGPUError(RankError):
 
 
 def require_one_gpu_per_rank(comm) -> None:
-    """Raise :class:`SharedGPUError` on every rank of ``comm`` if any two of them use one device.
-
-    Collective (one small allgather). NCCL would fail in ncclCommInitRank with
-    NCCL_ERROR_INVALID_USAGE on such ranks; asking first gives a message that
-    names the ranks, the GPU and what to do instead.
-    """
-    from hpclab.device import sharing
-
+    """Raise :class:`SharedGPUError` on every rank of ``comm`` if any two of them use one device
+    (collective). NCCL would fail with NCCL_ERROR_INVALID_USAGE; this names the ranks and the fix."""
     shared = sharing(comm)
     if shared:
         raise SharedGPUError(shared, comm.size)
@@ -132,22 +113,15 @@ def stream_handle(stream) -> int:
 
 
 def pointer(buf) -> int:
-    """Device address of a Numba (or any CUDA-array-interface) array."""
-    ctypes_ptr = getattr(buf, "device_ctypes_pointer", None)
-    if ctypes_ptr is not None:
-        return ctypes_ptr.value or 0
-    return buf.__cuda_array_interface__["data"][0]
+    """Device address of a Numba device array (0 for an empty one)."""
+    return buf.device_ctypes_pointer.value or 0
 
 
 def communicator(comm):
-    """This rank's NCCL communicator over the ranks of ``comm`` (made once, then reused).
-
-    Collective on first use. It lives on the GPU that is current on this rank
-    (the one ``hpclab.device.select_gpu`` chose).
-    """
-    cached = _communicators.get(id(comm))
-    if cached is not None:
-        return cached[1], cached[2]
+    """This rank's NCCL communicator over the ranks of ``comm``, on its current GPU (the one
+    ``hpclab.device.select_gpu`` chose); made once, collectively, then reused."""
+    if id(comm) in _communicators:
+        return _communicators[id(comm)][1:]
     cuda = backend.cuda()
     with step(comm, "NCCL availability"):
         nccl = load()
@@ -167,15 +141,10 @@ def communicator(comm):
 
 @atexit.register
 def destroy_all() -> None:
-    """Destroy the communicators made here, oldest first.
-
-    Destroying may wait for the other ranks of the node to destroy theirs, so
-    every rank does it in the same order; at exit this runs before the CUDA
-    contexts go away (and before MPI is finalised).
-    """
+    """Destroy the communicators made here, oldest first: destroying may wait for the node's other
+    ranks, so every rank keeps the same order; at exit this runs before CUDA and MPI go away."""
     while _communicators:
-        key = next(iter(_communicators))
-        _, nccomm, _ = _communicators.pop(key)
+        _, nccomm, _ = _communicators.pop(next(iter(_communicators)))
         try:
             nccomm.destroy()
         except Exception:  # noqa: BLE001 - nothing useful to do at exit
@@ -201,7 +170,6 @@ class NcclBackend(Backend):
     def describe(self) -> str:
         return f"nccl (NCCL {self.version} via cupy.cuda.nccl, GPU {self.device})"
 
-    # -- helpers ----------------------------------------------------------------
     def local_problem(self, buf, out=None):
         problem = super().local_problem(buf, out)
         if problem:
@@ -223,64 +191,58 @@ class NcclBackend(Backend):
     def _copy(self, dst, src) -> None:
         dst.copy_to_device(src, stream=self._stream_obj)  # device to device, same stream
 
-    @contextmanager
-    def _group(self, stream=None):
-        """Point-to-point calls inside run as one NCCL group (no pair waits on another);
-        the stream (a raw handle; default: the backend's) is waited for afterwards."""
+    def _exchange(self, transfers, stream=None) -> None:
+        """NCCL's ("send" | "recv", buffer, peer) transfers in one group (no pair waits on another),
+        queued on ``stream`` (a raw handle; default: the backend's), which is then waited for."""
+        stream = self._stream if stream is None else stream
         self._nccl.groupStart()
         try:
-            yield
+            for kind, buf, peer in transfers:
+                getattr(self.nccl_comm, kind)(pointer(buf), buf.size, self._code(buf), peer, stream)
         finally:
             self._nccl.groupEnd()
         self._wait(stream)
 
-    # -- the API ------------------------------------------------------------------
+    def _call(self, collective: str, send, recv, *args) -> None:
+        """NCCL's ``collective`` from ``send`` into ``recv`` (then ``args``) on the backend's stream, waited for."""
+        getattr(self.nccl_comm, collective)(pointer(send), pointer(recv), *args, self._stream)
+        self._wait()
+
     def allreduce(self, buf, op="sum", out=None, check=True):
         buf = self.prepared(buf, "allreduce", op=op, out=out, check=check)
-        if out is None:
-            out = self.cuda.device_array(buf.shape, dtype=buf.dtype)
-        self.nccl_comm.allReduce(pointer(buf), pointer(out), buf.size, _TYPES[buf.dtype],
-                                 _OPS[op], self._stream)
-        self._wait()
+        out = self.cuda.device_array(buf.shape, dtype=buf.dtype) if out is None else out
+        self._call("allReduce", buf, out, buf.size, self._code(buf), _OPS[op])
         return out
 
     def allreduce_enqueue(self, buf, out, stream) -> bool:
         # ncclAllReduce on the given stream, no synchronisation: the caller orders the
         # stream after the kernels that wrote buf (an event) and waits for it when it needs out.
-        self.nccl_comm.allReduce(pointer(buf), pointer(out), buf.size, _TYPES[buf.dtype], _OPS["sum"],
+        self.nccl_comm.allReduce(pointer(buf), pointer(out), buf.size, self._code(buf), _OPS["sum"],
                                  stream_handle(stream))
         return True
 
     def reduce(self, buf, root=0, op="sum"):
         buf = self.prepared(buf, "reduce", op=op)
-        # recvbuff matters on the root only; elsewhere it gets a scratch buffer, not buf,
-        # so that no rank's input can be written to
+        # recvbuff matters on the root only; elsewhere a scratch buffer, so that no rank's input is written to
         out = self.cuda.device_array(buf.shape, dtype=buf.dtype)
-        self.nccl_comm.reduce(pointer(buf), pointer(out), buf.size, self._code(buf), _OPS[op],
-                              root, self._stream)
-        self._wait()
+        self._call("reduce", buf, out, buf.size, self._code(buf), _OPS[op], root)
         return out if self.rank == root else buf
 
     def bcast(self, buf, root=0):
         buf = self.prepared(buf, "bcast")
-        self.nccl_comm.broadcast(pointer(buf), pointer(buf), buf.size, self._code(buf), root,
-                                 self._stream)
-        self._wait()
+        self._call("broadcast", buf, buf, buf.size, self._code(buf), root)
         return buf
 
     def allgather(self, buf):
         buf = self.prepared(buf, "allgather")
         out = self.cuda.device_array((self.size * buf.shape[0], *buf.shape[1:]), dtype=buf.dtype)
-        self.nccl_comm.allGather(pointer(buf), pointer(out), buf.size, self._code(buf), self._stream)
-        self._wait()
+        self._call("allGather", buf, out, buf.size, self._code(buf))
         return out
 
     def reduce_scatter(self, buf, op="sum"):
         buf = self.prepared(buf, "reduce_scatter", op=op, divisible=True)
         out = self.cuda.device_array((buf.shape[0] // self.size, *buf.shape[1:]), dtype=buf.dtype)
-        self.nccl_comm.reduceScatter(pointer(buf), pointer(out), out.size, self._code(buf),
-                                     _OPS[op], self._stream)
-        self._wait()
+        self._call("reduceScatter", buf, out, out.size, self._code(buf), _OPS[op])
         return out
 
     def scatter(self, buf, root=0):
@@ -288,50 +250,29 @@ class NcclBackend(Backend):
         buf = self.prepared(buf, "scatter", divisible=True)
         rows = buf.shape[0] // self.size
         out = self.cuda.device_array((rows, *buf.shape[1:]), dtype=buf.dtype)
-        code = self._code(buf)
-        if self.rank == root:
-            self._copy(out, buf[root * rows:(root + 1) * rows])
-        with self._group():
-            if self.rank == root:
-                for r in range(self.size):
-                    if r != root:
-                        part = buf[r * rows:(r + 1) * rows]
-                        self.nccl_comm.send(pointer(part), part.size, code, r, self._stream)
-            else:
-                self.nccl_comm.recv(pointer(out), out.size, code, root, self._stream)
+        if self.rank != root:
+            self._exchange([("recv", out, root)])
+            return out
+        self._copy(out, buf[root * rows:(root + 1) * rows])
+        self._exchange([("send", buf[r * rows:(r + 1) * rows], r) for r in range(self.size) if r != root])
         return out
 
     def gather(self, buf, root=0):
         """Every rank's rows, stacked on the root (None elsewhere), in one NCCL group."""
         buf = self.prepared(buf, "gather")
         rows = buf.shape[0]
-        out = None
-        code = self._code(buf)
-        if self.rank == root:
-            out = self.cuda.device_array((self.size * rows, *buf.shape[1:]), dtype=buf.dtype)
-            self._copy(out[root * rows:(root + 1) * rows], buf)
-        with self._group():
-            if self.rank == root:
-                for r in range(self.size):
-                    if r != root:
-                        part = out[r * rows:(r + 1) * rows]
-                        self.nccl_comm.recv(pointer(part), part.size, code, r, self._stream)
-            else:
-                self.nccl_comm.send(pointer(buf), buf.size, code, root, self._stream)
+        if self.rank != root:
+            self._exchange([("send", buf, root)])
+            return None
+        out = self.cuda.device_array((self.size * rows, *buf.shape[1:]), dtype=buf.dtype)
+        self._copy(out[root * rows:(root + 1) * rows], buf)
+        self._exchange([("recv", out[r * rows:(r + 1) * rows], r) for r in range(self.size) if r != root])
         return out
 
     def sendrecv(self, sendbuf, dest, source, recvbuf=None, stream=0):
-        """Send to ``dest`` and receive from ``source`` at once (halo exchange).
-
-        ``MPI.PROC_NULL`` for either side means no neighbour there: that half
-        is skipped. Send and receive go in one NCCL group, so neighbours that
-        send to each other do not wait on each other. ``stream``: the stream
-        that wrote ``sendbuf``; the transfer is queued on it, behind those
-        kernels (the host does not wait for them first), instead of on the
-        default stream, and only that stream is waited for at the end.
-        """
-        from mpi4py import MPI
-
+        """Send to ``dest`` and receive from ``source`` at once, in one NCCL group (halo exchange);
+        ``MPI.PROC_NULL`` skips that half. Queued on ``stream``, the stream that wrote ``sendbuf``
+        (behind its kernels, without the host waiting for them), and only that stream is waited for."""
         sendbuf = self.to_device(sendbuf)
         recvbuf = recvbuf if recvbuf is not None else self.cuda.device_array_like(sendbuf)
         problem = self.local_problem(sendbuf, None) or self.local_problem(recvbuf, None)
@@ -342,10 +283,6 @@ class NcclBackend(Backend):
             recvbuf.copy_to_device(sendbuf, stream=stream or self._stream_obj)
             self._wait(handle)
             return recvbuf
-        with self._group(handle):
-            if dest != MPI.PROC_NULL:
-                self.nccl_comm.send(pointer(sendbuf), sendbuf.size, self._code(sendbuf), dest, handle)
-            if source != MPI.PROC_NULL:
-                self.nccl_comm.recv(pointer(recvbuf), recvbuf.size, self._code(recvbuf), source, handle)
+        self._exchange([(kind, b, peer) for kind, b, peer in (("send", sendbuf, dest), ("recv", recvbuf, source))
+                        if peer != MPI().PROC_NULL], handle)
         return recvbuf
-

@@ -1,19 +1,12 @@
 """Workshop Exercise 4: one MPI rank per GPU; MPI starts NCCL, NCCL adds the hits.
 
-MPI's only job is the bootstrap: rank 0's NCCL unique id is broadcast over
-MPI and every rank creates its NCCL communicator on its own GPU
-(``hpclab.comm.get("nccl")``). Each rank counts the hits of its contiguous
-share of the samples; the counts are all-reduced by NCCL from GPU memory.
-
-On the simulator there is no NCCL: the hits go through host-staged MPI
-(``mpi-host``) instead, and the program says so. Where ranks share a GPU
-(one GPU, several ranks) NCCL cannot run either (it refuses two ranks of
-one communicator on one device): the exercise is about that NCCL path, but
-its answer is not, so by default the hits are added by host-staged MPI with
-a note saying why, and an explicit ``--backend nccl`` is refused on every
-rank with the ranks, the GPU and the alternatives. The count for a sample
-depends only on its global index, so the total is the same on any number
-of ranks.
+MPI's only job is the bootstrap (``hpclab.comm.get("nccl")``: rank 0's unique id broadcast, a
+communicator on every rank's GPU). Each rank counts the hits of its contiguous share of the
+samples, and NCCL all-reduces the counts from GPU memory. Without NCCL (the simulator) or where
+ranks share a GPU (NCCL refuses two ranks of one communicator on one device) host-staged MPI adds
+them by default, with a note saying why; an explicit ``--backend nccl`` is then refused on every
+rank. The count for a sample depends only on its global index: the total is the same on any
+number of ranks.
 """
 from __future__ import annotations
 
@@ -56,7 +49,8 @@ def run(args, ctx) -> Report:
     sim = backend.is_simulator()
     samples = args.samples or default_samples()
     notes = []
-    from hpclab.pi.fast import count_hits
+    from hpclab.pi.fast import count_hits       # loads numba.cuda: not needed to reject bad arguments
+
     shared = sharing(comm)  # collective: the same list on every rank
     name = args.backend or ("mpi-host" if sim or shared else "nccl")
     if args.backend is None and sim:

@@ -1,23 +1,20 @@
 """Choosing a communication backend by name: ``get("auto" | "mpi-host" | "mpi-cuda" | "nccl")``.
 
-``auto`` takes the fastest that works on every rank: NCCL on GPUs (when CuPy's
-NCCL imports; with one rank too, so that a one-GPU baseline does not pay
-for a trip through host memory that the multi-GPU runs do not make), else CUDA-aware MPI (when MPI
-says it is), else host staging. On the simulator only host staging applies.
-When ranks share a GPU (more ranks than GPUs on a node), NCCL is out: it
-refuses two ranks of one communicator on the same device, so ``auto`` takes
-CUDA-aware MPI or host staging, and an explicit ``nccl`` is refused on every
-rank before NCCL is touched (:func:`hpclab.comm.nccl.require_one_gpu_per_rank`).
-The choice and its reason are said once, by rank 0, in one line.
+``auto`` takes the fastest that works on every rank: NCCL on GPUs (with one rank too, so that a
+one-GPU baseline does not pay for a trip through host memory that multi-GPU runs do not make),
+else CUDA-aware MPI, else host staging (the only one on the simulator). Ranks that share a GPU
+never get NCCL: it refuses two ranks of one communicator on one device. Rank 0 says the choice
+and its reason once, in one line.
 """
 from __future__ import annotations
 
 import sys
 
 from hpclab import backend
-from hpclab.device import describe_sharing
-from hpclab.comm.nccl import NEEDS_OWN_GPU
-from hpclab.mpi import cuda_aware, world
+from hpclab.comm.mpi_backends import CudaAwareMPI, HostStagedMPI
+from hpclab.comm.nccl import NEEDS_OWN_GPU, NcclBackend, available as nccl_available
+from hpclab.device import describe_sharing, sharing
+from hpclab.mpi import MPI, cuda_aware, world
 
 BACKENDS = ("auto", "mpi-host", "mpi-cuda", "nccl")
 _announced = False
@@ -25,11 +22,9 @@ _announced = False
 
 def decide(shared, simulator: bool, nccl_ok: bool | None = None, nccl_why: str = "",
            aware: bool | None = None, how: str = "") -> tuple[str, str]:
-    """(backend, why) from what every rank reported; the same facts give the same answer everywhere.
-
-    ``shared``: the devices several ranks use (:func:`hpclab.device.sharing`);
-    ``nccl_ok``/``aware``: NCCL importable / MPI CUDA-aware on every rank.
-    """
+    """(backend, why) from what every rank reported, the same answer everywhere: ``shared``, the devices
+    several ranks use (:func:`hpclab.device.sharing`); ``nccl_ok``/``aware``: NCCL importable / MPI
+    CUDA-aware on every rank."""
     if shared:
         why = f"{describe_sharing(shared)}, and {NEEDS_OWN_GPU}"
         if simulator:
@@ -51,32 +46,22 @@ def decide(shared, simulator: bool, nccl_ok: bool | None = None, nccl_why: str =
 
 def choose(comm=None) -> tuple[str, str]:
     """(backend name, why) for ``auto``; collective: the same answer on every rank."""
-    from mpi4py import MPI
-
-    from hpclab.device import sharing
-
     comm = comm or world()
     shared = sharing(comm)
     simulator = backend.is_simulator()
     nccl_ok, nccl_why, aware, how = None, "", None, ""
     if not simulator and not shared:
-        from hpclab.comm.nccl import available as nccl_available
-
         ok, nccl_why = nccl_available()
-        nccl_ok = comm.allreduce(ok, op=MPI.LAND)
+        nccl_ok = comm.allreduce(ok, op=MPI().LAND)
     if not simulator and not nccl_ok:
         mine, how = cuda_aware()
-        aware = comm.allreduce(mine, op=MPI.LAND)
+        aware = comm.allreduce(mine, op=MPI().LAND)
     return decide(shared, simulator, nccl_ok, nccl_why, aware, how)
 
 
 def get(name: str = "auto", comm=None, quiet: bool = False):
-    """A communication backend by name. Collective: call it on every rank.
-
-    Raises ``ValueError`` for an unknown name (the same on every rank) and
-    :class:`~hpclab.comm.RankError` on every rank when the backend cannot run
-    here, with the reason and the fix.
-    """
+    """A communication backend by name (collective: call it on every rank). ``ValueError`` for an unknown
+    name; :class:`~hpclab.comm.RankError` on every rank, with the reason and the fix, where it cannot run."""
     global _announced
     comm = comm or world()
     key = str(name).strip().lower()
@@ -87,14 +72,4 @@ def get(name: str = "auto", comm=None, quiet: bool = False):
         if not quiet and not _announced and comm.rank == 0:
             print(f"hpclab communication backend: {key}, because {why}", file=sys.stderr, flush=True)
         _announced = True
-    if key == "mpi-host":
-        from hpclab.comm.mpi_backends import HostStagedMPI
-
-        return HostStagedMPI(comm)
-    if key == "mpi-cuda":
-        from hpclab.comm.mpi_backends import CudaAwareMPI
-
-        return CudaAwareMPI(comm)
-    from hpclab.comm.nccl import NcclBackend
-
-    return NcclBackend(comm)
+    return {"mpi-host": HostStagedMPI, "mpi-cuda": CudaAwareMPI, "nccl": NcclBackend}[key](comm)

@@ -1,20 +1,14 @@
 """``hpclab bench matmul``: the Numba kernels against cuBLAS, in one run, on one GPU.
 
-For each size (float32; N is an N x N x N product, MxNxK an M x K by K x N one):
-the naive kernel (the smallest product only, and at most 4096: it is slow), the tiled kernel, a sweep of candidate tile
-shapes of the register-blocked kernel (the default one is ``FAST_CONFIG``),
-and cuBLAS SGEMM through CuPy when it is importable. Reports TFLOP/s, the
-ratio to cuBLAS (each kernel's median against cuBLAS's median timed in turns
-with it, kernel, cuBLAS, kernel, ...: a kernel timed minutes after cuBLAS may
-meet other clocks; in turns both see the same ones) and to the GPU's FP32 peak, a
-correctness spot-check against cuBLAS (or NumPy), and per configuration the
-registers per thread, shared memory per block, local memory (spills) and the
-occupancy that follows.
-
     hpclab bench matmul --sizes 4096,8192,4095,3000x5000x700 [--json] [--out FILE]
 
-On the simulator it runs tiny sizes to show that everything works; its
-figures say nothing about speed.
+For each size (float32; N is an N x N x N product, MxNxK an M x K by K x N one): the naive kernel
+(the smallest product only, up to 4096: it is slow), the tiled kernel, candidate tile shapes of
+the fast and warp kernels, and cuBLAS SGEMM through CuPy when it imports. Reported: TFLOP/s, the
+ratio to cuBLAS (timed in turns with each kernel, kernel, cuBLAS, kernel, ...: a kernel timed
+minutes after cuBLAS may meet other clocks) and to the FP32 peak, a correctness check against
+cuBLAS (or NumPy), and per configuration the registers, shared and local memory (spills) and the
+occupancy that follows. On the simulator it runs tiny sizes: the figures say nothing about speed.
 """
 from __future__ import annotations
 
@@ -29,28 +23,18 @@ import numpy as np
 from hpclab import backend
 from hpclab.device import identity
 from hpclab.options import Parser, count
+from hpclab.results.recorded import figure
+from hpclab.timing import median_time, median_times
 
-# Candidate tile shapes for the sweep: (bm, bn, bk, tm, tn, vec, pad).
-CANDIDATES = [
-    (128, 128, 8, 8, 8, 4, 4),
-    (128, 128, 16, 8, 8, 4, 4),
-    (128, 128, 8, 8, 8, 1, 4),
-    (128, 128, 8, 8, 8, 4, 0),
-    (64, 128, 8, 8, 8, 4, 4),
-    (128, 64, 8, 8, 4, 4, 4),
-    (64, 64, 8, 4, 4, 4, 4),
-    (128, 128, 16, 8, 8, 1, 4),
-]
-# Candidate shapes of the warp-tiled kernel: (bm, bn, bk, wm, wn, mi, ni[, pad]).
-WARP_CANDIDATES = [
-    (128, 128, 16, 32, 64, 2, 2),
-    (128, 128, 16, 64, 32, 2, 2),
-    (128, 128, 16, 32, 64, 2, 2, 0),
-    (128, 128, 16, 32, 64, 2, 2, 8),
-    (128, 128, 8, 32, 64, 2, 2),
-    (128, 256, 16, 64, 64, 4, 2),
-]
+# Candidate tile shapes for the sweep: (bm, bn, bk, tm, tn, vec, pad) of the fast kernel ...
+CANDIDATES = [(128, 128, 8, 8, 8, 4, 4), (128, 128, 16, 8, 8, 4, 4), (128, 128, 8, 8, 8, 1, 4),
+              (128, 128, 8, 8, 8, 4, 0), (64, 128, 8, 8, 8, 4, 4), (128, 64, 8, 8, 4, 4, 4), (64, 64, 8, 4, 4, 4, 4),
+              (128, 128, 16, 8, 8, 1, 4)]
+# ... and (bm, bn, bk, wm, wn, mi, ni[, pad]) of the warp-tiled one.
+WARP_CANDIDATES = [(128, 128, 16, 32, 64, 2, 2), (128, 128, 16, 64, 32, 2, 2), (128, 128, 16, 32, 64, 2, 2, 0),
+                   (128, 128, 16, 32, 64, 2, 2, 8), (128, 128, 8, 32, 64, 2, 2), (128, 256, 16, 64, 64, 4, 2)]
 TOLERANCE = 1e-4          # max |C - cuBLAS| / max |cuBLAS| accepted for float32
+NAIVE_MAX = 4096          # the largest N the naive kernel runs at (it is slow)
 KNOWN_BOOST_GHZ = {"H100": 1.98, "H200": 1.98, "A100": 1.41}   # if the driver does not say
 FP32_LANES_PER_SM = {(7, 0): 64, (8, 0): 64}   # others (Turing excepted) have 128
 
@@ -86,7 +70,6 @@ def parse(argv):
     p.add_argument("--repeats", type=count(1, 10**6), default=None,
                    help="timed runs per kernel (median; default 20 at N <= 4096, else 10; naive 2, tiled 3)")
     p.add_argument("--no-sweep", action="store_true", help="only the default fast configuration")
-    p.add_argument("--naive-max", type=count(1, 1 << 17), default=4096, help="largest N for the naive kernel")
     p.add_argument("--json", action="store_true", help="print one JSON line at the end")
     p.add_argument("--out", default=None, help="also write the JSON to this file")
     return p.parse_args(argv)
@@ -113,11 +96,9 @@ def device_info(cuda) -> dict:
     info = {"name": name, "compute_capability": f"{cc[0]}.{cc[1]}", "sms": sms, "clock_ghz": clock_ghz,
             "fp32_lanes_per_sm": lanes,
             "fp32_peak_tflops": 2 * lanes * sms * clock_ghz / 1e3 if sms and clock_ghz else None}
-    limits = {"regs_per_sm": "MAX_REGISTERS_PER_MULTIPROCESSOR",
-              "smem_per_sm": "MAX_SHARED_MEMORY_PER_MULTIPROCESSOR",
-              "threads_per_sm": "MAX_THREADS_PER_MULTIPROCESSOR",
-              "blocks_per_sm": "MAX_BLOCKS_PER_MULTIPROCESSOR"}
-    values = {k: _attr(dev, v) for k, v in limits.items()}
+    values = {k: _attr(dev, f"MAX_{v}_PER_MULTIPROCESSOR") for k, v in (
+        ("regs_per_sm", "REGISTERS"), ("smem_per_sm", "SHARED_MEMORY"), ("threads_per_sm", "THREADS"),
+        ("blocks_per_sm", "BLOCKS"))}
     if all(values.values()):
         info.update(values)
     return info
@@ -139,13 +120,9 @@ def resources(kernel, threads: int, dev: dict) -> dict:
     if "regs_per_sm" not in dev:
         return out
     regs_block = ((out["regs_per_thread"] * 32 + 255) // 256 * 256) * ((threads + 31) // 32)
-    limits = {
-        "registers": dev["regs_per_sm"] // max(regs_block, 1),
-        "shared memory": (dev["smem_per_sm"] // out["shared_bytes_per_block"]
-                          if out["shared_bytes_per_block"] else 99),
-        "threads": dev["threads_per_sm"] // threads,
-        "blocks": dev["blocks_per_sm"],
-    }
+    smem = out["shared_bytes_per_block"]
+    limits = {"registers": dev["regs_per_sm"] // max(regs_block, 1), "threads": dev["threads_per_sm"] // threads,
+              "shared memory": dev["smem_per_sm"] // smem if smem else 99, "blocks": dev["blocks_per_sm"]}
     blocks = min(limits.values())
     out.update(blocks_per_sm=blocks, warps_per_sm=blocks * threads // 32,
                occupancy=blocks * threads / dev["threads_per_sm"],
@@ -171,8 +148,6 @@ RESOURCES = {"regs_per_thread": "registers", "shared_bytes_per_block": "B", "loc
 def figures(d: dict) -> list[dict]:
     """The run's figures (``hpclab.results.recorded.figure``): each kernel and tile shape against the cuBLAS
     timed in turns with it, and its resources and SASS counts."""
-    from hpclab.results.recorded import figure
-
     rows = []
     for size, block in d["sizes"].items():
         cublas = next((r["tflops"] for r in block["rows"] if r["kernel"] == "cublas"), None)
@@ -182,7 +157,8 @@ def figures(d: dict) -> list[dict]:
                 variant = f"{variant}-{re.sub(r'[^A-Za-z0-9.]+', '-', r['config']).strip('-')}"
             base = r.get("cublas_tflops", cublas) if r["kernel"] != "cublas" else None
             rows.append(figure("matmul", variant, 1, int(size), "N", "tflops", r["tflops"], "TFLOP/s", "cublas", base))
-            rows += [figure("matmul", variant, 1, int(size), "N", k, r[k], unit) for k, unit in RESOURCES.items() if k in r]
+            rows += [figure("matmul", variant, 1, int(size), "N", k, r[k], unit)
+                     for k, unit in RESOURCES.items() if k in r]
             rows += [figure("matmul", variant, 1, int(size), "N", f"sass_{op}", n, "instructions")
                      for op, n in r.get("sass", {}).items()]
     return rows
@@ -191,8 +167,7 @@ def figures(d: dict) -> list[dict]:
 def main(argv=None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     backend.select()
-    from hpclab.matmul import fast as mm, naive, tiled, warp
-    from hpclab.timing import median_time, median_times
+    from hpclab.matmul import fast as mm, naive, tiled, warp     # loads numba.cuda: after the backend choice
 
     cuda = mm.cuda
     sim = backend.is_simulator()
@@ -217,8 +192,8 @@ def main(argv=None) -> int:
         warp_configs += [warp.WarpConfig(*c) for c in WARP_CANDIDATES if warp.WarpConfig(*c) != warp.CONFIG]
     record = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "command": "hpclab bench matmul " + " ".join(sys.argv[1:] if argv is None else argv),
-              "backend": backend.name(), "device": dev, "device_name": dev["name"], "default_fast_config": default.label(),
-              "default_warp_config": warp.CONFIG.label(),
+              "backend": backend.name(), "device": dev, "device_name": dev["name"],
+              "default_fast_config": default.label(), "default_warp_config": warp.CONFIG.label(),
               "sizes": {}, "shapes": {}}   # square sizes (N), other shapes (MxNxK)
     smallest = min(sizes, key=lambda s: s[0] * s[1] * s[2])
     for m, n, k in sizes:
@@ -251,11 +226,10 @@ def main(argv=None) -> int:
             return float(np.abs(got - ref_rows).max() / np.abs(ref_rows).max())
 
         plan = []
-        if max(m, n, k) <= args.naive_max and (m, n, k) == smallest:
+        if max(m, n, k) <= NAIVE_MAX and (m, n, k) == smallest:
             plan.append(("naive", None, max(1, min(reps, 2))))
         plan.append(("tiled", None, max(1, min(reps, 3))))
-        plan += [("fast", cfg, reps) for cfg in configs]
-        plan += [("warp", cfg, reps) for cfg in warp_configs]
+        plan += [("fast", cfg, reps) for cfg in configs] + [("warp", cfg, reps) for cfg in warp_configs]
         for kernel, cfg, r in plan:
             row = {"kernel": kernel, "config": cfg.label() if cfg else
                    (f"{tiled.TILE}x{tiled.TILE} tiles" if kernel == "tiled" else "one output per thread")}
@@ -268,9 +242,9 @@ def main(argv=None) -> int:
                     row["cublas_tflops"] = flop / t_ref / 1e12
                 err = check(c)
                 row.update(seconds=t, tflops=flop / t / 1e12, max_rel_error=err, correct=err <= TOLERANCE)
-                compiled = (naive.naive_kernel if kernel == "naive" else
-                            tiled.tiled_kernel if kernel == "tiled" else
-                            warp.kernel_for(a, b, c, cfg) if kernel == "warp" else mm.fast_kernel(f32, cfg, False, False))
+                compiled = (warp.kernel_for(a, b, c, cfg) if kernel == "warp" else
+                            mm.fast_kernel(f32, cfg, False, False) if kernel == "fast" else
+                            naive.naive_kernel if kernel == "naive" else tiled.tiled_kernel)
                 threads = cfg.threads if cfg else (naive.BLOCK ** 2 if kernel == "naive" else tiled.TILE ** 2)
                 row.update(resources(compiled, threads, dev))
                 if cfg in (default, warp.CONFIG) and (m, n, k) == sizes[0]:
@@ -334,13 +308,10 @@ def print_table(key: str, rows: list[dict], best: dict) -> None:
 
 
 def measure(n: int, repeats: int = 3, kernels=("naive", "tiled", "fast", "warp")) -> dict[str, float]:
-    """TFLOP/s of each kernel, and of cuBLAS when CuPy works, for one n x n float32 product.
-
-    The default configurations only (the notebook's chart); ``main`` runs the full sweep.
-    """
+    """TFLOP/s of each kernel (default configurations: the notebook's chart), and of cuBLAS when CuPy
+    works, for one n x n float32 product; ``main`` runs the full sweep."""
     backend.select()
     from hpclab.matmul import fast as mm
-    from hpclab.timing import median_time
 
     rng = np.random.default_rng(n)
     a_h = rng.uniform(-1, 1, (n, n)).astype(np.float32)

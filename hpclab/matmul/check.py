@@ -13,7 +13,8 @@ import numpy as np
 from hpclab.verdict import Verdict, say
 
 
-def _tol(dtype, k: int) -> float:
+def tolerance(dtype, k: int) -> float:
+    """Largest error accepted, relative to max|C|: rounding grows about like sqrt(k)."""
     eps = np.finfo(np.dtype(dtype) if np.dtype(dtype).kind == "f" else np.float64).eps
     return 8 * eps * max(1.0, np.sqrt(k))
 
@@ -25,12 +26,11 @@ def _close(x, ref, tol) -> bool:
 
 def diagnose(c, a, b, tile: int | None = None) -> str | None:
     """None when c is a @ b (within rounding), else a sentence saying what c looks like instead."""
-    a, b = np.asarray(a), np.asarray(b)
-    c = np.asarray(c)
-    m, k = a.shape
-    n = b.shape[1]
-    ref = a.astype(np.float64) @ b.astype(np.float64)
-    tol = _tol(a.dtype, k)
+    a, b, c = np.asarray(a), np.asarray(b), np.asarray(c)
+    (m, k), n = a.shape, b.shape[1]
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    ref = a64 @ b64
+    tol = tolerance(a.dtype, k)
     if c.shape != (m, n):
         if c.shape == (n, m) and _close(c.T, ref, tol):
             return (f"the result has shape {c.shape} and is the transpose of A @ B ({m} x {n}): "
@@ -53,26 +53,25 @@ def diagnose(c, a, b, tile: int | None = None) -> str | None:
         return "C is exactly twice A @ B: the output was accumulated into twice (launched twice, or out not reset)"
     if tile:
         full = (k // tile) * tile
-        if 0 < full < k and _close(c, a[:, :full].astype(np.float64) @ b[:full].astype(np.float64), tol):
+        if 0 < full < k and _close(c, a64[:, :full] @ b64[:full], tol):
             return (f"C misses the last {k - full} terms of every dot product: the loop over k-tiles "
                     f"stops at K // TILE = {k // tile}; use ceil(K / TILE) tiles and load zeros past K")
         if 0 < full < k and k > tile:
             # Threads past K that skip their load leave the previous k-tile's values in As and Bs,
             # so the partial tile adds the previous tile's tail a second time.
             tail = slice(k - tile, full)
-            if _close(c, ref + a[:, tail].astype(np.float64) @ b[tail].astype(np.float64), tol):
+            if _close(c, ref + a64[:, tail] @ b64[tail], tol):
                 return (f"every element of C has {tile - (k - full)} extra products: in the last, partial k-tile "
                         f"(k from {full} to {k - 1}) the threads past K skipped their load, so As and Bs still "
                         "held the previous tile's values, which were added again. Write a zero instead of "
                         "skipping: As[ty, tx] = a[row, k0 + tx] if row < M and k0 + tx < K else 0, and the "
                         "same for Bs")
         first = min(tile, k)
-        if first < k and _close(c, a[:, :first].astype(np.float64) @ b[:first].astype(np.float64), tol):
+        if first < k and _close(c, a64[:, :first] @ b64[:first], tol):
             return (f"C holds only the first {first} terms of every dot product: the sum is reset or "
                     "overwritten for each k-tile instead of accumulated over all of them")
     wrong = np.abs(c - ref) > tol * (float(np.abs(ref).max()) or 1.0)
-    rows = np.flatnonzero(wrong.any(axis=1))
-    cols = np.flatnonzero(wrong.any(axis=0))
+    rows, cols = np.flatnonzero(wrong.any(axis=1)), np.flatnonzero(wrong.any(axis=0))
     if tile:
         edge_r, edge_c = (m // tile) * tile, (n // tile) * tile
         if (rows.min() >= edge_r or cols.min() >= edge_c) and (edge_r < m or edge_c < n):
@@ -93,8 +92,7 @@ def diagnose(c, a, b, tile: int | None = None) -> str | None:
 def product(c, a, b, tile: int | None = None, quiet: bool = False) -> Verdict:
     """Check one result C against A @ B computed by NumPy in float64."""
     problem = diagnose(c, a, b, tile)
-    m, k = np.shape(a)
-    n = np.shape(b)[1]
+    (m, k), n = np.shape(a), np.shape(b)[1]
     if problem is None:
         return say(Verdict(True, f"C ({m} x {n}) equals A @ B to rounding (K = {k})"), quiet)
     return say(Verdict(False, problem), quiet)
@@ -102,21 +100,16 @@ def product(c, a, b, tile: int | None = None, quiet: bool = False) -> Verdict:
 
 def kernel(matmul_fn, tile: int | None = None, dtypes=(np.float32, np.float64), seed: int = 0,
            quiet: bool = False) -> Verdict:
-    """Run ``matmul_fn(a, b) -> C`` (NumPy in, NumPy out) on awkward shapes and check each.
-
-    Shapes: a square one that is a whole number of tiles, odd ones that are not
-    (the edges), and a 1 x 1; each twice, because results that change from run
-    to run point to a missing ``cuda.syncthreads()``.
-    """
+    """Run ``matmul_fn(a, b) -> C`` (NumPy in, NumPy out) on awkward shapes and check each: a square one
+    of whole tiles, odd ones that are not (the edges) and a 1 x 1, each twice, because results that
+    change from run to run point to a missing ``cuda.syncthreads()``."""
     rng = np.random.default_rng(seed)
     t = tile or 8
     shapes = [(2 * t, 2 * t, 2 * t), (37, 29, 53), (t + 1, 2 * t + 3, t - 1 if t > 1 else 1), (1, 1, 1)]
     for dtype in dtypes:
         for m, k, n in shapes:
-            a = rng.uniform(-1, 1, (m, k)).astype(dtype)
-            b = rng.uniform(-1, 1, (k, n)).astype(dtype)
-            first = np.asarray(matmul_fn(a, b))
-            second = np.asarray(matmul_fn(a, b))
+            a, b = rng.uniform(-1, 1, (m, k)).astype(dtype), rng.uniform(-1, 1, (k, n)).astype(dtype)
+            first, second = np.asarray(matmul_fn(a, b)), np.asarray(matmul_fn(a, b))
             if first.shape == second.shape and not np.array_equal(first, second):
                 return say(Verdict(False, (
                     f"{m} x {k} @ {k} x {n} {np.dtype(dtype).name}: two runs on the same input gave "

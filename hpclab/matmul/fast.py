@@ -1,26 +1,17 @@
 """3 · Register blocking, and the entry point programs and training multiply through.
 
-The fast kernel: a block computes a BM x BN tile of C; each of its threads
-accumulates a TM x TN micro-tile in registers, reading TM + TN values from
-shared memory for TM * TN fused multiply-adds. A tiles are stored transposed
-(k-major) so both operands are read along rows; the shared tiles are padded
-against bank conflicts and double-buffered, with the next tile prefetched into
-registers while the current one is used. It is the general kernel, built by
-:func:`fast_kernel` for a dtype, a tile shape (``FAST_CONFIG``) and a pair of
-transposes, and batched: the benchmarks, data-parallel training and the
-convolutions use it.
+A block computes a BM x BN tile of C; each thread accumulates a TM x TN micro-tile in registers,
+reading TM + TN values from shared memory for TM * TN fused multiply-adds. A's tiles are stored
+transposed (k-major) so both operands are read along rows; the shared tiles are padded against
+bank conflicts and double-buffered, the next tile prefetched into registers while the current one
+is used. :func:`fast_kernel` builds it for a dtype, a tile shape (``FAST_CONFIG``), a pair of
+transposes (``trans_a``: ``a`` is stored K x M and ``a.T`` used, read in place, as a dense layer's
+backward pass needs) and batching; float16 inputs are multiplied and accumulated in float32.
 
-Transposed operands are read in place (``trans_a``: ``a`` is stored K x M and
-``a.T`` is used; ``trans_b``: ``b`` is N x K), which is what a dense layer's
-backward pass needs (X^T dZ and dZ W^T); only the index arithmetic of the
-loads changes. float16 inputs are multiplied in float32 (mixed precision): the
-product is accumulated and, unless ``out`` is float16, returned in float32.
-
-``matmul(a, b, kernel=...)`` runs any of the four kernels (:mod:`.naive`,
-:mod:`.tiled`, this one and :mod:`.warp`) on NumPy arrays (returns NumPy) or Numba device
-arrays (returns a device array). The naive and tiled kernels multiply float32
-or float64; they read a transposed operand through ``x.T`` (a view on the
-simulator, a transposed copy on a GPU).
+``matmul(a, b, kernel=...)`` runs any of the four kernels (:mod:`.naive`, :mod:`.tiled`, this one,
+:mod:`.warp`) on NumPy arrays (returns NumPy) or Numba device arrays (returns a device array).
+The naive and tiled kernels read a transposed operand through ``x.T`` (a view on the simulator, a
+transposed copy on a GPU).
 """
 from __future__ import annotations
 
@@ -46,15 +37,11 @@ HALF = np.dtype(np.float16)       # accepted as input by the fast kernel: accumu
 
 @dataclass(frozen=True)
 class FastConfig:
-    """Tile shape of the register-blocked kernel.
-
-    bm x bn: the block's tile of C; bk: the depth of one shared-memory step;
-    tm x tn: each thread's micro-tile (bm/tm * bn/tn threads per block);
-    vec: a thread's rows/columns come in runs of ``vec`` adjacent elements,
-    spread ``vec * threads`` apart (vec=4 lets a run be one 16-byte shared
-    load; vec=1 makes neighbouring threads read neighbouring words);
-    pad: extra elements per shared-memory row, against bank conflicts.
-    """
+    """Tile shape of the register-blocked kernel: bm x bn, the block's tile of C; bk, the depth of one
+    shared-memory step; tm x tn, each thread's micro-tile (bm/tm * bn/tn threads); vec, a thread's rows
+    and columns come in runs of ``vec`` adjacent elements, ``vec * threads`` apart (4: a run is one
+    16-byte shared load; 1: neighbouring threads read neighbouring words); pad, extra elements per
+    shared-memory row, against bank conflicts."""
 
     bm: int = 128
     bn: int = 128
@@ -101,11 +88,6 @@ FAST_CONFIG = {
 SIM_FAST_CONFIG = FastConfig(16, 16, 4, 4, 4, vec=2, pad=1)
 
 
-def _nbtype(dtype):
-    """The Numba type products of ``dtype`` inputs accumulate in (float16: float32)."""
-    return numba.from_dtype(acc_dtype(dtype))
-
-
 def acc_dtype(dtype) -> np.dtype:
     """The dtype the kernels accumulate (and by default return) ``dtype`` products in."""
     return np.dtype(np.float32) if np.dtype(dtype) == HALF else np.dtype(dtype)
@@ -121,25 +103,19 @@ def _converter(nbt):
 @lru_cache(maxsize=None)
 def fast_kernel(dtype, config: FastConfig, trans_a: bool = False, trans_b: bool = False,
                 batched: bool = False):
-    """The register-blocked kernel for one input dtype, tile shape and pair of
-    transposes (compiled on first launch).
-
-    ``batched``: a, b and c are stacks of matrices (3-D) and ``blockIdx.z``
-    picks the product, c[z] = op(a[z]) @ op(b[z]) -- many small products in one
-    launch (the Winograd convolution's 16 or 36 per layer).
-    """
+    """The register-blocked kernel for one input dtype, tile shape and pair of transposes (compiled
+    on first launch). ``batched``: a, b and c are stacks of matrices and ``blockIdx.z`` picks the
+    product, c[z] = op(a[z]) @ op(b[z]): many small products in one launch (the Winograd convolution's)."""
     bad = config.problems(trans_a, trans_b)
     if bad:
         raise ValueError(f"fast kernel configuration {config.label()} cannot be built: {'; '.join(bad)}")
-    nbt = _nbtype(dtype)
+    nbt = numba.from_dtype(acc_dtype(dtype))       # what products accumulate in
     conv = _converter(nbt)
     u = numba.uint64
-    # Index arithmetic is unsigned 64-bit throughout. Numba guards every
-    # signed index against negative values (Python's a[-1]); unsigned ones
-    # need no guard, so the compiler can fold the constant part of each
-    # shared-memory index into the load instruction itself. (Numba widens
-    # int32 arithmetic to 64 bits anyway.) Constants are therefore uint64 too:
-    # mixing signed and unsigned integers would give float64 in Numba.
+    # Index arithmetic is unsigned 64-bit throughout: Numba guards every signed index against
+    # negative values (Python's a[-1]); unsigned ones need no guard, so the compiler can fold the
+    # constant part of each shared-memory index into the load instruction. Constants are uint64
+    # too: mixing signed and unsigned integers would give float64 in Numba.
     C = np.uint64
     ZERO, ONE, TWO = C(0), C(1), C(2)
     BM, BN, BK, TM, TN, V = (C(x) for x in (config.bm, config.bn, config.bk, config.tm, config.tn,
@@ -153,14 +129,12 @@ def fast_kernel(dtype, config: FastConfig, trans_a: bool = False, trans_b: bool 
     B_BUF = BK * SB
     A_STEPS = BM * BK // NT        # A elements each thread copies per tile
     B_STEPS = BK * BN // NT
-    # Consecutive threads copy consecutive elements of the array as stored
-    # (coalesced): along k for A, along n for B, and the other way round for a
-    # transposed operand. One copying step of all threads covers A_DM rows and
-    # A_DK depths of the A tile (one of them is zero), B_DK x B_DN of B's.
+    # Consecutive threads copy consecutive elements as stored (coalesced): along k for A, along n
+    # for B, the other way round for a transposed operand. One copying step of all threads covers
+    # A_DM rows and A_DK depths of the A tile (one of them zero), B_DK x B_DN of B's.
     A_DM, A_DK = (ZERO, NT // BM) if trans_a else (NT // BK, ZERO)
     B_DK, B_DN = (ZERO, NT // BK) if trans_b else (NT // BN, ZERO)
-    # Offsets of a thread's i-th row and j-th column inside the tile: runs of V
-    # adjacent elements, V * (threads along that side) apart.
+    # A thread's i-th row and j-th column in the tile: runs of V adjacent ones, V * (threads along that side) apart.
     A_OFF = tuple(C((i // config.vec) * (config.bm // config.tm) * config.vec + i % config.vec)
                   for i in range(config.tm))
     B_OFF = tuple(C((j // config.vec) * (config.bn // config.tn) * config.vec + j % config.vec)
@@ -169,12 +143,10 @@ def fast_kernel(dtype, config: FastConfig, trans_a: bool = False, trans_b: bool 
     ntm, ntn = config.tm, config.tn
     a_shared, b_shared = int(2 * A_BUF), int(2 * B_BUF)
     a_steps, b_steps = int(A_STEPS), int(B_STEPS)
-    # 16-byte aligned tiles let the compiler merge adjacent shared loads into
-    # one 128-bit load (the simulator does not take an alignment).
+    # 16-byte aligned tiles let the compiler merge adjacent shared loads into one 128-bit load. The
+    # body is a device function, inlined into the 2-D and the batched kernel alike. (The simulator
+    # takes neither option.)
     align = None if backend.is_simulator() else 16
-
-    # The body is a device function, inlined into the 2-D and the batched
-    # kernel alike (the simulator takes no inlining option).
     inline = {} if backend.is_simulator() else {"forceinline": True}
 
     @cuda.jit(device=True, fastmath=True, **inline)
@@ -187,8 +159,8 @@ def fast_kernel(dtype, config: FastConfig, trans_a: bool = False, trans_b: bool 
         ty = tid // TX
         row0 = u(cuda.blockIdx.y) * BM
         col0 = u(cuda.blockIdx.x) * BN
-        # Which elements this thread copies first (tile row a_r, depth a_k of A;
-        # depth b_k, column b_c of B); step s adds s * (A_DM, A_DK), s * (B_DK, B_DN).
+        # What this thread copies first (row a_r, depth a_k of A's tile; depth b_k, column b_c of B's);
+        # step s adds s * (A_DM, A_DK), s * (B_DK, B_DN).
         if trans_a:
             a_r = tid % BM
             a_k = tid // BM
@@ -202,9 +174,8 @@ def fast_kernel(dtype, config: FastConfig, trans_a: bool = False, trans_b: bool 
             b_c = tid % BN
             b_k = tid // BN
 
-        # Flat shared buffers, two of each (double buffering):
-        # As[buf * A_BUF + k * SA + m] holds A[row0 + m, k0 + k] (transposed),
-        # Bs[buf * B_BUF + k * SB + n] holds B[k0 + k, col0 + n].
+        # Two flat shared buffers of each (double buffering): As[buf * A_BUF + k * SA + m] holds
+        # A[row0 + m, k0 + k] (transposed), Bs[buf * B_BUF + k * SB + n] holds B[k0 + k, col0 + n].
         As = cuda.shared.array(a_shared, nbt, alignment=align)
         Bs = cuda.shared.array(b_shared, nbt, alignment=align)
         acc = cuda.local.array((ntm, ntn), nbt)
@@ -212,8 +183,7 @@ def fast_kernel(dtype, config: FastConfig, trans_a: bool = False, trans_b: bool 
         b_frag = cuda.local.array(ntn, nbt)
         a_next = cuda.local.array(a_steps, nbt)
         b_next = cuda.local.array(b_steps, nbt)
-        # Loops over compile-time constants are unrolled, so these local
-        # arrays live in registers (ptxas reports no local memory for them).
+        # Loops over compile-time constants are unrolled: these local arrays live in registers.
         for i in range(ntm):
             for j in range(ntn):
                 acc[i, j] = nbt(0)
@@ -252,8 +222,8 @@ def fast_kernel(dtype, config: FastConfig, trans_a: bool = False, trans_b: bool 
                     b_next[s] = conv(b[cc, kk] if trans_b else b[kk, cc]) if kk < K and cc < N else nbt(0)
             a_base = cur * A_BUF + a_thread
             b_base = cur * B_BUF + b_thread
-            # A while loop, not range(): Numba's range loop carries extra counters,
-            # and k * SA keeps the 16-byte alignment visible to the compiler.
+            # A while loop, not range(): Numba's range loop carries extra counters, and k * SA keeps
+            # the 16-byte alignment visible to the compiler.
             k = ZERO
             while k < BK:
                 for i in range(ntm):
@@ -296,20 +266,14 @@ def fast_kernel(dtype, config: FastConfig, trans_a: bool = False, trans_b: bool 
     return fast
 
 
-# ---- launching and checking ----------------------------------------------------
-
 def fast_config(dtype) -> FastConfig:
-    """The fast kernel's tile shape in use for ``dtype`` inputs on this backend
-    (float16 inputs take float32's: their tiles are held in float32)."""
+    """The fast kernel's tile shape for ``dtype`` inputs on this backend (float16 takes float32's)."""
     return SIM_FAST_CONFIG if backend.is_simulator() else FAST_CONFIG[acc_dtype(dtype)]
 
 
 def launch_batched(a, b, c, stream=0, trans_a: bool = False, trans_b: bool = False) -> None:
-    """c[z] = op(a[z]) @ op(b[z]) for every z, in one launch of the fast kernel.
-
-    Device arrays: a (Z, M, K), b (Z, K, N), c (Z, M, N) (transposed operands
-    stored as in :func:`launch`); float32 or float64. No checks.
-    """
+    """c[z] = op(a[z]) @ op(b[z]) for every z, in one launch of the fast kernel: device arrays a (Z, M, K),
+    b (Z, K, N), c (Z, M, N) (transposed operands stored as in :func:`launch`), float32 or float64; no checks."""
     z, m, n = c.shape
     dtype = np.dtype(a.dtype)
     cfg = fast_config(dtype)
@@ -319,8 +283,8 @@ def launch_batched(a, b, c, stream=0, trans_a: bool = False, trans_b: bool = Fal
 
 def launch(kernel: str, a, b, c, config=None,
            trans_a: bool = False, trans_b: bool = False) -> None:
-    """Launch one kernel on device arrays: c (M x N) = op(a) @ op(b), where op(a)
-    is a (M x K) or, with trans_a, a.T (a stored K x M); likewise b. No checks."""
+    """c (M x N) = op(a) @ op(b) on device arrays, op(a) being a (M x K) or, with trans_a, a.T (a stored
+    K x M), likewise b; no checks."""
     if kernel == "fast":
         dtype = np.dtype(a.dtype)
         cfg = config or fast_config(dtype)
@@ -343,9 +307,8 @@ def _describe(x) -> str:
     return f"{'device array' if _is_device(x) else type(x).__name__} of shape {tuple(np.shape(x))}"
 
 
-def check_operands(a, b, kernel: str = "naive", trans_a: bool = False, trans_b: bool = False, config=None):
-    """Validate shapes, dtypes and kernel name; return (M, K, N, dtype) of
-    op(a) @ op(b), dtype being the inputs'. Raises ValueError."""
+def check_operands(a, b, kernel: str = "naive", trans_a: bool = False, trans_b: bool = False):
+    """(M, K, N, the inputs' dtype) of op(a) @ op(b); ValueError for a bad shape, dtype or kernel name."""
     if kernel not in LADDER:
         raise ValueError(f"unknown kernel {kernel!r}; choose one of {', '.join(LADDER)}")
     for name, x in (("a", a), ("b", b)):
@@ -382,17 +345,12 @@ def check_operands(a, b, kernel: str = "naive", trans_a: bool = False, trans_b: 
 
 def matmul(a, b, kernel: str = "naive", out=None, config=None,
            trans_a: bool = False, trans_b: bool = False):
-    """C = op(a) @ op(b) with one of the kernels ``naive``, ``tiled``, ``fast`` or ``warp``.
-
-``config``: a :class:`FastConfig` for ``fast``, a ``warp.WarpConfig`` for ``warp``.
-    op(a) is a, or a.T with ``trans_a`` (read in place by the fast kernel);
-    likewise b. float16 inputs need the fast kernel. NumPy inputs give a NumPy
-    result; if either input is a device array the result stays on the device.
-    ``out`` (M x N, the inputs' dtype; float32 or float16 for float16 inputs;
-    a device array or, for NumPy inputs, a NumPy array) receives the result
-    and is returned.
-    """
-    M, K, N, dtype = check_operands(a, b, kernel, trans_a, trans_b, config)
+    """C = op(a) @ op(b) with the kernel ``naive``, ``tiled``, ``fast`` or ``warp`` (``config``: a
+    :class:`FastConfig` or a ``warp.WarpConfig``); op(a) is a, or a.T with ``trans_a``, likewise b.
+    float16 inputs need the fast kernel. NumPy inputs give a NumPy result; a device array among them
+    keeps it on the device. ``out`` (M x N, the inputs' dtype, or float32 for float16 inputs; a device
+    array, or NumPy for NumPy inputs) receives the result and is returned."""
+    M, K, N, dtype = check_operands(a, b, kernel, trans_a, trans_b)
     result = acc_dtype(dtype)
     on_device = _is_device(a) or _is_device(b)
     da = a if _is_device(a) else cuda.to_device(np.ascontiguousarray(a))

@@ -32,11 +32,8 @@ def naive_kernel(a, b, c):
 
 
 def launch(a, b, c) -> None:
-    """c = a @ b on device arrays of one dtype, float32 or float64 (no checks).
-
-    On a GPU the blocks cover c, one thread per element; on the simulator, where
-    every CUDA thread is a Python thread, one block of 8 threads steps over c.
-    """
+    """c = a @ b on device arrays of one dtype, float32 or float64 (no checks): on a GPU one thread per
+    element of c; on the simulator, where every CUDA thread is a Python thread, one block of 8 steps over c."""
     if backend.is_simulator():
         naive_kernel[(1, 1), (4, 2)](a, b, c)
         return

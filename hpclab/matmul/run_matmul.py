@@ -1,11 +1,9 @@
 """Distributed matrix multiply C = A @ B over MPI ranks, one GPU each.
 
-Rank 0 makes A and B (N x N). A's rows are scattered (Scatterv: when N does
-not divide among the ranks, the first N % P ranks take one row more), B is
-broadcast whole, every rank multiplies its block of rows on its GPU, and the
-blocks of C are gathered back to rank 0, which checks C against NumPy.
-Communication is O(N^2) per rank (all of B), compute O(N^3 / P): the bigger
-N, the better this scales.
+Rank 0 makes A and B (N x N). A's rows are scattered (Scatterv: the first N % P ranks take one row
+more), B is broadcast whole, every rank multiplies its block of rows on its GPU, and the blocks of
+C are gathered back to rank 0, which checks C against NumPy. Communication is O(N^2) per rank (all
+of B), compute O(N^3 / P): the bigger N, the better this scales.
 """
 from __future__ import annotations
 
@@ -13,6 +11,7 @@ import numpy as np
 
 from hpclab import backend, budget, comm as hcomm
 from hpclab.matmul import fast as mm
+from hpclab.matmul.check import tolerance
 from hpclab.options import count, seed
 from hpclab.runner import Report
 from hpclab.timing import Phases, wall
@@ -47,12 +46,6 @@ def validate(args, launch) -> None:
     flops, rate = 2 * n ** 3 * args.repeats, launch.fastest("flops")
     budget.refuse_long("--n", n, flops / (rate * launch.ranks),
                        f"{flops:.3g} floating-point operations at under {rate:.0e} per second per rank")
-
-
-def tolerance(dtype, k: int) -> float:
-    """Largest error accepted, relative to max|C|: rounding grows about like sqrt(k)."""
-    eps = np.finfo(dtype).eps
-    return 8 * eps * max(1.0, np.sqrt(k))
 
 
 def distributed_matmul(a, b, n: int, dtype, kernel: str, comm, phases: Phases):
@@ -91,18 +84,16 @@ def run(args, ctx) -> Report:
     a = b = None
     if rank == 0:
         rng = np.random.default_rng(args.seed)
-        a = rng.uniform(-1, 1, (n, n)).astype(dtype)
-        b = rng.uniform(-1, 1, (n, n)).astype(dtype)
+        a, b = (rng.uniform(-1, 1, (n, n)).astype(dtype) for _ in range(2))
 
     best, best_phases, c = None, None, None
     for _ in range(args.repeats):
         phases = Phases()
         with hcomm.step(comm, f"distributed matmul ({args.kernel} kernel)"):
             c, _, wall_s = wall(lambda: distributed_matmul(a, b, n, dtype, args.kernel, comm, phases), comm)
+        over_ranks = phases.max_over_ranks(comm)        # a collective: every rank, every time
         if best is None or wall_s < best:
-            best, best_phases = wall_s, phases.max_over_ranks(comm)
-        else:
-            phases.max_over_ranks(comm)        # every rank joins the same collectives
+            best, best_phases = wall_s, over_ranks
 
     my_rows = hcomm.block_range(n, size, rank)
     report = Report(
@@ -125,8 +116,8 @@ def check_rows(n: int, size: int, seed: int) -> np.ndarray:
     row (where a wrong split shows) and random others."""
     if n <= FULL_CHECK_N:
         return np.arange(n)
-    edges = {i for r in range(size) for i in (hcomm.block_range(n, size, r)[0],
-                                              hcomm.block_range(n, size, r)[1] - 1)}
+    bands = [hcomm.block_range(n, size, r) for r in range(size)]
+    edges = {i for start, stop in bands for i in (start, stop - 1)}
     rng = np.random.default_rng(seed + 1)
     return np.array(sorted(edges | set(rng.choice(n, SAMPLED_ROWS, replace=False).tolist())))
 
@@ -152,8 +143,7 @@ def summarise(report, a, b, c, n, dtype, args, size, best, best_phases) -> None:
     if not report.passed:
         k, j = np.unravel_index(int(np.argmax(np.abs(c[rows] - reference))), reference.shape)
         i = int(rows[k])
-        owner = next(r for r in range(size) if hcomm.block_range(n, size, r)[0] <= i
-                     < hcomm.block_range(n, size, r)[1])
+        owner = next(r for r in range(size) if i < hcomm.block_range(n, size, r)[1])
         report.notes.append(f"C[{i}, {j}] = {c[i, j]!r} but NumPy gives {reference[k, j]!r} "
                             f"(row {i} was computed by rank {owner})")
     report.result = {"n": n, "ranks": size, "kernel": args.kernel, "dtype": dtype.name,

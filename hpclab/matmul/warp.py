@@ -1,31 +1,24 @@
 """4 · Warp tiling: the register-blocked kernel with its threads grouped the way the hardware runs them.
 
-A block computes a BM x BN tile of C, as in :mod:`.fast`; here the tile is split
-once more, into one WM x WN tile per warp, and a warp's 32 lanes are laid out as
-an LM x LN grid inside it. Each lane owns MI x NI sub-tiles of 4 x 4 outputs,
-LM * 4 rows and LN * 4 columns apart, so at every step of k the lanes of a warp
-read few distinct A and B values from shared memory -- most reads are broadcasts
-of one word to several lanes -- and each run of four is one 16-byte load.
+A block computes a BM x BN tile of C, as in :mod:`.fast`, split once more into one WM x WN tile
+per warp, whose 32 lanes form an LM x LN grid. Each lane owns MI x NI sub-tiles of 4 x 4 outputs,
+LM * 4 rows and LN * 4 columns apart, so at every step of k the lanes of a warp read few distinct
+values from shared memory (most reads are broadcasts of one word to several lanes), each run of
+four in one 16-byte load. What else changes from ``fast``, and why:
 
-What else changes from ``fast``, and why:
-- Any M, N, K, with bounds checks only at the edges: sizes that divide the tiles get a
-  kernel built without any; otherwise a block tests once whether its tile lies inside C
-  and each tile of k whether it is whole, so only edge tiles (the branch is the whole
-  block's) take guarded loads. ``fast`` also takes transposes and float16; this, float32.
-- The next tiles of A and B are fetched into registers while the current ones
-  are multiplied (double buffering through two shared buffers), as in ``fast``.
-- A tile's steps of k are written out, not looped over, so the compiler can load
-  the next steps' values from shared memory while the current products run.
-- Each thread copies B's tile four columns at a time: one 16-byte global load
-  and one 16-byte shared store (:mod:`.wide`) instead of four of each (four
-  4-byte loads when B's rows do not start on 16-byte boundaries, e.g. N = 4095). A's tile
-  is stored transposed, so its four values go to four shared rows; loading them
-  as one 16-byte run too cost registers (143 instead of 123, one block per SM
+- Any M, N, K (float32, untransposed), with bounds checks at the edges only: sizes that divide the
+  tiles get a kernel built without any; otherwise a block tests once whether its tile lies inside
+  C and each tile of k whether it is whole, so only edge tiles take guarded loads.
+- A tile's steps of k are written out, not looped over, so the compiler loads the next steps'
+  values from shared memory while the current products run.
+- B's tile is copied four columns at a time: one 16-byte global load and one 16-byte shared store
+  (:mod:`.wide`) instead of four of each (four 4-byte loads when B's rows do not start on 16-byte
+  boundaries, e.g. N = 4095). A's tile is stored transposed, so its four values go to four shared
+  rows: loading them as one 16-byte run cost registers (143 instead of 123, one block per SM
   instead of two) and was slower on an H200, so A is copied one value at a time.
 
-Tile shapes are a :class:`WarpConfig`; ``warp_kernel(config)`` builds the kernel
-(compile-time constants must be known before Numba compiles). The bench sweeps
-several (``hpclab bench matmul``); the chosen one is ``CONFIG``.
+Tile shapes are a :class:`WarpConfig`; ``warp_kernel(config)`` builds the kernel (its constants
+must be known before Numba compiles). ``hpclab bench matmul`` sweeps several; ``CONFIG`` is the one used.
 """
 from __future__ import annotations
 

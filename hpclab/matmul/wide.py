@@ -1,15 +1,11 @@
 """Four float32 values in one 16-byte memory access, which Numba does not emit by itself.
 
-``x[i, j]`` in a Numba kernel is a 4-byte load. The compiler merges four such
-loads from *shared* memory into one 16-byte load when it can prove the address
-is a multiple of 16 (``cuda.shared.array(..., alignment=16)``), but it knows
-nothing of a global array's alignment, so a row of four floats read from global
-memory stays four loads. ``load4`` and ``store4`` are Numba intrinsics that
-state the alignment (``align=16`` on one ``<4 x float>`` access): one LDG.128 or
-STS.128 instruction instead of four. The caller guarantees it: ``j`` (or ``i``)
-a multiple of 4 and the array's rows starting on 16-byte boundaries.
-
-An intrinsic is compiled LLVM code; the simulator runs kernels as Python, so
+``x[i, j]`` in a Numba kernel is a 4-byte load. The compiler merges four loads from *shared* memory
+into one 16-byte load when it can prove the address a multiple of 16 (``cuda.shared.array(...,
+alignment=16)``), but it knows nothing of a global array's alignment. ``load4`` and ``store4`` are
+Numba intrinsics that state it (``align=16`` on one ``<4 x float>`` access): one LDG.128 or STS.128
+instruction instead of four. The caller guarantees it: ``j`` (or ``i``) a multiple of 4 and the
+array's rows starting on 16-byte boundaries. The simulator runs kernels as Python, not LLVM code:
 there the two are plain device functions doing the same four accesses.
 """
 from __future__ import annotations
@@ -81,10 +77,8 @@ load4, store4 = _gpu_functions() if backend.name() == "gpu" else _simulator_func
 
 
 def aligned(x) -> bool:
-    """Whether a device array's rows start on 16-byte boundaries (what load4 needs).
-
-    A GPU array gives its address through the CUDA array interface; the simulator's device
-    arrays wrap NumPy arrays and give it through NumPy's."""
+    """Whether a device array's rows start on 16-byte boundaries (what load4 needs); the simulator's
+    device arrays give their address through NumPy's array interface."""
     iface = getattr(x, "__cuda_array_interface__", None) or x.__array_interface__
     address = iface["data"][0]
     row_bytes = x.strides[0] if len(x.shape) > 1 else 16

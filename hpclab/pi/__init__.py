@@ -1,8 +1,6 @@
-"""Pi on every rank's GPU (notebooks 02 and 03, workshop Exercises 1 and 2).
-
-The lesson's kernels: ``midpoint`` (the midpoint rule), ``mc`` (Monte Carlo with the
-counter-based Philox generator), ``reduce`` (the block sum both use). Their faster forms,
-which the programs and the benchmark time: ``fast``. Other generators for comparison:
-``xoroshiro`` (notebook 03). Error bounds and the exercise
-checks: ``check``. Programs: ``run_midpoint``, ``run_mc`` (with ``program``); ``bench``.
+"""Pi on every rank's GPU (notebooks 02 and 03, workshop Exercises 1 and 2): the lesson's kernels
+``midpoint``, ``mc`` (Monte Carlo, counter-based Philox generator) and ``reduce`` (the block sum
+both use); ``fast``, their faster forms that the programs and the benchmark time; ``xoroshiro``,
+the workshop's generator, for comparison; ``check``, error bounds and the exercise checks; the
+programs ``run_midpoint`` and ``run_mc`` (with ``program``); ``bench``.
 """

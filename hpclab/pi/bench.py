@@ -1,14 +1,11 @@
 """``hpclab bench pi``: how fast the pi kernels run on this rank's GPU.
 
-Measures, on one GPU: Monte Carlo samples/s with the counter-based generator
-(``fast.count_hits``, Philox4x32-7; also Philox4x32-10, its authors' default
-round count, for comparison) and with
-xoroshiro128+ (its host-side state initialisation timed apart), midpoint bins/s
-with four bins per division (``fast``) and with the textbook one division per
-bin (``midpoint``), and a few launch shapes for each fast kernel. Each figure
-is the median of several timed runs after a warm-up, at a size calibrated to
-take about ``--seconds``. On the simulator the sizes are tiny and the rates
-mean nothing; the command then only shows that everything runs.
+Monte Carlo samples/s with the counter-based generator (``fast.count_hits``, Philox4x32-7; and
+Philox4x32-10, its authors' default, for comparison) and with xoroshiro128+ (its host-side state
+set-up timed apart); midpoint bins/s with four bins per division (``fast``) and with one division
+per bin (``midpoint``); a few launch shapes for each fast kernel. Each figure is the median of
+several runs after a warm-up, at a size calibrated to take about ``--seconds``. On the simulator
+the sizes are tiny and the rates mean nothing: it only shows that everything runs.
 """
 from __future__ import annotations
 
@@ -16,7 +13,11 @@ import datetime
 import json
 import sys
 
+from hpclab import backend
+from hpclab.device import identity
+from hpclab.options import Parser, count, real
 from hpclab.pi.check import MAX_BINS
+from hpclab.results.recorded import figure
 from hpclab.timing import median_time
 
 TARGETS = {"mc_counter_samples_per_s": 8e11, "midpoint_bins_per_s": 1e12}
@@ -34,9 +35,7 @@ def _rate(make, first: int, limit: int, seconds: float, repeats: int) -> tuple[f
 
 
 def measure(seconds: float = 1.0, repeats: int = 3, shapes: bool = True) -> dict:
-    from hpclab import backend
-    from hpclab.device import identity
-    from hpclab.launch import cuda, full_gpu
+    from hpclab.launch import cuda, full_gpu       # loads numba.cuda: after the backend choice
     from hpclab.pi import fast, midpoint, mc, xoroshiro
 
     sim = backend.is_simulator()
@@ -44,29 +43,23 @@ def measure(seconds: float = 1.0, repeats: int = 3, shapes: bool = True) -> dict
     limit_mc = backend.auto_size(gpu=10**14, sim=4_000)
     limit_mid = backend.auto_size(gpu=MAX_BINS, sim=4_000)
     seconds = seconds if not sim else 0.0
-    out: dict = {"backend": backend.name(), "date": datetime.datetime.now().isoformat(timespec="seconds")}
-    out["device"] = identity()[0]
-    out["sms"] = 1 if sim else cuda.get_current_device().MULTIPROCESSOR_COUNT
     blocks, threads = full_gpu(1 << 40)
-    out["launch"] = {"blocks": blocks, "threads": threads}
-
-    rate, n = _rate(lambda m: fast.count_hits(0, m, 123), first, limit_mc, seconds, repeats)
-    out["mc_counter_samples_per_s"], out["mc_counter_samples"] = rate, n
-    out["mc_counter_generator"] = f"Philox4x32-{mc.ROUNDS}"
-    rate, n = _rate(lambda m: fast.count_hits(0, m, 123, rounds=10), first, limit_mc, seconds / 2, repeats)
-    out["mc_philox10_samples_per_s"], out["mc_philox10_samples"] = rate, n
+    out: dict = {"backend": backend.name(), "date": datetime.datetime.now().isoformat(timespec="seconds"),
+                 "device": identity()[0], "sms": 1 if sim else cuda.get_current_device().MULTIPROCESSOR_COUNT,
+                 "launch": {"blocks": blocks, "threads": threads}}
 
     states = xoroshiro.states(blocks * threads, 123)
     out["xoroshiro_states"] = blocks * threads
     out["xoroshiro_init_s"] = xoroshiro.init_seconds(blocks * threads, 123)
-    rate, n = _rate(lambda m: xoroshiro.count_hits(m, 123, 0, blocks, threads, states), first // 4,
-                    limit_mc, seconds, repeats)
-    out["mc_xoroshiro_samples_per_s"], out["mc_xoroshiro_samples"] = rate, n
-
-    rate, n = _rate(lambda m: fast.partial_sum(0, m, m), first, limit_mid, seconds, repeats)
-    out["midpoint_bins_per_s"], out["midpoint_bins"] = rate, n
-    rate, n = _rate(lambda m: midpoint.partial_sum(0, m, m), first, limit_mid, seconds, repeats)
-    out["midpoint_plain_bins_per_s"], out["midpoint_plain_bins"] = rate, n
+    out["mc_counter_generator"] = f"Philox4x32-{mc.ROUNDS}"
+    for name, make, start, limit, secs in (
+            ("mc_counter_samples", lambda m: fast.count_hits(0, m, 123), first, limit_mc, seconds),
+            ("mc_philox10_samples", lambda m: fast.count_hits(0, m, 123, rounds=10), first, limit_mc, seconds / 2),
+            ("mc_xoroshiro_samples", lambda m: xoroshiro.count_hits(m, 123, 0, blocks, threads, states), first // 4,
+             limit_mc, seconds),
+            ("midpoint_bins", lambda m: fast.partial_sum(0, m, m), first, limit_mid, seconds),
+            ("midpoint_plain_bins", lambda m: midpoint.partial_sum(0, m, m), first, limit_mid, seconds)):
+        out[f"{name}_per_s"], out[name] = _rate(make, start, limit, secs, repeats)
 
     if shapes and not sim:
         sms = out["sms"]
@@ -87,11 +80,10 @@ def measure(seconds: float = 1.0, repeats: int = 3, shapes: bool = True) -> dict
 def figures(d: dict) -> list[dict]:
     """The run's figures: the counter-based generator against numba.cuda.random's xoroshiro128+, the
     4-bins-per-division midpoint kernel against one division per bin (the launch-shape scan is not kept)."""
-    from hpclab.results.recorded import figure
-
     xoro, plain = d["mc_xoroshiro_samples_per_s"], d["midpoint_plain_bins_per_s"]
     rows = [figure("pi-mc", variant, 1, "", "", "rate", d[key], "samples/s", "bench-xoroshiro128p", xoro)
-            for key, variant in (("mc_counter_samples_per_s", "bench"), ("mc_philox10_samples_per_s", "bench-philox10"))]
+            for key, variant in (("mc_counter_samples_per_s", "bench"),
+                                 ("mc_philox10_samples_per_s", "bench-philox10"))]
     return rows + [figure("pi-mc", "bench-xoroshiro128p", 1, "", "", "rate", xoro, "samples/s"),
                    figure("pi-mc", "bench-xoroshiro128p", 1, d["xoroshiro_states"], "states", "init_s",
                           d["xoroshiro_init_s"], "s"),
@@ -126,8 +118,6 @@ def format_table(r: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from hpclab.options import Parser, count, real
-
     parser = Parser(prog="hpclab bench pi", description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
     parser.add_argument("--seconds", type=real(0, 3600, lo_open=True), default=1.0,
@@ -136,8 +126,6 @@ def main(argv: list[str] | None = None) -> int:
                         help="timed runs per figure; the median counts")
     parser.add_argument("--no-shapes", action="store_true", help="skip the launch-shape scan")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    from hpclab import backend
-
     backend.select()
     result = measure(args.seconds, args.repeats, shapes=not args.no_shapes)
     print(format_table(result))
@@ -150,7 +138,7 @@ def roofline_points(bins: int | None = None, repeats: int = 5) -> list:
     """Notebook 02's roofline: both midpoint kernels, float64. Operations as the loop is written
     ((i+1/2)*h, x*x+1, 4/d, acc+=: 6 a bin; ``fast``: 29 per 4 bins), a division counted as one; memory:
     one 8-byte atomic add per block."""
-    from hpclab import backend, roofline
+    from hpclab import roofline
     from hpclab.launch import full_gpu
     from hpclab.pi import fast, midpoint
 

@@ -1,14 +1,13 @@
-"""What a pi answer may be off by, and the checks of the pi exercises.
-
-Needs no GPU (the programs use it to check their input before anything of Numba loads):
-the midpoint rule's error bound, the Monte Carlo standard error, the limit on bins, and the verdicts that tell a learner what a wrong answer most likely did.
-"""
+"""What a pi answer may be off by (the midpoint rule's error bound, the Monte Carlo standard error,
+the limit on bins), and the exercise checks that tell a learner what a wrong answer most likely
+did. No Numba: the programs check their input with it before any kernel loads."""
 from __future__ import annotations
 
 import math
 
 import numpy as np
 
+from hpclab.decomp import block_range
 from hpclab.pi.philox import count_hits_reference
 from hpclab.scaling import speedups as reference_speedups
 from hpclab.verdict import Verdict, say as _say
@@ -23,13 +22,10 @@ def truncation_bound(bins: int) -> float:
 
 
 def midpoint_bound(bins: int, blocks: int, threads: int, ranks: int) -> float:
-    """|computed - pi| allowed for ``bins`` bins summed by ``ranks`` launches of blocks x threads.
-
-    The h^2 bound, plus float64 rounding: recursive summation of n terms errs by at
-    most about n u pi (u = 2^-53), n being the longest chain of roundings -- a thread's
-    own terms (each with a few roundings of its own), the block's tree, the atomics of
-    the blocks, the reduction over ranks -- doubled for safety; plus the rounding of math.pi.
-    """
+    """|computed - pi| allowed for ``bins`` bins summed by ``ranks`` launches of blocks x threads: the h^2
+    bound plus float64 rounding. Recursive summation of n terms errs by at most about n u pi (u = 2^-53),
+    n the longest chain of roundings (a thread's own terms, each with a few roundings, the block's tree,
+    the blocks' atomics, the ranks' reduction), doubled for safety; plus the rounding of math.pi."""
     share = -(-bins // ranks)                       # the largest rank's bins
     terms = -(-share // (blocks * threads))         # the longest thread's terms
     chain = terms + 16 + math.log2(threads) + blocks + ranks
@@ -43,12 +39,9 @@ def standard_error(samples: int) -> float:
 
 
 def estimate(hits: int, samples: int) -> dict:
-    """pi = 4 hits / samples, its error, and the binomial standard error sigma.
-
-    A correct counter misses pi by more than five sigma with probability below 1e-6.
-    """
-    pi_hat = 4.0 * hits / samples
-    sigma = standard_error(samples)
+    """pi = 4 hits / samples, its error, and the binomial standard error sigma (a correct counter
+    misses pi by more than five sigma with probability below 1e-6)."""
+    pi_hat, sigma = 4.0 * hits / samples, standard_error(samples)
     error = abs(pi_hat - math.pi)
     return {"pi": pi_hat, "abs_error": error, "sigma": sigma, "within_5_sigma": error <= 5 * sigma}
 
@@ -74,11 +67,8 @@ def slices(my_slice, quiet: bool = False) -> Verdict:
 
 def midpoint(computed: float, bins: int, ranks: int = 1, blocks: int = 1, threads: int = 1,
              quiet: bool = False) -> Verdict:
-    """The midpoint estimate against its error bound h^2/3 plus float64 rounding.
-
-    The rounding allowance grows with the bins each thread adds up: give the
-    launch shape (blocks, threads per block) for a tight check.
-    """
+    """The midpoint estimate against its error bound h^2/3 plus float64 rounding, which grows with the
+    bins each thread adds up: give the launch shape (blocks, threads per block) for a tight check."""
     h = 1.0 / bins
     err = abs(computed - math.pi)
     bound = midpoint_bound(bins, blocks, threads, ranks)
@@ -123,7 +113,7 @@ def monte_carlo(hits: int, samples: int, seed: int | None = None, quiet: bool = 
                                       f"pi ~ {pi_hat:.6f}, {abs(pi_hat - math.pi) / sigma:.2f} standard errors off"),
                         quiet)
         return _say(Verdict(False, f"{hits} hits, but samples 0..{samples - 1} of seed {seed} give {exact}: "
-                                   f"{'some samples are missing or repeated' if abs(hits - exact) > 0 else ''} "
+                                   "some samples are missing or repeated "
                                    "(each rank must count exactly its own slice, each sample once)"), quiet)
     z = abs(pi_hat - math.pi) / sigma
     ok = z <= 5
@@ -133,11 +123,8 @@ def monte_carlo(hits: int, samples: int, seed: int | None = None, quiet: bool = 
 
 def hit_count(hits: int, expected: int, samples: int, ranks: int = 1, seed: int | None = None,
               quiet: bool = False) -> Verdict:
-    """A hand-written hit-counting kernel's total against the library's, with what a difference means.
-
-    ``expected`` is the library's count of the same samples; with ``seed`` and a
-    small ``samples`` the common slips are recognised by recounting on the host.
-    """
+    """A hand-written hit-counting kernel's total against ``expected``, the library's count of the same
+    samples; with ``seed`` and a small ``samples`` the common slips are recognised by recounting on the host."""
     hits, expected = int(hits), int(expected)
     if hits == expected:
         return _say(Verdict(True, f"{hits} hits of {samples} samples on {ranks} ranks: exactly the library's "
@@ -147,8 +134,6 @@ def hit_count(hits: int, expected: int, samples: int, ranks: int = 1, seed: int 
         return _say(Verdict(False, f"{head}: your kernel counted none. For each of the thread's indices i, add 1 "
                                    "to hits when mc.sample_inside(seed, i) is true"), quiet)
     if seed is not None and samples <= 2_000_000:
-        from hpclab.decomp import block_range
-
         shares = [block_range(samples, ranks, r) for r in range(ranks)]
         if hits == sum(count_hits_reference(0, b - a, seed) for a, b in shares):
             return _say(Verdict(False, f"{head}: every rank counted samples 0, 1, 2, ... instead of its own "
@@ -172,7 +157,6 @@ def same_estimate(by_ranks: dict[int, float], quiet: bool = False) -> Verdict:
         return _say(Verdict(True, f"the same estimate {values.pop()!r} on {sorted(by_ranks)} ranks"), quiet)
     return _say(Verdict(False, f"the estimate changes with the ranks: {by_ranks}; derive each sample from its "
                                "global index, not from the rank"), quiet)
-
 
 
 def samples_for(fn, quiet: bool = False) -> Verdict:

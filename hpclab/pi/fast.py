@@ -1,18 +1,16 @@
-"""The pi kernels that ``hpclab run pi-midpoint|pi-mc`` and ``hpclab bench pi`` time: the same
-sums as :mod:`hpclab.pi.midpoint` and :mod:`hpclab.pi.mc`, faster on a GPU.
+"""The pi kernels that ``hpclab run pi-midpoint|pi-mc`` and ``hpclab bench pi`` time: the sums of
+:mod:`hpclab.pi.midpoint` and :mod:`hpclab.pi.mc`, faster on a GPU.
 
-Midpoint rule: the loop is bound by float64 throughput, and a float64 division costs
-about as much as ten multiply-adds. Four bins share one division:
-1/a + 1/b + 1/c + 1/d = ((a+b)cd + (c+d)ab) / (abcd), exact algebra which, with a, b,
-c, d in [1, 2], loses only a few rounding units (2.07e12 bins/s on one H200).
+Midpoint rule: the loop is bound by float64 throughput, and a float64 division costs about ten
+multiply-adds. Four bins share one: 1/a + 1/b + 1/c + 1/d = ((a+b)cd + (c+d)ab) / (abcd), exact
+algebra which, with a, b, c, d in [1, 2], loses only a few rounding units (2.07e12 bins/s on one H200).
 
-Monte Carlo: both samples of each Philox call are used, and the loop runs in 32-bit
-words. The call's high word is the same for the whole launch (the host splits launches
-at multiples of 2^32 calls), so only the low word runs through the loop; with the
-counter's other words zero, the compiler moves a round's worth of products out of the
-loop. sm_90 machine code of the loop: 48 instructions for two samples, 12 of them
-32x32 -> 64-bit multiplies (8.2e11 samples/s on one H200). The count is mc.count_hits's,
-bit for bit.
+Monte Carlo: both samples of each Philox call are used, and the loop runs in 32-bit words. The
+call's high word is the same for the whole launch (the host splits launches at multiples of 2^32
+calls), so only the low word runs through the loop; with the counter's other words zero, the
+compiler moves a round's worth of products out of the loop. sm_90 machine code of the loop: 48
+instructions for two samples, 12 of them 32x32 -> 64-bit multiplies (8.2e11 samples/s on one
+H200). The count is mc.count_hits's, bit for bit.
 """
 from __future__ import annotations
 
@@ -70,8 +68,8 @@ def partial_sum(start: int, stop: int, bins: int, blocks: int | None = None, thr
 
 @functools.cache
 def paired_hits_kernel(rounds: int):
-    """The Monte Carlo kernel for Philox4x32-``rounds``. Built per round count because the
-    rounds must be unrolled at compile time (7 here; 10 for the benchmark's comparison)."""
+    """The Monte Carlo kernel for Philox4x32-``rounds``, built per round count: the rounds are
+    unrolled at compile time (7 here; 10 for the benchmark's comparison)."""
 
     @cuda.jit
     def hits_kernel(lo, pairs, hi, key0, key1, out):
@@ -102,12 +100,9 @@ def paired_hits_kernel(rounds: int):
 
 def count_hits(start: int, count: int, seed: int, blocks: int | None = None,
                threads: int | None = None, rounds: int = ROUNDS) -> int:
-    """Hits among samples [start, start + count) of ``seed``: mc.count_hits's count, faster.
-
-    Samples 2p and 2p + 1 come from Philox call p; a lone sample at either end of the
-    range (an odd start or stop) is counted on the host with the same arithmetic.
-    ``rounds`` other than 7 is for the benchmark only.
-    """
+    """Hits among samples [start, start + count) of ``seed``: mc.count_hits's count, faster. Samples
+    2p and 2p + 1 come from Philox call p; a lone sample at an odd start or stop is counted on the
+    host with the same arithmetic. ``rounds`` other than 7 is for the benchmark only."""
     check_seed(seed)
     check_range(start, count)
     seed = int(seed)

@@ -1,9 +1,8 @@
 """Workshop Exercise 1 on one GPU: the midpoint rule for pi = integral over [0, 1] of 4 / (1 + x^2).
 
-Each thread adds every ``stride``-th bin of the rank's slice (a grid-stride loop) in
-float64; ``block_sum`` adds the threads' sums, a tree in shared memory and one atomic
-per block. ``hpclab.pi.fast`` holds the same sum with one division for four bins, which
-``hpclab run pi-midpoint`` and ``hpclab bench pi`` use.
+Each thread adds every ``stride``-th bin of the rank's slice (a grid-stride loop) in float64;
+``block_sum`` adds the threads' sums, a tree in shared memory and one atomic per block.
+``hpclab.pi.fast`` holds the same sum with one division for four bins, which the programs time.
 """
 from __future__ import annotations
 
@@ -32,10 +31,8 @@ def midpoint_kernel(start, count, h, out):
 
 def partial_sum(start: int, stop: int, bins: int, blocks: int | None = None, threads: int | None = None,
                 kernel=midpoint_kernel) -> float:
-    """h * the sum of f over bins [start, stop) of ``bins`` bins over [0, 1], on this rank's GPU.
-
-    ``kernel``: any kernel with midpoint_kernel's arguments (``hpclab.pi.fast`` passes its own).
-    """
+    """h * the sum of f over bins [start, stop) of ``bins`` bins over [0, 1], on this rank's GPU
+    (``kernel``: any with midpoint_kernel's arguments; ``hpclab.pi.fast`` passes its own)."""
     if not 0 <= start <= stop <= bins:
         raise ValueError(f"bins [{start}, {stop}) are not inside [0, {bins})")
     if bins > MAX_BINS:

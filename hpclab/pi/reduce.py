@@ -9,12 +9,9 @@ cuda = _cuda()
 
 @cuda.jit(device=True)
 def block_sum(value, out):
-    """out[0] += the sum of ``value`` over the threads of this block (a power-of-two block).
-
-    The shared buffer takes out's type (float64 for the midpoint sums, uint64 for hit
-    counts), so one function serves both. log2(threads) halving steps; then thread 0
-    adds the block's sum with one atomic.
-    """
+    """out[0] += the sum of ``value`` over the threads of this (power-of-two) block: log2(threads)
+    halving steps, then one atomic by thread 0. The shared buffer takes out's type (float64 for
+    the midpoint sums, uint64 for hit counts), so one function serves both."""
     buf = cuda.shared.array(MAX_THREADS, out.dtype)
     tid = cuda.threadIdx.x
     buf[tid] = value

@@ -8,19 +8,21 @@ from hpclab.decomp import block_range
 from hpclab.errors import step
 from hpclab.runner import Report
 from hpclab.timing import timed, wall
-from hpclab.pi.check import standard_error
+from hpclab.pi.check import estimate
 from hpclab.pi.program import add_launch_arguments, add_sample_arguments, check_work, rate_line
+from hpclab.mpi import MPI
 
 HELP = ("Workshop Exercise 2: pi by Monte Carlo; each rank counts hits for its share of the "
         "samples on its GPU. The default counter-based generator makes the estimate depend only "
         "on (samples, seed), whatever the number of ranks.")
 
-GENERATORS = ("counter", "xoroshiro")
+GENERATORS = {"counter": "counter-based Philox4x32-7, seed {} (same estimate on any number of ranks)",
+              "xoroshiro": "xoroshiro128+ (numba.cuda.random), seed {}, one subsequence per thread and rank"}
 
 
 def add_arguments(parser) -> None:
     add_sample_arguments(parser, 123, "number of samples (e.g. 1e12; default 1e11 on a GPU, 20000 on the simulator)")
-    parser.add_argument("--generator", choices=GENERATORS, default="counter",
+    parser.add_argument("--generator", choices=tuple(GENERATORS), default="counter",
                         help="counter: Philox4x32-7 of the global sample index, identical on any number "
                              "of ranks (default); xoroshiro: numba.cuda.random per-thread streams, "
                              "which depend on the ranks and the launch shape")
@@ -36,13 +38,10 @@ def validate(args, launch) -> None:
 
 
 def run(args, ctx) -> Report:
-    from mpi4py import MPI
-
     from hpclab.launch import full_gpu    # loads numba.cuda: not needed to reject bad arguments
 
     comm, size, rank = ctx.comm, ctx.comm.size, ctx.comm.rank
-    samples = args.samples or default_samples()
-    seed = args.seed
+    samples, seed = args.samples or default_samples(), args.seed
     with step(comm, "launch shape"):     # the input was checked for this launch (runner.checked)
         start, stop = block_range(samples, size, rank)
         blocks, threads = full_gpu(stop - start, args.blocks, args.threads)
@@ -63,16 +62,15 @@ def run(args, ctx) -> Report:
         timings["state_init_s"] = init_max
         work = lambda: xoroshiro.count_hits(stop - start, seed, rank, blocks, threads, states)  # noqa: E731
 
-    def estimate():
+    def count_and_add():
         hits, compute = timed(work)
         return hits, compute, comm.allreduce(hits)
 
     with step(comm, "Monte Carlo kernel"):
-        (hits, compute, total_hits), local, wall_s = wall(estimate, comm)
-    pi_hat = 4.0 * total_hits / samples
-    err = abs(pi_hat - math.pi)
-    sigma = standard_error(samples)
-    timings.update({"wall_s": wall_s, "compute_s": comm.allreduce(compute, op=MPI.MAX),
+        (hits, compute, total_hits), local, wall_s = wall(count_and_add, comm)
+    e = estimate(total_hits, samples)
+    pi_hat, err, sigma = e["pi"], e["abs_error"], e["sigma"]
+    timings.update({"wall_s": wall_s, "compute_s": comm.allreduce(compute, op=MPI().MAX),
                     "samples_per_s": samples / wall_s})
     p = ctx.placement
     report = Report(
@@ -90,7 +88,7 @@ def run(args, ctx) -> Report:
             ("Standard error", f"{sigma:.3e} (error = {err / sigma:.2f} sigma; passes within 5 sigma)"),
             ("Total hits", f"{total_hits}"),
             ("Total samples", f"{samples}"),
-            ("Generator", _describe(args.generator, seed)),
+            ("Generator", GENERATORS[args.generator].format(seed)),
             ("Wall time", f"{wall_s:.6f} s"),
             ("Samples/s", rate_line(samples, wall_s, ctx.placement)),
         ]
@@ -103,10 +101,4 @@ def run(args, ctx) -> Report:
                          "samples": samples, "seed": seed, "generator": args.generator,
                          "standard_error": sigma}
     return report
-
-
-def _describe(generator: str, seed: int) -> str:
-    if generator == "counter":
-        return f"counter-based Philox4x32-7, seed {seed} (same estimate on any number of ranks)"
-    return f"xoroshiro128+ (numba.cuda.random), seed {seed}, one subsequence per thread and rank"
 

@@ -11,6 +11,7 @@ from hpclab.runner import Report
 from hpclab.timing import timed, wall
 from hpclab.pi.check import MAX_BINS, midpoint_bound, truncation_bound
 from hpclab.pi.program import add_launch_arguments, check_work, rate_line
+from hpclab.mpi import MPI
 
 HELP = ("Workshop Exercise 1: pi by the midpoint rule in float64; each rank integrates a "
         "contiguous slice of the bins on its GPU, then an MPI reduction adds the slices.")
@@ -31,8 +32,6 @@ def validate(args, launch) -> None:
 
 
 def run(args, ctx) -> Report:
-    from mpi4py import MPI
-
     from hpclab.launch import full_gpu    # loads numba.cuda: not needed to reject bad arguments
     from hpclab.pi import fast
 
@@ -51,11 +50,9 @@ def run(args, ctx) -> Report:
     with step(comm, "midpoint kernel"):
         (partial, compute, total), local, wall_s = wall(integrate, comm)
     # Rank blocks may differ (few bins): the bound uses the largest launch.
-    shapes = comm.allgather((blocks, threads))
-    big_blocks = max(b for b, _ in shapes)
-    bound = midpoint_bound(bins, big_blocks, threads, size)
+    bound = midpoint_bound(bins, comm.allreduce(blocks, op=MPI().MAX), threads, size)
     err = abs(total - math.pi)
-    compute_max = comm.allreduce(compute, op=MPI.MAX)
+    compute_max = comm.allreduce(compute, op=MPI().MAX)
     p = ctx.placement
     report = Report(
         rank_line=(f"{p.label()} | bins = {stop - start} | blocks = {blocks} | threads/block = {threads} "

@@ -1,10 +1,8 @@
-"""The workshop's kind of generator, for comparison (notebook 03): one xoroshiro128+ state per
-thread from ``numba.cuda.random``, as curand gives each thread in the workshop's code.
-
-Rank r's states start 2^64 x n_states x r steps into the sequence, so every thread of every
-rank draws its own samples: the estimate depends on the number of ranks and the launch
-shape, unlike the counter-based generator of :mod:`hpclab.pi.mc`. The states are made on
-the host, state by state (``init_seconds`` measures what that costs).
+"""The workshop's kind of generator, for comparison (notebook 03): one xoroshiro128+ state per thread
+from ``numba.cuda.random``, as curand gives each thread in the workshop's code. Rank r's states
+start 2^64 x n_states x r steps into the sequence, so every thread of every rank draws its own
+samples: the estimate depends on the number of ranks and the launch shape, unlike the counter-based
+generator's (:mod:`hpclab.pi.mc`). The states are made on the host, one by one (``init_seconds``).
 """
 from __future__ import annotations
 
@@ -63,11 +61,8 @@ def init_seconds(n_states: int, seed: int = 0) -> float:
 
 def count_hits(count: int, seed: int, rank: int = 0, blocks: int | None = None,
                threads: int | None = None, made=None) -> int:
-    """Hits among ``count`` samples of rank ``rank``'s streams.
-
-    ``made``: states from :func:`states`, one per thread, to leave their
-    initialisation out of a timing.
-    """
+    """Hits among ``count`` samples of rank ``rank``'s streams (``made``: states from :func:`states`,
+    one per thread, to leave their initialisation out of a timing)."""
     b, t = full_gpu(count, blocks, threads)
     if made is None:
         made = states(b * t, seed, rank)
