@@ -4,22 +4,15 @@
 
     out[n, k, oh, ow] = bias[k] + sum over (c, r, s) of w[k, c, r, s] * x[n, c, oh*stride - pad + r, ow*stride - pad + s]
 
-with every input and weight read from global memory. The topic's advanced
-part computes the same sum faster (``method=``):
+with every input and weight read from global memory. The faster ways (``METHODS``) are the
+topic's advanced part: ``conv_tiled`` (direct, tiled), ``conv_gemm`` (im2col + GEMM, the default
+on a GPU) and ``conv_winograd`` (fewer multiplications; a value depends on where its tile starts,
+so it is never the default). Every other method sums each output value in an order that does not
+depend on the band of rows, so a band computed on one rank is bit for bit those rows of the whole.
 
-- ``"direct"`` (:mod:`hpclab.halo.conv_tiled`): tiled through shared memory, sums kept in registers;
-- ``"gemm"`` (:mod:`hpclab.halo.conv_gemm`): im2col + the matmul topic's fast GEMM, the default on a GPU;
-- ``"winograd"`` (:mod:`hpclab.halo.conv_winograd`): stride-1 3x3 and 5x5 layers with 2.25 (3x3) and
-  4.6 (5x5) times fewer multiplications. A value depends on where its tile starts, so it is never the default.
-
-Every other method sums each output value in an order that does not depend on
-the band of rows, so a band computed on one rank is bit-for-bit those rows
-computed on one GPU: the distributed versions can be checked exactly.
-
-Rows: the kernels compute output rows [oh_begin, oh_end) of a band whose input
-row ``oh * stride - pad_top + r`` is local row index; rows outside the band
-are zero (padding, or beyond the image edge). ``pad_top = pad`` and the full
-image give the ordinary layer.
+Rows: the kernels compute output rows [oh_begin, oh_end) of a band whose input row
+``oh * stride - pad_top + r`` is local row index; rows outside the band are zero (padding, or
+beyond the image edge). ``pad_top = pad`` and the full image give the ordinary layer.
 """
 from __future__ import annotations
 
@@ -74,13 +67,9 @@ def conv2d_kernel(x, w, bias, out, stride, pad_top, pad_w, oh_begin, oh_end, rel
         out[n, k, oh, ow] = acc
 
 
-def default_method() -> str:
-    """On a GPU the fastest method that is exact across bands; on the simulator the kernel to read."""
-    return "naive" if backend.is_simulator() else "gemm"
-
-
 def check_method(method: str | None) -> str:
-    method = method or default_method()
+    """``method``, or by default the fastest one exact across bands on a GPU, the kernel to read on the simulator."""
+    method = method or ("naive" if backend.is_simulator() else "gemm")
     if method not in METHODS:
         raise ValueError(f"unknown convolution method {method!r}; choose one of {', '.join(METHODS)}")
     return method
@@ -154,19 +143,18 @@ def conv2d_device(x, weights: ConvWeights, stride: int = 1, pad: int = 0, relu: 
     return out
 
 
+def _on_device(x, fn) -> np.ndarray:
+    """``fn`` (device (N, C, H, W) -> device array) on host input (C, H, W) or (N, C, H, W)."""
+    x4, single = ref.as_batch(np.asarray(x, dtype=np.float32))
+    out = fn(cuda.to_device(np.ascontiguousarray(x4))).copy_to_host()
+    return out[0] if single else out
+
+
 def conv2d(x, w, stride: int = 1, pad: int = 0, bias=None, relu: bool = False,
            method: str | None = None) -> np.ndarray:
-    """2-D convolution (cross-correlation) on the GPU of (C,H,W) or (N,C,H,W) input.
-
-    ``w`` has shape (K, C, R, S). Returns a NumPy array (K,Ho,Wo) or (N,K,Ho,Wo).
-    ``method``: one of ``METHODS``; default ``default_method()``.
-    """
-    x = np.asarray(x, dtype=np.float32)
-    ref.check_conv(x.shape, np.shape(w), stride, pad)
-    x4, single = ref.as_batch(x)
-    out = conv2d_device(cuda.to_device(np.ascontiguousarray(x4)), ConvWeights(w, bias), stride, pad, relu,
-                        method=method).copy_to_host()
-    return out[0] if single else out
+    """2-D convolution (cross-correlation) on the GPU of (C,H,W) or (N,C,H,W) input by w (K, C, R, S)."""
+    ref.check_conv(np.shape(x), np.shape(w), stride, pad)
+    return _on_device(x, lambda xd: conv2d_device(xd, ConvWeights(w, bias), stride, pad, relu, method=method))
 
 
 def linear_device(x, weights: ConvWeights, relu: bool = False, stream=0):
@@ -214,14 +202,16 @@ def maxpool_rows_device(x, out, size: int, stride: int, pad_top: int, oh_begin: 
 
 
 def maxpool2d(x, size: int = 3, stride: int = 2, pad: int = 0) -> np.ndarray:
-    x4, single = ref.as_batch(np.asarray(x, dtype=np.float32))
-    n, c, h, w = x4.shape
+    h, w = np.shape(x)[-2:]
     ref.check_window(h, w, size, size, stride, pad, what="pooling window")
-    out = cuda.device_array((n, c, ref.output_size(h, size, stride, pad), ref.output_size(w, size, stride, pad)),
-                            dtype=np.float32)
-    maxpool_rows_device(cuda.to_device(np.ascontiguousarray(x4)), out, size, stride, pad, 0, out.shape[2], pad)
-    out = out.copy_to_host()
-    return out[0] if single else out
+    ho, wo = ref.output_size(h, size, stride, pad), ref.output_size(w, size, stride, pad)
+
+    def pool(xd):
+        out = cuda.device_array((*xd.shape[:2], ho, wo), dtype=np.float32)
+        maxpool_rows_device(xd, out, size, stride, pad, 0, ho, pad)
+        return out
+
+    return _on_device(x, pool)
 
 
 # -- local response normalisation (channel-wise: no spatial halo) ---------------
@@ -240,8 +230,7 @@ def _lrn_kernel(x, out, size, alpha, beta, k):
         out[n, c, h, w] = x[n, c, h, w] / math.pow(k + alpha * total, beta)
 
 
-def lrn_device(x, size: int = ref.LRN_SIZE, alpha: float = ref.LRN_ALPHA, beta: float = ref.LRN_BETA,
-               k: float = ref.LRN_K, out=None, stream=0):
+def lrn_device(x, size: int, alpha: float, beta: float, k: float, out=None, stream=0):
     out = out if out is not None else cuda.device_array(x.shape, dtype=np.float32)
     blocks, threads = launch_1d(x.size)
     _lrn_kernel[blocks, threads, stream](x, out, size, np.float32(alpha), np.float32(beta), np.float32(k))
@@ -250,6 +239,4 @@ def lrn_device(x, size: int = ref.LRN_SIZE, alpha: float = ref.LRN_ALPHA, beta: 
 
 def lrn(x, size: int = ref.LRN_SIZE, alpha: float = ref.LRN_ALPHA, beta: float = ref.LRN_BETA,
         k: float = ref.LRN_K) -> np.ndarray:
-    x4, single = ref.as_batch(np.asarray(x, dtype=np.float32))
-    out = lrn_device(cuda.to_device(np.ascontiguousarray(x4)), size, alpha, beta, k).copy_to_host()
-    return out[0] if single else out
+    return _on_device(x, lambda xd: lrn_device(xd, size, alpha, beta, k))

@@ -63,6 +63,15 @@ def as_batch(x: np.ndarray) -> tuple[np.ndarray, bool]:
     return (x[None], True) if x.ndim == 3 else (x, False)
 
 
+def _padded(x, rows: int, pad_top: int, pad_w: int, fill: float) -> np.ndarray:
+    """The band x (N, C, h, W) with ``pad_top`` rows above, ``pad_w`` columns each side and as many
+    rows below as ``rows`` need, all ``fill``."""
+    n, c, h, wd = x.shape
+    xp = np.full((n, c, max(pad_top + h, rows), wd + 2 * pad_w), fill, dtype=np.float32)
+    xp[:, :, pad_top:pad_top + h, pad_w:pad_w + wd] = x
+    return xp
+
+
 def conv2d_rows(x, w, stride: int, pad_top: int, pad_w: int, out_rows: int, bias=None) -> np.ndarray:
     """Output rows 0..out_rows-1 of a convolution of a (N, C, h, W) band.
 
@@ -71,14 +80,10 @@ def conv2d_rows(x, w, stride: int, pad_top: int, pad_w: int, out_rows: int, bias
     """
     x = np.asarray(x, dtype=np.float32)
     w = np.asarray(w, dtype=np.float32)
-    n, c, h, wd = x.shape
-    k, _, r, s = w.shape
-    wo = output_size(wd, s, stride, pad_w)
-    rows_needed = (out_rows - 1) * stride + r
-    bottom = max(0, rows_needed - pad_top - h)
-    xp = np.zeros((n, c, pad_top + h + bottom, wd + 2 * pad_w), dtype=np.float32)
-    xp[:, :, pad_top:pad_top + h, pad_w:pad_w + wd] = x
-    out = np.zeros((n, k, out_rows, wo), dtype=np.float32)
+    k, c, r, s = w.shape
+    wo = output_size(x.shape[3], s, stride, pad_w)
+    xp = _padded(x, (out_rows - 1) * stride + r, pad_top, pad_w, 0.0)
+    out = np.zeros((x.shape[0], k, out_rows, wo), dtype=np.float32)
     for ci in range(c):
         for ri in range(r):
             for si in range(s):
@@ -105,13 +110,9 @@ def relu(x) -> np.ndarray:
 def maxpool_rows(x, size: int, stride: int, pad_top: int, out_rows: int, pad_w: int = 0) -> np.ndarray:
     """Rows 0..out_rows-1 of a size x size max-pooling of a (N, C, h, W) band (-inf outside)."""
     x = np.asarray(x, dtype=np.float32)
-    n, c, h, wd = x.shape
-    wo = output_size(wd, size, stride, pad_w)
-    rows_needed = (out_rows - 1) * stride + size
-    bottom = max(0, rows_needed - pad_top - h)
-    xp = np.full((n, c, pad_top + h + bottom, wd + 2 * pad_w), -np.inf, dtype=np.float32)
-    xp[:, :, pad_top:pad_top + h, pad_w:pad_w + wd] = x
-    out = np.full((n, c, out_rows, wo), -np.inf, dtype=np.float32)
+    wo = output_size(x.shape[3], size, stride, pad_w)
+    xp = _padded(x, (out_rows - 1) * stride + size, pad_top, pad_w, -np.inf)
+    out = np.full((*x.shape[:2], out_rows, wo), -np.inf, dtype=np.float32)
     for ri in range(size):
         for si in range(size):
             np.maximum(out, xp[:, :, ri:ri + (out_rows - 1) * stride + 1:stride,

@@ -131,9 +131,9 @@ def run(args, ctx) -> Report:
                                       warmup=0 if sim or v in ("v1", "v2") else 1)  # compile first
         progress(f"{v.upper()} done, {outcomes[v].wall_s:.4f} s per run")
 
-    from hpclab.halo.conv import METHODS, default_method
+    from hpclab.halo.conv import METHODS, check_method
 
-    method = next((op.method for op in ops if isinstance(op, Conv)), None) or default_method()
+    method = next((op.method for op in ops if isinstance(op, Conv)), None) or check_method(None)
     report = Report(rank_line=_rank_line(ctx.placement, ops, shape, size, rank))
     checks = {}
     if rank == 0:
