@@ -80,14 +80,6 @@ def dense_ops(features: int, scale: int = 1, seed: int = 0) -> list[Dense]:
     return ops
 
 
-def default_input(layer: str, scale: int = 1) -> tuple[int, int, int]:
-    """(C, H, W) entering a block at AlexNet's size (input of the trunk for 'trunk')."""
-    if layer in ("trunk", "c1"):
-        return INPUT
-    c = input_channels(layer, scale)
-    return (c, 27, 27) if layer == "c2" else (c, 13, 13)
-
-
 def layer_table(ops, in_shape, batch: int = 1, ranks: int = 1, dense=()) -> list[dict]:
     """Shapes, FLOPs, bytes (float32 input + output + weights) and halo rows per rank."""
     rows, cur = [], tuple(in_shape)

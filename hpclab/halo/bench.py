@@ -1,22 +1,14 @@
 """Convolution benchmarks (``hpclab bench conv ...``).
 
-  throughput  single GPU: AlexNet C2 at batch 32, our direct tiled kernel, the plain one,
-              im2col + GEMM and Winograd F(m x m, 5x5), m = 2, 3, 4, against PyTorch's
-              conv2d (cuDNN) in the same process: cuDNN with TF32 forbidden (true FP32, the target's
-              baseline) and allowed (TF32), and unfold + cuBLAS SGEMM
-  scaling     under mpirun/mpiexec: one large layer split by height across
-              ranks, strong (fixed height) and weak (fixed rows per rank),
-              host-staged (V4) and GPU-to-GPU (V5) halos; one JSON line.
-              Timed: exchange + compute on device-resident bands (median,
-              slowest rank); the compute/halo split from a separate
-              synchronised pass
+  throughput  one GPU: AlexNet C2 at batch 32 by each of our methods (the direct kernel at each tile
+              shape, Winograd F(m x m, 5x5) at m = 2, 3, 4) against PyTorch in the same process:
+              cuDNN with TF32 forbidden (true FP32, the target's baseline) and allowed, and unfold +
+              cuBLAS SGEMM; timed back to back (one sync per 10 calls) and with a sync per call
+  scaling     under mpirun: one large layer split by height, strong (fixed height) and weak (fixed
+              rows per rank), host-staged (V4) and GPU-to-GPU (V5) halos; one JSON line
   summarize   JSON lines of several scaling runs -> speedup / efficiency CSV
 
-Throughput is timed with calls queued back to back (one sync per 10 calls),
-latency with a sync after each call; both for every method.
-
-Targets: throughput >= 25 % of cuDNN FP32; strong-scaling efficiency >= 0.90
-at 4 GPUs; weak-scaling efficiency >= 0.95.
+Targets: throughput >= 25 % of cuDNN FP32; strong-scaling efficiency >= 0.90 at 4 GPUs; weak >= 0.95.
 """
 from __future__ import annotations
 
@@ -25,6 +17,7 @@ import json
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -35,13 +28,9 @@ COMPARISONS = ("cudnn_fp32", "cudnn_tf32", "torch_im2col_sgemm_fp32")
 
 
 def _gpu_times(fn, sync, repeats=10, warmup=2, queued=10):
-    """(throughput, latency) seconds per call, medians over ``repeats`` samples.
-
-    Throughput: ``queued`` calls back to back, then one sync (the host queues
-    the next call while the GPU runs this one, as in a network's forward
-    pass). Latency: one call, then a sync (includes the host's launch time).
-    Every method, ours and cuDNN's, is timed the same way.
-    """
+    """(throughput, latency) seconds per call, medians over ``repeats`` samples: ``queued`` calls back
+    to back then one sync (the host queues the next call while the GPU runs this one, as in a
+    forward pass), and one call then a sync (with the host's launch time). Ours and cuDNN's alike."""
     for _ in range(warmup):
         fn()
     sync()
@@ -62,13 +51,6 @@ def _gpu_times(fn, sync, repeats=10, warmup=2, queued=10):
 def _timing(flops, secs, latency, err) -> dict:
     return {"seconds": secs, "tflops": flops / secs / 1e12, "latency_seconds": latency,
             "latency_tflops": flops / latency / 1e12, "max_rel_error_vs_float64": err}
-
-
-FP32_PEAK_TFLOPS = {"H200": 67.0, "H100": 67.0, "A100": 19.5}   # FP32 FMA peak (non-tensor), vendor sheets
-
-
-def _fp32_peak(name: str) -> float | None:
-    return next((v for k, v in FP32_PEAK_TFLOPS.items() if k in name), None)
 
 
 def _torch_precision(torch, tf32: bool) -> dict:
@@ -117,9 +99,7 @@ def throughput_figures(d: dict) -> list[dict]:
 def throughput(args) -> int:
     """C2 at batch 32: our direct tiled kernel, the plain one, im2col + GEMM and Winograd; cuDNN in FP32
     and TF32; one process."""
-    from hpclab import backend
-
-    backend.select()
+    from hpclab import backend, roofline
     from hpclab.halo import conv as kc, conv_tiled, conv_winograd
     from hpclab.halo.reference import conv_flops, output_size
 
@@ -142,14 +122,13 @@ def throughput(args) -> int:
         return float(np.abs(np.asarray(got[:m], np.float64) - want64).max() / scale)
 
     device = identity()[0]
+    peak = roofline.datasheet(device)               # its first figure: the FP32 FMA peak (no tensor cores)
     result = {"layer": "C2", "shape": [n, c, h, w], "weights": [k, c, r, r], "pad": pad, "gflop": flops / 1e9,
-              "device": device, "fp32_peak_tflops": _fp32_peak(device), "ours": {},
+              "device": device, "fp32_peak_tflops": peak and peak[0] / 1e12, "ours": {},
               "tflops_note": "effective TFLOP/s = 2NKCRSPQ / time (direct-convolution operation count)"}
     configs = {"sim": conv_tiled.SIM_CONFIG} if sim else conv_tiled.GPU_CONFIGS
-    runs = {f"direct {name}": dict(config=cfg, method="direct") for name, cfg in configs.items()}
-    runs["naive"] = dict(method="naive")            # the plain kernel notebook 06 shows
-    runs["gemm"] = dict(method="gemm")
-    runs["winograd"] = dict(method="winograd")      # F(m x m, 5x5), m = conv_winograd.TILES[5]
+    runs = {**{f"direct {name}": dict(config=cfg, method="direct") for name, cfg in configs.items()},
+            **{name: dict(method=name) for name in ("naive", "gemm", "winograd")}}   # Winograd: m = TILES[5]
     calls = {name: (lambda kw=kw: kc.conv2d_device(xd, weights, stride, pad, out=out, **kw))
              for name, kw in runs.items()}
     # The other Winograd tile sizes, in the same run: alpha^2 products per m^2 outputs (instead of 25 m^2).
@@ -167,10 +146,9 @@ def throughput(args) -> int:
         except Exception as exc:  # noqa: BLE001 - report and try the next one
             result["ours"][name] = {"error": f"{type(exc).__name__}: {exc}"}
     timed = {k_: v for k_, v in result["ours"].items() if "seconds" in v}
-    direct = [k_ for k_ in timed if k_.startswith("direct")]
-    result["best_direct"] = min(direct, key=lambda k_: timed[k_]["seconds"]) if direct else None
-    best = min(timed, key=lambda k_: timed[k_]["seconds"]) if timed else None
-    result["best"] = best
+    fastest = sorted(timed, key=lambda k_: timed[k_]["seconds"])
+    result["best_direct"] = next((k_ for k_ in fastest if k_.startswith("direct")), None)
+    result["best"] = best = next(iter(fastest), None)
     try:
         import torch
         import torch.nn.functional as F
@@ -197,12 +175,10 @@ def throughput(args) -> int:
     except Exception as exc:  # noqa: BLE001 - no PyTorch / no cuDNN: say so
         result["cudnn_error"] = f"{type(exc).__name__}: {exc}"
     if best:
-        ours = timed[best]["seconds"]
-        for label in COMPARISONS:
-            if label in result:
-                result[f"ratio_vs_{label}"] = result[label]["seconds"] / ours
-                result[f"latency_ratio_vs_{label}"] = (result[label]["latency_seconds"]
-                                                       / timed[best]["latency_seconds"])
+        ours = timed[best]
+        for label in (label for label in COMPARISONS if label in result):
+            result[f"ratio_vs_{label}"] = result[label]["seconds"] / ours["seconds"]
+            result[f"latency_ratio_vs_{label}"] = result[label]["latency_seconds"] / ours["latency_seconds"]
         if "ratio_vs_cudnn_fp32" in result:
             result["target"] = f"ours / cuDNN FP32 (TF32 off) >= {THROUGHPUT_TARGET}"
             result["target_met"] = result["ratio_vs_cudnn_fp32"] >= THROUGHPUT_TARGET
@@ -228,19 +204,15 @@ def throughput(args) -> int:
 def scaling(args) -> int:
     """One rank count: strong and weak runs of one large convolution layer.
 
-    Timed region per run: halo exchange + compute of each rank's band, input
-    already on the device, buffers allocated before (reused), barrier before,
-    the slowest rank's time; median of ``repeats`` after ``warmup`` runs.
-    Then one synchronised pass without overlap gives the split into compute
-    and halo exchange (which add up to that pass's time).
+    Timed: halo exchange + compute of each rank's band (input on the device, buffers reused), the
+    slowest rank's time, median of ``repeats`` after ``warmup`` runs. Then one synchronised pass
+    without overlap splits it into compute and halo exchange (which add up to that pass's time).
     """
     from hpclab import backend, comm as hcomm
+    from hpclab.device import select_gpu
     from hpclab.mpi import world
 
-    backend.select()
     comm = world()
-    from hpclab.device import select_gpu
-
     select_gpu(comm)
     from hpclab.halo.bands import hash_fill
     from hpclab.halo.conv import check_method
@@ -292,14 +264,10 @@ def scaling(args) -> int:
 
 def summarize(args) -> int:
     """Scaling JSON lines -> CSV with speedup and efficiency against the 1-rank run."""
-    runs, device = [], ""
-    for path in args.files:
-        with open(path) as fh:
-            for line in fh:
-                line = line.strip()
-                if line.startswith("{") and '"runs"' in line:
-                    runs += json.loads(line)["runs"]
-                    device = json.loads(line).get("device", device)
+    found = [json.loads(line) for path in args.files for line in Path(path).read_text().splitlines()
+             if line.strip().startswith("{") and '"runs"' in line]
+    runs = [run for d in found for run in d["runs"]]
+    device = next((d["device"] for d in reversed(found) if "device" in d), "")
     if not runs:
         print("no scaling results found", file=sys.stderr)
         return 1
@@ -314,10 +282,8 @@ def summarize(args) -> int:
         if t1 is None:
             continue
         speedup, eff = speedups([1, r["ranks"]], [t1, r["wall_s"]], r["mode"])[-1]
-        out.append({**{k: r[k] for k in ("mode", "version", "comm", "overlap", "ranks", "height", "wall_s")},
-                    "tflops": r.get("tflops", 0.0), "compute_s": r.get("compute_s", 0.0),
-                    "halo_s": r.get("halo_s", 0.0), "split_wall_s": r.get("split_wall_s", 0.0),
-                    "speedup": speedup, "efficiency": eff})
+        out.append({**{k: r[k] for k in ("mode", "version", "comm", "overlap", "ranks", "height", "wall_s", "tflops",
+                                         "compute_s", "halo_s", "split_wall_s")}, "speedup": speedup, "efficiency": eff})
         for comm in (["mpi-host", "nccl"] if r["ranks"] == 1 else [r["comm"]]):   # 1 GPU: the base of both curves
             figures += [figure("conv-halo", f"{r['mode']}-{comm}", r["ranks"], r["height"], "rows", metric,
                                out[-1][metric], "1" if metric == "efficiency" else "s")
