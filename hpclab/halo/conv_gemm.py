@@ -1,22 +1,16 @@
 """Convolution as a matrix product: im2col + the register-blocked GEMM.
 
-For output rows [t0, t1) of a band and a group of images, the input
-patches are unrolled into a matrix (``im2col``)
+For output rows [t0, t1) of a band and a group of images, the input patches are unrolled into a
+matrix (``im2col``), zero outside the band or the image,
 
     col[(c, r, s), (n, t, q)] = x[n, c, t*stride - pad_top + r, q*stride - pad_w + s]
 
-(zero outside the band or the image), so the convolution is one product
-
-    out_mat[K, N*rows*Wo] = W[K, C*R*S] @ col
-
-computed by ``hpclab.matmul.fast``'s kernel, and a small kernel adds
-the bias, applies ReLU and writes ``out_mat`` into the (N, K, Ho, Wo) output.
-
-The buffers cost 4 * (C*R*S + K) bytes per output pixel, so a layer is
-done in chunks of images (or of rows of one image) that keep them under
-``max_bytes``. Every output element is the same dot product, summed in the
-same order, whatever chunk or band it falls in: a band computed on one rank
-is bit-for-bit those rows of the whole image.
+so the convolution is one product out_mat[K, N*rows*Wo] = W[K, C*R*S] @ col, computed by
+``hpclab.matmul.fast``'s kernel; a small kernel adds the bias, applies ReLU and writes it into the
+(N, K, Ho, Wo) output. The buffers cost 4 (C*R*S + K) bytes per output pixel, so a layer runs in
+chunks of images (or rows of one image) under ``max_bytes()``. Every output element is the same
+dot product summed in the same order whatever its chunk or band: a band computed on one rank is
+bit for bit those rows of the whole image.
 """
 from __future__ import annotations
 
@@ -34,6 +28,7 @@ SIM_MAX_BYTES = 64 << 10             # the simulator: small chunks (and tests of
 
 
 def max_bytes() -> int:
+    """The im2col and product buffers' bytes per chunk."""
     return backend.auto_size(DEFAULT_MAX_BYTES, SIM_MAX_BYTES)
 
 
@@ -84,11 +79,8 @@ def _scatter_kernel(mat, bias, out, n0, t0, rows, relu):
 
 
 class Workspace:
-    """Reused flat device buffers: no allocation per call (allocation syncs the GPU).
-
-    Views of a buffer are kept too: making a device-array view costs the
-    host tens of microseconds, which adds up when a layer is a few kernels.
-    """
+    """Reused flat device buffers: no allocation per call (allocation syncs the GPU). Views are kept
+    too: making a device-array view costs the host tens of microseconds, a lot beside a few kernels."""
 
     def __init__(self):
         self._bufs: dict[str, object] = {}
@@ -108,7 +100,7 @@ class Workspace:
         return view
 
 
-_WORKSPACE = Workspace()
+WORKSPACE = Workspace()          # for callers without their own
 
 
 def chunks(n: int, rows: int, wo: int, per_col_bytes: int, limit: int):
@@ -129,7 +121,7 @@ def chunks(n: int, rows: int, wo: int, per_col_bytes: int, limit: int):
 
 def conv_rows_gemm(x, wmat, bias, out, r: int, s: int, stride: int, pad_top: int, pad_w: int,
                    oh_begin: int, oh_end: int, relu: bool = False, stream=0,
-                   limit: int | None = None, workspace: Workspace | None = None) -> None:
+                   workspace: Workspace | None = None) -> None:
     """Output rows [oh_begin, oh_end) of ``out`` (N, K, Ho, Wo) from the band ``x`` by im2col + GEMM.
 
     ``wmat`` is the weights as a (K, C*R*S) device matrix, ``bias`` (K,).
@@ -139,10 +131,10 @@ def conv_rows_gemm(x, wmat, bias, out, r: int, s: int, stride: int, pad_top: int
     n = x.shape[0]
     k, crs = wmat.shape
     wo = out.shape[3]
-    ws = workspace or _WORKSPACE
+    ws = workspace or WORKSPACE
     cfg = mm.fast_config(np.float32)
     gemm = mm.fast_kernel(np.dtype(np.float32), cfg)
-    for n0, nb, r0, rows in chunks(n, oh_end - oh_begin, wo, 4 * (crs + k), limit or max_bytes()):
+    for n0, nb, r0, rows in chunks(n, oh_end - oh_begin, wo, 4 * (crs + k), max_bytes()):
         t0 = oh_begin + r0
         cols = nb * rows * wo
         col = ws.array("col", (crs, cols))
