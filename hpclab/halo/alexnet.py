@@ -16,9 +16,8 @@ from hpclab.halo.layers import LRN, Conv, Dense, Pool, shapes
 from hpclab.halo.geometry import plan_bands
 from hpclab.halo.reference import conv_flops
 
-# (name, out channels, kernel, stride, pad) of the convolutions; which blocks pool / normalise.
-CONVS = [("c1", 96, 11, 4, 0), ("c2", 256, 5, 1, 2), ("c3", 384, 3, 1, 1),
-         ("c4", 384, 3, 1, 1), ("c5", 256, 3, 1, 1)]
+# name: (out channels, kernel, stride, pad) of the convolutions; which blocks pool / normalise.
+CONVS = {"c1": (96, 11, 4, 0), "c2": (256, 5, 1, 2), "c3": (384, 3, 1, 1), "c4": (384, 3, 1, 1), "c5": (256, 3, 1, 1)}
 POOL_AFTER = {"c1", "c2", "c5"}
 LRN_AFTER = {"c2"}
 FCS = [("fc6", 4096, True), ("fc7", 4096, True), ("fc8", 1000, False)]
@@ -28,7 +27,7 @@ LAYERS = ("c1", "c2", "c3", "c4", "c5", "trunk")
 
 def channels(scale: int) -> dict[str, int]:
     """Output channels per convolution (divided by ``scale``, at least 4)."""
-    return {name: max(4, k // scale) for name, k, *_ in CONVS}
+    return {name: max(4, k // scale) for name, (k, *_) in CONVS.items()}
 
 
 def _weights(rng, shape, fan_in):
@@ -39,12 +38,11 @@ def _weights(rng, shape, fan_in):
 
 def conv_ops(name: str, c_in: int, scale: int = 1, seed: int = 0) -> list:
     """The ops of block ``name``: the convolution (+ReLU), then pool / LRN where AlexNet has them."""
-    names = [n for n, *_ in CONVS]
-    if name not in names:
+    if name not in CONVS:
         raise ValueError(f"unknown layer {name!r}; choose one of {', '.join(LAYERS)}")
-    _, _, r, s, p = CONVS[names.index(name)]
+    _, r, s, p = CONVS[name]
     k = channels(scale)[name]
-    rng = np.random.default_rng([seed, names.index(name)])
+    rng = np.random.default_rng([seed, list(CONVS).index(name)])
     ops = [Conv(name, _weights(rng, (k, c_in, r, r), c_in * r * r),
                 rng.uniform(-0.1, 0.1, k).astype(np.float32), s, p, relu=True)]
     if name in POOL_AFTER:
@@ -56,17 +54,13 @@ def conv_ops(name: str, c_in: int, scale: int = 1, seed: int = 0) -> list:
 
 def input_channels(name: str, scale: int = 1) -> int:
     """Channels entering block ``name`` (3 for c1)."""
-    names = [n for n, *_ in CONVS]
+    names = list(CONVS)
     return INPUT[0] if name == "c1" else channels(scale)[names[names.index(name) - 1]]
 
 
 def trunk_ops(scale: int = 1, seed: int = 0) -> list:
-    ops, c = [], INPUT[0]
-    for name, *_ in CONVS:
-        block = conv_ops(name, c, scale, seed)
-        ops += block
-        c = block[0].w.shape[0]
-    return ops
+    """C1-C5, each with its pooling and LRN."""
+    return [op for name in CONVS for op in conv_ops(name, input_channels(name, scale), scale, seed)]
 
 
 def dense_ops(features: int, scale: int = 1, seed: int = 0) -> list[Dense]:
@@ -113,7 +107,8 @@ def layer_table(ops, in_shape, batch: int = 1, ranks: int = 1, dense=()) -> list
 
 
 def format_table(rows: list[dict]) -> str:
-    head = f"{'layer':<6} {'operation':<34} {'input':<20} {'output':<20} {'MFLOP':>10} {'MB':>8}  halo rows (above, below) per rank"
+    head = (f"{'layer':<6} {'operation':<34} {'input':<20} {'output':<20} {'MFLOP':>10} {'MB':>8}  "
+            "halo rows (above, below) per rank")
     lines = [head, "-" * len(head)]
     for r in rows:
         halos = " ".join(f"{a},{b}" for a, b in r["halo_rows"]) or "-"

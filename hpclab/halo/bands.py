@@ -1,11 +1,9 @@
 """Bands of rows of (N, C, H, W) tensors: copies between bands, and seeded data.
 
-- ``copy_rows``: rows of one band into another (packing a halo into a
-  contiguous message, unpacking it into the working buffer).
-- ``hash_fill``: pseudo-random values in [-1, 1) that depend only on the
-  seed and the element's global index, so any rank can make its own band of
-  an input without the whole tensor, and the NumPy twin ``hash_values``
-  gives bit-identical numbers on the host.
+``copy_rows`` copies rows of one band into another (a halo packed into a message, unpacked into
+the working buffer). ``hash_fill`` gives pseudo-random values in [-1, 1) that depend only on the
+seed and the element's global index, so any rank can make its own band of an input without the
+whole tensor; its NumPy twin ``hash_values`` gives the same bits on the host.
 """
 from __future__ import annotations
 
@@ -57,7 +55,7 @@ def _hash_fill_kernel(out, seed, row0, height):
         out[n, c, h, w] = float32(z >> _S40) * _SCALE - float32(1.0)
 
 
-def hash_fill(shape, seed: int, row0: int = 0, height: int | None = None, stream=0):
+def hash_fill(shape, seed: int, row0: int = 0, height: int | None = None):
     """Device array: rows [row0, row0 + shape[2]) of a seeded (N, C, height, W) tensor."""
     out = cuda.device_array(tuple(shape), dtype=np.float32)
     height = shape[2] if height is None else height
@@ -66,7 +64,7 @@ def hash_fill(shape, seed: int, row0: int = 0, height: int | None = None, stream
         # The simulator runs the kernel on NumPy scalars, which warn when uint64
         # products wrap; wrapping is what the hash wants (as on the GPU).
         warnings.filterwarnings("ignore", "overflow encountered in scalar", RuntimeWarning)
-        _hash_fill_kernel[blocks, threads, stream](out, np.uint64(seed), row0, height)
+        _hash_fill_kernel[blocks, threads](out, np.uint64(seed), row0, height)
     return out
 
 

@@ -16,36 +16,35 @@ import csv
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
+from hpclab import backend
 from hpclab.device import identity
+from hpclab.timing import median_time, median_times
 
 THROUGHPUT_TARGET, STRONG_TARGET, WEAK_TARGET = 0.25, 0.90, 0.95
 COMPARISONS = ("cudnn_fp32", "cudnn_tf32", "torch_im2col_sgemm_fp32")
 
 
-def _gpu_times(fn, sync, repeats=10, warmup=2, queued=10):
-    """(throughput, latency) seconds per call, medians over ``repeats`` samples: ``queued`` calls back
-    to back then one sync (the host queues the next call while the GPU runs this one, as in a
-    forward pass), and one call then a sync (with the host's launch time). Ours and cuDNN's alike."""
+def _gpu_times(fn, repeats: int, warmup: int = 2, queued: int = 10) -> tuple[float, float]:
+    """(throughput, latency) seconds per call, medians timed in turns: ``queued`` calls back to back then
+    one sync (the host queues the next call while the GPU runs this one, as in a forward pass), and one
+    call then a sync (with the host's launch time). Ours and cuDNN's alike: PyTorch shares Numba's
+    context, so the device synchronisation waits for both."""
     for _ in range(warmup):
         fn()
-    sync()
-    back_to_back, single = [], []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        for _ in range(queued):
-            fn()
-        sync()
-        back_to_back.append((time.perf_counter() - t) / queued)
-        t = time.perf_counter()
-        fn()
-        sync()
-        single.append(time.perf_counter() - t)
-    return statistics.median(back_to_back), statistics.median(single)
+    batch, single = median_times(lambda: [fn() for _ in range(queued)], fn, repeats=repeats, warmup=0)
+    return batch / queued, single
+
+
+def _c2(batch: int) -> tuple[np.ndarray, np.ndarray]:
+    """AlexNet's C2 (96 -> 256 channels, 27 x 27, 5 x 5, pad 2; tiny on the simulator): input
+    (batch, 96, 27, 27) and weights (256, 96, 5, 5), uniform from a fixed seed."""
+    n, c, h, k = (1, 4, 7, 8) if backend.is_simulator() else (batch, 96, 27, 256)
+    rng = np.random.default_rng(0)
+    return rng.uniform(-1, 1, (n, c, h, h)).astype(np.float32), rng.uniform(-0.1, 0.1, (k, c, 5, 5)).astype(np.float32)
 
 
 def _timing(flops, secs, latency, err) -> dict:
@@ -99,16 +98,13 @@ def throughput_figures(d: dict) -> list[dict]:
 def throughput(args) -> int:
     """C2 at batch 32: our direct tiled kernel, the plain one, im2col + GEMM and Winograd; cuDNN in FP32
     and TF32; one process."""
-    from hpclab import backend, roofline
+    from hpclab import roofline
     from hpclab.halo import conv as kc, conv_tiled, conv_winograd
     from hpclab.halo.reference import conv_flops, output_size
 
     cuda = kc.cuda
-    sim = backend.is_simulator()
-    n, c, h, w, k, r, stride, pad = (1, 4, 7, 7, 8, 5, 1, 2) if sim else (args.batch, 96, 27, 27, 256, 5, 1, 2)
-    rng = np.random.default_rng(0)
-    x = rng.uniform(-1, 1, (n, c, h, w)).astype(np.float32)
-    wt = rng.uniform(-0.1, 0.1, (k, c, r, r)).astype(np.float32)
+    x, wt = _c2(args.batch)
+    (n, c, h, w), (k, _, r, _), stride, pad = x.shape, wt.shape, 1, 2
     ho = output_size(h, r, stride, pad)
     flops = conv_flops(n, k, c, r, r, ho, ho)
     xd, weights = cuda.to_device(x), kc.ConvWeights(wt)
@@ -126,7 +122,7 @@ def throughput(args) -> int:
     result = {"layer": "C2", "shape": [n, c, h, w], "weights": [k, c, r, r], "pad": pad, "gflop": flops / 1e9,
               "device": device, "fp32_peak_tflops": peak and peak[0] / 1e12, "ours": {},
               "tflops_note": "effective TFLOP/s = 2NKCRSPQ / time (direct-convolution operation count)"}
-    configs = {"sim": conv_tiled.SIM_CONFIG} if sim else conv_tiled.GPU_CONFIGS
+    configs = {"sim": conv_tiled.SIM_CONFIG} if backend.is_simulator() else conv_tiled.GPU_CONFIGS
     runs = {**{f"direct {name}": dict(config=cfg, method="direct") for name, cfg in configs.items()},
             **{name: dict(method=name) for name in ("naive", "gemm", "winograd")}}   # Winograd: m = TILES[5]
     calls = {name: (lambda kw=kw: kc.conv2d_device(xd, weights, stride, pad, out=out, **kw))
@@ -139,7 +135,7 @@ def throughput(args) -> int:
                 xd, u, weights.bias, out, r, pad, pad, 0, ho))
     for name, fn in calls.items():
         try:
-            secs, latency = _gpu_times(fn, cuda.synchronize, repeats=args.repeats)
+            secs, latency = _gpu_times(fn, args.repeats)
             fn()
             cuda.synchronize()
             result["ours"][name] = _timing(flops, secs, latency, err(out.copy_to_host()))
@@ -158,7 +154,7 @@ def throughput(args) -> int:
         for label, tf32 in (("cudnn_fp32", False), ("cudnn_tf32", True)):
             settings = _torch_precision(torch, tf32)
             fn = lambda: F.conv2d(tx, tw, stride=stride, padding=pad)  # noqa: E731
-            secs, latency = _gpu_times(fn, torch.cuda.synchronize, repeats=args.repeats, warmup=3)
+            secs, latency = _gpu_times(fn, args.repeats, warmup=3)
             result[label] = {**_timing(flops, secs, latency, err(fn().cpu().numpy())), "settings": settings}
         # The same algorithm as our GEMM path, in PyTorch: unfold (im2col) + cuBLAS SGEMM, FP32.
         _torch_precision(torch, False)
@@ -168,7 +164,7 @@ def throughput(args) -> int:
             cols = F.unfold(tx, r, padding=pad, stride=stride)             # (N, CRS, PQ)
             return (wmat @ cols).reshape(n, k, ho, ho)
 
-        secs, latency = _gpu_times(unfold_mm, torch.cuda.synchronize, repeats=args.repeats, warmup=3)
+        secs, latency = _gpu_times(unfold_mm, args.repeats, warmup=3)
         result["torch_im2col_sgemm_fp32"] = _timing(flops, secs, latency, err(unfold_mm().cpu().numpy()))
         result["torch"] = torch.__version__
         result["cudnn"] = torch.backends.cudnn.version()
@@ -208,7 +204,7 @@ def scaling(args) -> int:
     slowest rank's time, median of ``repeats`` after ``warmup`` runs. Then one synchronised pass
     without overlap splits it into compute and halo exchange (which add up to that pass's time).
     """
-    from hpclab import backend, comm as hcomm
+    from hpclab import comm as hcomm
     from hpclab.device import select_gpu
     from hpclab.mpi import world
 
@@ -282,8 +278,9 @@ def summarize(args) -> int:
         if t1 is None:
             continue
         speedup, eff = speedups([1, r["ranks"]], [t1, r["wall_s"]], r["mode"])[-1]
-        out.append({**{k: r[k] for k in ("mode", "version", "comm", "overlap", "ranks", "height", "wall_s", "tflops",
-                                         "compute_s", "halo_s", "split_wall_s")}, "speedup": speedup, "efficiency": eff})
+        kept = ("mode", "version", "comm", "overlap", "ranks", "height", "wall_s", "tflops", "compute_s", "halo_s",
+                "split_wall_s")
+        out.append({**{k: r[k] for k in kept}, "speedup": speedup, "efficiency": eff})
         for comm in (["mpi-host", "nccl"] if r["ranks"] == 1 else [r["comm"]]):   # 1 GPU: the base of both curves
             figures += [figure("conv-halo", f"{r['mode']}-{comm}", r["ranks"], r["height"], "rows", metric,
                                out[-1][metric], "1" if metric == "efficiency" else "s")
@@ -353,29 +350,27 @@ def conv_traffic(method: str, n: int, c: int, h: int, k: int, r: int, pad: int) 
         return flops, 4.0 * (tiles * per_tile + k * pq), f"{plan.th}x{plan.tw} px x {plan.config.bm} ch tiles"
     if method == "gemm":
         cfg = fast.fast_config(np.float32)
-        return flops, 8.0 * crs * pq + roofline.gemm_count(k, pq, crs, cfg.bm, cfg.bn)[1] + 8.0 * k * pq, "im2col + tiles"
+        tiles = roofline.gemm_count(k, pq, crs, cfg.bm, cfg.bn)[1]
+        return flops, 8.0 * crs * pq + tiles + 8.0 * k * pq, "im2col + tiles"
     return flops, 4.0 * (n * c * h * h + k * crs + k * pq), "each array once"
 
 
 def roofline_points(batch: int | None = None, repeats: int = 3) -> list:
     """Notebook 06's roofline: AlexNet's C2 (96 -> 256, 27 x 27, 5 x 5, pad 2) by each method; cuDNN (TF32 off)."""
-    from hpclab import backend, roofline
+    from hpclab import roofline
     from hpclab.halo import conv as kc
-    from hpclab.timing import median_time
 
     cuda = kc.cuda
-    n, c, h, k = (1, 4, 7, 8) if backend.is_simulator() else (batch or 32, 96, 27, 256)
-    rng = np.random.default_rng(0)
-    x = cuda.to_device(rng.uniform(-1, 1, (n, c, h, h)).astype(np.float32))
-    wt = rng.uniform(-0.1, 0.1, (k, c, 5, 5)).astype(np.float32)
-    weights, out = kc.ConvWeights(wt), cuda.device_array((n, k, h, h), np.float32)
+    xh, wt = _c2(batch or 32)
+    (n, c, h, _), k = xh.shape, wt.shape[0]
+    x, weights, out = cuda.to_device(xh), kc.ConvWeights(wt), cuda.device_array((n, k, h, h), np.float32)
     timed = {m: median_time(lambda: kc.conv2d_device(x, weights, 1, 2, out=out, method=m), repeats)  # noqa: B023
              for m in kc.METHODS}
     try:    # PyTorch shares Numba's context: median_time's synchronize waits for both
         import torch
 
         torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = False, True
-        tx, tw = torch.as_tensor(x.copy_to_host()).cuda(), torch.as_tensor(wt).cuda()
+        tx, tw = torch.as_tensor(xh).cuda(), torch.as_tensor(wt).cuda()
         timed["cuDNN"] = median_time(lambda: torch.nn.functional.conv2d(tx, tw, padding=2), repeats, warmup=3)
     except Exception:  # noqa: BLE001 - no PyTorch or no cuDNN: no cuDNN point
         pass

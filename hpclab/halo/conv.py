@@ -2,7 +2,7 @@
 
 ``conv2d_kernel`` is the convolution to read: one thread per output value,
 
-    out[n, k, oh, ow] = bias[k] + sum over (c, r, s) of w[k, c, r, s] * x[n, c, oh*stride - pad + r, ow*stride - pad + s]
+  out[n, k, oh, ow] = bias[k] + sum over (c, r, s) of w[k, c, r, s] * x[n, c, oh*stride - pad + r, ow*stride - pad + s]
 
 with every input and weight read from global memory. The faster ways (``METHODS``) are the
 topic's advanced part: ``conv_tiled`` (direct, tiled), ``conv_gemm`` (im2col + GEMM, the default

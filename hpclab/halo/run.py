@@ -77,21 +77,16 @@ def validate(args, launch) -> None:
 
 def _setup(args, size):
     scale = args.scale or backend.auto_size(1, SIM_SCALE)
-    if args.layer == "trunk":
-        ops = alexnet.trunk_ops(scale, args.seed)
-        c = alexnet.INPUT[0]
-    else:
-        c = alexnet.input_channels(args.layer, scale)
-        ops = alexnet.conv_ops(args.layer, c, scale, args.seed)
+    trunk = args.layer == "trunk"
+    c = alexnet.input_channels("c1" if trunk else args.layer, scale)
+    ops = alexnet.trunk_ops(scale, args.seed) if trunk else alexnet.conv_ops(args.layer, c, scale, args.seed)
     h, w = backend.auto_size(FULL_INPUT[args.layer], SIM_INPUT[args.layer])
     if args.rows_per_rank:
-        kernel, stride, pad = ops[0].window
-        h = min_input_height(args.rows_per_rank * size, kernel, stride, pad)
+        h = min_input_height(args.rows_per_rank * size, *ops[0].window)
     h, w = args.height or h, args.width or w
-    method = None if args.method == "auto" else args.method
     for op in ops:
         if isinstance(op, Conv):
-            op.method = method
+            op.method = None if args.method == "auto" else args.method
     return ops, (args.batch, c, h, w), scale
 
 
