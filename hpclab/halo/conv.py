@@ -143,18 +143,14 @@ def conv2d_device(x, weights: ConvWeights, stride: int = 1, pad: int = 0, relu: 
     return out
 
 
-def _on_device(x, fn) -> np.ndarray:
-    """``fn`` (device (N, C, H, W) -> device array) on host input (C, H, W) or (N, C, H, W)."""
-    x4, single = ref.as_batch(np.asarray(x, dtype=np.float32))
-    out = fn(cuda.to_device(np.ascontiguousarray(x4))).copy_to_host()
-    return out[0] if single else out
-
-
 def conv2d(x, w, stride: int = 1, pad: int = 0, bias=None, relu: bool = False,
            method: str | None = None) -> np.ndarray:
     """2-D convolution (cross-correlation) on the GPU of (C,H,W) or (N,C,H,W) input by w (K, C, R, S)."""
     ref.check_conv(np.shape(x), np.shape(w), stride, pad)
-    return _on_device(x, lambda xd: conv2d_device(xd, ConvWeights(w, bias), stride, pad, relu, method=method))
+    x4, single = ref.as_batch(np.asarray(x, dtype=np.float32))
+    out = conv2d_device(cuda.to_device(np.ascontiguousarray(x4)), ConvWeights(w, bias), stride, pad, relu,
+                        method=method).copy_to_host()
+    return out[0] if single else out
 
 
 def linear_device(x, weights: ConvWeights, relu: bool = False, stream=0):
@@ -201,19 +197,6 @@ def maxpool_rows_device(x, out, size: int, stride: int, pad_top: int, oh_begin: 
     _maxpool_kernel[blocks, threads, stream](x, out, size, stride, pad_top, pad_w, oh_begin, oh_end)
 
 
-def maxpool2d(x, size: int = 3, stride: int = 2, pad: int = 0) -> np.ndarray:
-    h, w = np.shape(x)[-2:]
-    ref.check_window(h, w, size, size, stride, pad, what="pooling window")
-    ho, wo = ref.output_size(h, size, stride, pad), ref.output_size(w, size, stride, pad)
-
-    def pool(xd):
-        out = cuda.device_array((*xd.shape[:2], ho, wo), dtype=np.float32)
-        maxpool_rows_device(xd, out, size, stride, pad, 0, ho, pad)
-        return out
-
-    return _on_device(x, pool)
-
-
 # -- local response normalisation (channel-wise: no spatial halo) ---------------
 @cuda.jit(fastmath=True)
 def _lrn_kernel(x, out, size, alpha, beta, k):
@@ -236,7 +219,3 @@ def lrn_device(x, size: int, alpha: float, beta: float, k: float, out=None, stre
     _lrn_kernel[blocks, threads, stream](x, out, size, np.float32(alpha), np.float32(beta), np.float32(k))
     return out
 
-
-def lrn(x, size: int = ref.LRN_SIZE, alpha: float = ref.LRN_ALPHA, beta: float = ref.LRN_BETA,
-        k: float = ref.LRN_K) -> np.ndarray:
-    return _on_device(x, lambda xd: lrn_device(xd, size, alpha, beta, k))

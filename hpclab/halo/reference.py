@@ -120,15 +120,6 @@ def maxpool_rows(x, size: int, stride: int, pad_top: int, out_rows: int, pad_w: 
     return out
 
 
-def maxpool2d(x, size: int = 3, stride: int = 2, pad: int = 0) -> np.ndarray:
-    """Max-pooling of (C,H,W) or (N,C,H,W) input (AlexNet: 3x3, stride 2)."""
-    x4, single = as_batch(x)
-    h, w = x4.shape[-2:]
-    check_window(h, w, size, size, stride, pad, what="pooling window")
-    out = maxpool_rows(x4, size, stride, pad, output_size(h, size, stride, pad), pad)
-    return out[0] if single else out
-
-
 def lrn(x, size: int = LRN_SIZE, alpha: float = LRN_ALPHA, beta: float = LRN_BETA,
         k: float = LRN_K) -> np.ndarray:
     """Local response normalisation across channels (AlexNet's form), float32."""

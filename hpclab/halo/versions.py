@@ -24,7 +24,7 @@ from hpclab.device import ranks_per_gpu
 from hpclab.halo import alexnet
 from hpclab.halo.bands import hash_values
 from hpclab.halo.executors import Buffers, run_device, run_host
-from hpclab.mpi import first_ranks
+from hpclab.mpi import MPI, first_ranks
 from hpclab.timeline import Timeline
 from hpclab.timing import Phases, wall
 
@@ -121,11 +121,8 @@ def _dense(version, dense, x, phases):
 
 
 def _forward(version, ops, shape, seed, comm, be, overlap, phases, buffers):
-    """This rank's input band -> the output gathered on rank 0.
-
-    Returns (output on rank 0, wall seconds): the wall time runs from the input
-    band on the host (made outside it) to the output band on the host, max over ranks.
-    """
+    """This rank's input band -> (the output gathered on rank 0, wall seconds from the input band on the
+    host, made outside the timed region, to the output band on the host, max over ranks)."""
     n, c, h, w = shape
     with phases("input_generation"):
         r0, r1 = hcomm.block_range(h, comm.size, comm.rank)
@@ -150,48 +147,38 @@ def _forward(version, ops, shape, seed, comm, be, overlap, phases, buffers):
     return y, seconds
 
 
-def run_once(version: str, ops, dense, shape, seed, comm, be=None, overlap=True, sync=False, buffers=None):
-    """One forward pass of ``version``; returns (output on rank 0, wall seconds, Phases).
-
-    Gathering to rank 0 and the dense layers come after the timed region.
-    ``sync``: measure the phase split (GPU versions run without overlap,
-    synchronised at every phase boundary).
-    """
-    from mpi4py import MPI
-
-    phases = Phases(sync=sync)
-    if version in ("v1", "v3"):   # rank 0 alone
-        out, wall = _on_root(comm, f"{version.upper()} on rank 0", lambda: _forward(
-            version, ops, shape, seed, MPI.COMM_SELF, be, overlap, phases, buffers), (None, 0.0))
-    else:
-        out, wall = _forward(version, ops, shape, seed, comm, be, overlap, phases, buffers)
-    if dense:
-        out = _on_root(comm, "the dense layers on rank 0", lambda: _dense(version, dense, out, phases), None)
-    return out, wall, phases
-
-
 def run_version(version: str, ops, dense, shape, seed, comm, comm_name="auto", overlap=True,
                 repeats: int = 1, warmup: int = 0) -> Outcome:
-    """``repeats`` timed passes of ``version`` after ``warmup`` ones (the median wall time), and
-    the time per phase (max over ranks; from a synchronised pass on a GPU)."""
+    """``repeats`` timed passes of ``version`` after ``warmup`` ones (the median wall time), and the time per
+    phase (max over ranks; on a GPU from a separate pass without overlap, synchronised at every phase
+    boundary). Gathering to rank 0 and the dense layers (on rank 0) come after the timed region."""
     be, note, used = None, "", "mpi4py (host)" if version == "v2" else ""
     if version in ("v4", "v5") and comm.size > 1:
         be, note = (hcomm.get("mpi-host", comm), "") if version == "v4" else gpu_aware_backend(comm, comm_name)
         used = be.name
     buffers = Buffers() if version in ("v3", "v4", "v5") else None
+    alone = version in ("v1", "v3")          # rank 0 alone
 
     def once(sync=False):
-        return run_once(version, ops, dense, shape, seed, comm, be, overlap, sync, buffers)
+        phases = Phases(sync=sync)
+        forward = lambda on: _forward(version, ops, shape, seed, on, be, overlap, phases, buffers)  # noqa: E731
+        if alone:
+            out, seconds = _on_root(comm, f"{version.upper()} on rank 0", lambda: forward(MPI().COMM_SELF), (None, 0.0))
+        else:
+            out, seconds = forward(comm)
+        if dense:
+            out = _on_root(comm, "the dense layers on rank 0", lambda: _dense(version, dense, out, phases), None)
+        return out, seconds, phases
 
     for _ in range(warmup):
         once()
     walls = []
     for _ in range(repeats):
-        out, wall, phases = once()
-        walls.append(wall)
+        out, seconds, phases = once()
+        walls.append(seconds)
     if version in ("v3", "v4", "v5") and not backend.is_simulator():
         phases = once(sync=True)[2]         # GPU kernels run asynchronously: the split needs a synchronised pass
-    times = comm.bcast(dict(phases.seconds), root=0) if version in ("v1", "v3") else phases.max_over_ranks(comm)
+    times = comm.bcast(dict(phases.seconds), root=0) if alone else phases.max_over_ranks(comm)
     return Outcome(version, out, comm.bcast(statistics.median(walls), root=0), times, used, note)
 
 
