@@ -151,21 +151,14 @@ def throughput(args) -> int:
 
         tx, tw = torch.from_numpy(x).cuda(), torch.from_numpy(wt).cuda()
         torch.backends.cudnn.benchmark = True        # cuDNN picks its fastest algorithm per setting
-        for label, tf32 in (("cudnn_fp32", False), ("cudnn_tf32", True)):
+        conv = lambda: F.conv2d(tx, tw, stride=stride, padding=pad)  # noqa: E731
+        wmat = tw.reshape(k, -1)     # unfold (im2col) + cuBLAS SGEMM: the same algorithm as our GEMM path
+        unfold_mm = lambda: (wmat @ F.unfold(tx, r, padding=pad, stride=stride)).reshape(n, k, ho, ho)  # noqa: E731
+        for label, fn, tf32 in (("cudnn_fp32", conv, False), ("cudnn_tf32", conv, True),
+                                ("torch_im2col_sgemm_fp32", unfold_mm, False)):
             settings = _torch_precision(torch, tf32)
-            fn = lambda: F.conv2d(tx, tw, stride=stride, padding=pad)  # noqa: E731
             secs, latency = _gpu_times(fn, args.repeats, warmup=3)
             result[label] = {**_timing(flops, secs, latency, err(fn().cpu().numpy())), "settings": settings}
-        # The same algorithm as our GEMM path, in PyTorch: unfold (im2col) + cuBLAS SGEMM, FP32.
-        _torch_precision(torch, False)
-        wmat = tw.reshape(k, -1)
-
-        def unfold_mm():
-            cols = F.unfold(tx, r, padding=pad, stride=stride)             # (N, CRS, PQ)
-            return (wmat @ cols).reshape(n, k, ho, ho)
-
-        secs, latency = _gpu_times(unfold_mm, args.repeats, warmup=3)
-        result["torch_im2col_sgemm_fp32"] = _timing(flops, secs, latency, err(unfold_mm().cpu().numpy()))
         result["torch"] = torch.__version__
         result["cudnn"] = torch.backends.cudnn.version()
     except Exception as exc:  # noqa: BLE001 - no PyTorch / no cuDNN: say so

@@ -106,13 +106,11 @@ WORKSPACE = Workspace()          # for callers without their own
 def chunks(n: int, rows: int, wo: int, per_col_bytes: int, limit: int):
     """(first image, images, first row, rows) pieces whose buffers stay under ``limit`` bytes."""
     cols_max = max(wo, limit // per_col_bytes)
-    if n * rows * wo <= cols_max:
-        yield 0, n, 0, rows
-    elif rows * wo <= cols_max:
+    if rows * wo <= cols_max:                 # whole images, as many as fit
         step = cols_max // (rows * wo)
         for n0 in range(0, n, step):
             yield n0, min(step, n - n0), 0, rows
-    else:
+    else:                                     # rows of one image at a time
         step = cols_max // wo
         for n0 in range(n):
             for r0 in range(0, rows, step):
@@ -122,10 +120,8 @@ def chunks(n: int, rows: int, wo: int, per_col_bytes: int, limit: int):
 def conv_rows_gemm(x, wmat, bias, out, r: int, s: int, stride: int, pad_top: int, pad_w: int,
                    oh_begin: int, oh_end: int, relu: bool = False, stream=0,
                    workspace: Workspace | None = None) -> None:
-    """Output rows [oh_begin, oh_end) of ``out`` (N, K, Ho, Wo) from the band ``x`` by im2col + GEMM.
-
-    ``wmat`` is the weights as a (K, C*R*S) device matrix, ``bias`` (K,).
-    """
+    """Output rows [oh_begin, oh_end) of ``out`` (N, K, Ho, Wo) from the band ``x`` by im2col + GEMM;
+    ``wmat``: the weights as a (K, C*R*S) device matrix, ``bias`` (K,)."""
     if oh_end <= oh_begin:
         return
     n = x.shape[0]

@@ -2,12 +2,9 @@
 
 The convolution is a cross-correlation, as deep-learning frameworks define it:
 ``out[n, k, i, j] = sum_{c, r, s} w[k, c, r, s] * x[n, c, i*stride - pad + r, j*stride - pad + s]``
-with zeros outside the image.
-
-``conv2d_rows`` accumulates over (c, r, s) in a fixed order with float32
-element-wise operations, so a band of rows computed on its own gives exactly
-the same bits as the same rows of the whole image: the CPU versions of the
-distributed code can be compared to the serial one digit for digit.
+with zeros outside the image. ``conv2d_rows`` sums over (c, r, s) in a fixed order, element-wise
+in float32, so a band of rows computed on its own gives the same bits as those rows of the whole
+image: the CPU versions of the distributed code can be compared to the serial one bit for bit.
 """
 from __future__ import annotations
 
@@ -73,11 +70,8 @@ def _padded(x, rows: int, pad_top: int, pad_w: int, fill: float) -> np.ndarray:
 
 
 def conv2d_rows(x, w, stride: int, pad_top: int, pad_w: int, out_rows: int, bias=None) -> np.ndarray:
-    """Output rows 0..out_rows-1 of a convolution of a (N, C, h, W) band.
-
-    Input row ``i * stride - pad_top + r`` feeds output row i; rows outside
-    [0, h) are zero (padding, or rows beyond the image edge).
-    """
+    """Output rows 0..out_rows-1 of a convolution of a (N, C, h, W) band: input row ``i * stride - pad_top + r``
+    feeds output row i; rows outside [0, h) are zero (padding, or rows beyond the image edge)."""
     x = np.asarray(x, dtype=np.float32)
     w = np.asarray(w, dtype=np.float32)
     k, c, r, s = w.shape
@@ -122,18 +116,12 @@ def maxpool_rows(x, size: int, stride: int, pad_top: int, out_rows: int, pad_w: 
 
 def lrn(x, size: int = LRN_SIZE, alpha: float = LRN_ALPHA, beta: float = LRN_BETA,
         k: float = LRN_K) -> np.ndarray:
-    """Local response normalisation across channels (AlexNet's form), float32."""
-    x4, single = as_batch(x)
-    x4 = np.asarray(x4, dtype=np.float32)
-    c = x4.shape[1]
-    sq = x4 * x4
-    total = np.zeros_like(x4)
-    half = size // 2
-    for ci in range(c):
-        lo, hi = max(0, ci - half), min(c, ci + half + 1)
-        total[:, ci] = sq[:, lo:hi].sum(axis=1, dtype=np.float32)
-    out = x4 / (np.float32(k) + np.float32(alpha) * total) ** np.float32(beta)
-    return out[0] if single else out
+    """Local response normalisation across the channels of x (N, C, H, W) (AlexNet's form), float32."""
+    x = np.asarray(x, dtype=np.float32)
+    sq, half = x * x, size // 2
+    total = np.stack([sq[:, max(0, ci - half):ci + half + 1].sum(axis=1, dtype=np.float32)
+                      for ci in range(x.shape[1])], axis=1)
+    return x / (np.float32(k) + np.float32(alpha) * total) ** np.float32(beta)
 
 
 def linear(x, w, bias=None) -> np.ndarray:
