@@ -20,9 +20,23 @@ from pathlib import Path
 
 import numpy as np
 
-from hpclab import backend
-from hpclab.device import identity
-from hpclab.timing import median_time, median_times
+from numpy.lib.stride_tricks import sliding_window_view
+
+from hpclab import backend, comm as hcomm, roofline
+from hpclab.comm import BACKENDS
+from hpclab.device import identity, select_gpu
+from hpclab.halo import conv as kc, conv_tiled, conv_winograd
+from hpclab.halo.bands import hash_fill
+from hpclab.halo.executors import Buffers, run_device
+from hpclab.halo.layers import BAND_METHODS, Conv
+from hpclab.halo.reference import conv_flops, output_size
+from hpclab.halo.versions import gpu_aware_backend
+from hpclab.matmul import fast
+from hpclab.mpi import world
+from hpclab.options import Parser, count
+from hpclab.results.recorded import figure
+from hpclab.scaling import speedups
+from hpclab.timing import Phases, median_time, median_times, wall
 
 THROUGHPUT_TARGET, STRONG_TARGET, WEAK_TARGET = 0.25, 0.90, 0.95
 COMPARISONS = ("cudnn_fp32", "cudnn_tf32", "torch_im2col_sgemm_fp32")
@@ -67,8 +81,6 @@ def _torch_precision(torch, tf32: bool) -> dict:
 
 def _conv_float64(x, w, stride, pad):
     """Convolution in float64 (patches x weights through BLAS): the yardstick for rounding errors."""
-    from numpy.lib.stride_tricks import sliding_window_view
-
     xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
     r, s = w.shape[2:]
     win = sliding_window_view(xp, (r, s), axis=(2, 3))[:, :, ::stride, ::stride]   # (N, C, P, Q, R, S)
@@ -77,8 +89,6 @@ def _conv_float64(x, w, stride, pad):
 
 def throughput_figures(d: dict) -> list[dict]:
     """Our methods (the direct kernel's best tile shape) against cuDNN FP32, and the GPU's FP32 peak."""
-    from hpclab.results.recorded import figure
-
     program, batch = f"conv-{d['layer'].lower()}", d["shape"][0]
     methods = {"direct": d["ours"].get(d["best_direct"], {}), **{k: v for k, v in d["ours"].items()
                                                                 if not k.startswith("direct")}}
@@ -98,10 +108,6 @@ def throughput_figures(d: dict) -> list[dict]:
 def throughput(args) -> int:
     """C2 at batch 32: our direct tiled kernel, the plain one, im2col + GEMM and Winograd; cuDNN in FP32
     and TF32; one process."""
-    from hpclab import roofline
-    from hpclab.halo import conv as kc, conv_tiled, conv_winograd
-    from hpclab.halo.reference import conv_flops, output_size
-
     cuda = kc.cuda
     x, wt = _c2(args.batch)
     (n, c, h, w), (k, _, r, _), stride, pad = x.shape, wt.shape, 1, 2
@@ -197,23 +203,11 @@ def scaling(args) -> int:
     slowest rank's time, median of ``repeats`` after ``warmup`` runs. Then one synchronised pass
     without overlap splits it into compute and halo exchange (which add up to that pass's time).
     """
-    from hpclab import comm as hcomm
-    from hpclab.device import select_gpu
-    from hpclab.mpi import world
-
     comm = world()
     select_gpu(comm)
-    from hpclab.halo.bands import hash_fill
-    from hpclab.halo.conv import check_method
-    from hpclab.halo.executors import Buffers, run_device
-    from hpclab.halo.layers import Conv
-    from hpclab.halo.reference import conv_flops, output_size
-    from hpclab.halo.versions import gpu_aware_backend
-    from hpclab.timing import Phases, wall
-
     size, rank = comm.size, comm.rank
     c, k, r, pad, w, n = args.channels, args.out_channels, args.kernel, args.kernel // 2, args.width, args.batch
-    method = check_method(None if args.method == "auto" else args.method)
+    method = kc.check_method(None if args.method == "auto" else args.method)
     rng = np.random.default_rng(1)
     layer = Conv("big", rng.uniform(-0.1, 0.1, (k, c, r, r)).astype(np.float32),
                  np.zeros(k, np.float32), 1, pad, relu=True, method=method)
@@ -260,8 +254,6 @@ def summarize(args) -> int:
     if not runs:
         print("no scaling results found", file=sys.stderr)
         return 1
-    from hpclab.results.recorded import figure
-    from hpclab.scaling import speedups
 
     base = {(r["mode"], r["version"], r["overlap"]): r["wall_s"] for r in runs if r["ranks"] == 1}
     base.update({(m, "v5", o): t for (m, v, o), t in list(base.items()) if v == "v4"})  # 1 rank: no halo
@@ -294,9 +286,6 @@ def summarize(args) -> int:
 
 
 def main(argv: list[str]) -> int:
-    from hpclab.comm import BACKENDS
-    from hpclab.halo.layers import BAND_METHODS
-    from hpclab.options import Parser, count
 
     side = count(1, (1 << 31) - 1)
     parser = Parser(prog="hpclab bench conv", description=__doc__)
@@ -328,10 +317,6 @@ def conv_traffic(method: str, n: int, c: int, h: int, k: int, r: int, pad: int) 
     """FLOPs (2 n k c r r ho ho) and bytes, no cache, of a stride-1 convolution (n, c, h, h) by (k, c, r, r):
     naive, an input and a weight per multiply-add; direct, per block tile its input rows with halo and
     its weights; gemm, im2col's matrix written and read, the GEMM's tiles, the scatter; others, each array once."""
-    from hpclab import roofline
-    from hpclab.halo import conv_tiled
-    from hpclab.matmul import fast
-
     ho = h + 2 * pad - r + 1
     flops, pq, crs = 2.0 * n * k * c * r * r * ho * ho, n * ho * ho, c * r * r
     if method == "naive":
@@ -350,9 +335,6 @@ def conv_traffic(method: str, n: int, c: int, h: int, k: int, r: int, pad: int) 
 
 def roofline_points(batch: int | None = None, repeats: int = 3) -> list:
     """Notebook 06's roofline: AlexNet's C2 (96 -> 256, 27 x 27, 5 x 5, pad 2) by each method; cuDNN (TF32 off)."""
-    from hpclab import roofline
-    from hpclab.halo import conv as kc
-
     cuda = kc.cuda
     xh, wt = _c2(batch or 32)
     (n, c, h, _), k = xh.shape, wt.shape[0]

@@ -8,6 +8,7 @@ import numpy as np
 
 from hpclab import backend, budget, comm as hcomm
 from hpclab.halo import alexnet
+from hpclab.halo.conv import METHODS, check_method
 from hpclab.halo.geometry import min_input_height, plan_bands
 from hpclab.halo.layers import BAND_METHODS, Conv, check_chain, shapes
 from hpclab.halo.versions import TWIN, VERSIONS, digest, max_rel_error, run_version, with_twins
@@ -126,8 +127,6 @@ def run(args, ctx) -> Report:
                                       not args.no_overlap, repeats,
                                       warmup=0 if sim or v in ("v1", "v2") else 1)  # compile first
         progress(f"{v.upper()} done, {outcomes[v].wall_s:.4f} s per run")
-
-    from hpclab.halo.conv import METHODS, check_method
 
     method = next((op.method for op in ops if isinstance(op, Conv)), None) or check_method(None)
     # The version whose time is reported as wall_s: the last one asked for.
