@@ -30,7 +30,7 @@ from hpclab.halo.bands import hash_fill
 from hpclab.halo.executors import Buffers, run_device
 from hpclab.halo.layers import BAND_METHODS, Conv
 from hpclab.halo.reference import conv_flops, output_size
-from hpclab.halo.versions import gpu_aware_backend
+from hpclab.halo.versions import gpu_aware_backend, max_rel_error
 from hpclab.matmul import fast
 from hpclab.mpi import world
 from hpclab.options import Parser, count
@@ -118,10 +118,7 @@ def throughput(args) -> int:
     # float64 reference of two images: how each method rounds (FP32 ~1e-6, TF32 ~1e-3)
     m = min(n, 2)
     want64 = _conv_float64(x[:m], wt, stride, pad)
-    scale = float(np.abs(want64).max())
-
-    def err(got):
-        return float(np.abs(np.asarray(got[:m], np.float64) - want64).max() / scale)
+    err = lambda got: max_rel_error(got[:m], want64)  # noqa: E731
 
     device = identity()[0]
     peak = roofline.datasheet(device)               # its first figure: the FP32 FMA peak (no tensor cores)

@@ -94,24 +94,16 @@ class ConvWeights:
         self.w = cuda.to_device(self.host)
         self.wmat = self.w.reshape(self.k, self.c * self.r * self.s)
 
-    @cached_property
-    def tiled(self):
-        """(C, R, S, K): output channel fastest, for coalesced loads into shared memory."""
-        return cuda.to_device(np.ascontiguousarray(self.host.transpose(1, 2, 3, 0)))
-
-    @cached_property
-    def winograd(self):
-        """The transformed filters (alpha^2, K, C)."""
-        return cuda.to_device(conv_winograd.filter_transform(self.host))
+    # (C, R, S, K), output channel fastest: coalesced loads into shared memory; Winograd's (alpha^2, K, C)
+    tiled = cached_property(lambda self: cuda.to_device(np.ascontiguousarray(self.host.transpose(1, 2, 3, 0))))
+    winograd = cached_property(lambda self: cuda.to_device(conv_winograd.filter_transform(self.host)))
 
 
 def conv_rows_device(x, weights: ConvWeights, out, stride: int, pad_top: int, pad_w: int, oh_begin: int,
                      oh_end: int, relu: bool = False, stream=0, method: str | None = None, workspace=None,
                      config=None) -> None:
-    """Output rows [oh_begin, oh_end) of ``out`` (N, K, Ho, Wo) from the band ``x`` (device arrays).
-
-    ``workspace``: scratch of the GEMM and Winograd paths; ``config``: the tiled kernel's launch shape.
-    """
+    """Output rows [oh_begin, oh_end) of ``out`` (N, K, Ho, Wo) from the band ``x`` (device arrays);
+    ``workspace``: scratch of the GEMM and Winograd paths; ``config``: the tiled kernel's launch shape."""
     if oh_end <= oh_begin:
         return
     method = check_method(method)
@@ -154,11 +146,8 @@ def conv2d(x, w, stride: int = 1, pad: int = 0, bias=None, relu: bool = False,
 
 
 def linear_device(x, weights: ConvWeights, relu: bool = False, stream=0):
-    """A fully connected layer on device rows x (N, D): returns (N, M) on the device.
-
-    It is a 1x1 convolution of a 1x1 image with D channels, so it runs as
-    im2col + GEMM: ``weights`` is ``ConvWeights(w.reshape(M, D, 1, 1), bias)``.
-    """
+    """A fully connected layer on device rows x (N, D) -> (N, M) on the device: a 1x1 convolution of a 1x1
+    image with D channels (im2col + GEMM), ``weights`` being ``ConvWeights(w.reshape(M, D, 1, 1), bias)``."""
     n, d = x.shape
     if d != weights.c:
         raise ValueError(f"fully connected layer: input has {d} features but the weights expect {weights.c}")

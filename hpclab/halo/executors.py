@@ -51,15 +51,11 @@ def run_host(ops, x: np.ndarray, comm, overlap: bool = True, phases: Phases | No
             work = np.zeros((n, c, p.have[1] - p.have[0], w), dtype=np.float32)
             l0, l1 = p.local
             work[:, :, l0 - p.have[0]:l1 - p.have[0]] = x[:, :, l0 - p.own[0]:l1 - p.own[0]]
-            requests, arriving = [], []
-            for m in transfers(plans):
-                if m.dst == rank:
-                    buf = np.empty((n, c, m.stop - m.start, w), dtype=np.float32)
-                    requests.append(comm.Irecv(buf, source=m.src, tag=7))
-                    arriving.append((m, buf))
-                if m.src == rank:
-                    send = np.ascontiguousarray(x[:, :, m.start - p.own[0]:m.stop - p.own[0]])
-                    requests.append(comm.Isend(send, dest=m.dst, tag=7))
+            moves = transfers(plans)
+            arriving = [(m, np.empty((n, c, m.stop - m.start, w), dtype=np.float32)) for m in moves if m.dst == rank]
+            requests = [comm.Irecv(buf, source=m.src, tag=7) for m, buf in arriving]
+            requests += [comm.Isend(np.ascontiguousarray(x[:, :, m.start - p.own[0]:m.stop - p.own[0]]), dest=m.dst,
+                                    tag=7) for m in moves if m.src == rank]
             pieces = {}
 
             def compute(j0, j1):
