@@ -42,9 +42,7 @@ def hash_values(shape, seed: int, row0: int = 0, height: int | None = None) -> n
 
 @cuda.jit
 def _hash_fill_kernel(out, seed, row0, height):
-    C = out.shape[1]
-    rows = out.shape[2]
-    W = out.shape[3]
+    _, C, rows, W = out.shape
     for e in range(cuda.grid(1), out.size, cuda.gridsize(1)):
         n, c, h, w = unravel4(e, C, rows, W)
         idx = uint64(((n * C + c) * height + row0 + h) * W + w)
@@ -72,8 +70,7 @@ def hash_fill(shape, seed: int, row0: int = 0, height: int | None = None):
 def _copy_rows_kernel(src, s0, dst, d0, nrows):
     # One (image, channel, row) per grid row, its W floats along x: the index
     # divisions are paid once per row, not per float, and stores are coalesced.
-    C = src.shape[1]
-    W = src.shape[3]
+    _, C, _, W = src.shape
     for t in range(cuda.blockIdx.y, src.shape[0] * C * nrows, cuda.gridDim.y):
         slab = t // nrows
         h = t - slab * nrows

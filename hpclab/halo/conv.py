@@ -158,9 +158,7 @@ def linear_device(x, weights: ConvWeights, relu: bool = False, stream=0):
 # -- max-pooling ----------------------------------------------------------------
 @cuda.jit
 def _maxpool_kernel(x, out, size, stride, pad_t, pad_w, oh_begin, oh_end):
-    C = x.shape[1]
-    H = x.shape[2]
-    W = x.shape[3]
+    _, C, H, W = x.shape
     Wo = out.shape[3]
     rows = oh_end - oh_begin
     total = x.shape[0] * C * rows * Wo
@@ -189,9 +187,7 @@ def maxpool_rows_device(x, out, size: int, stride: int, pad_top: int, oh_begin: 
 # -- local response normalisation (channel-wise: no spatial halo) ---------------
 @cuda.jit(fastmath=True)
 def _lrn_kernel(x, out, size, alpha, beta, k):
-    C = x.shape[1]
-    H = x.shape[2]
-    W = x.shape[3]
+    _, C, H, W = x.shape
     half = size // 2
     for e in range(cuda.grid(1), x.size, cuda.gridsize(1)):
         n, c, h, w = unravel4(e, C, H, W)

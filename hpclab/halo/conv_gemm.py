@@ -37,9 +37,7 @@ def _im2col_kernel(x, col, n0, t0, rows, stride, pad_t, pad_w, R, S, Wo):
     # Rows of col (one (c, r, s) each) along the grid's y; along a row, consecutive
     # threads take consecutive output pixels (coalesced stores). Two integer
     # divisions per element: divisions are what this kernel spends its time on.
-    C = x.shape[1]
-    H = x.shape[2]
-    W = x.shape[3]
+    _, C, H, W = x.shape
     ncol = col.shape[1]
     per_image = rows * Wo
     for crs in range(cuda.blockIdx.y, col.shape[0], cuda.gridDim.y):

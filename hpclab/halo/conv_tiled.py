@@ -114,9 +114,7 @@ def _conv_kernel(S, STRIDE, LANES, NTY, PX, KX, CC, IN_MAX, RELU):
         k0 = cuda.blockIdx.z * BM
         th0 = oh_begin + (tile // tiles_w) * TH
         tw0 = (tile % tiles_w) * TW
-        C = x.shape[1]
-        H = x.shape[2]
-        W = x.shape[3]
+        _, C, H, W = x.shape
         K = wt.shape[3]
         Wo = out.shape[3]
         slots = TH * TW

@@ -103,9 +103,7 @@ def _input_kernel(m: int, r: int):
     def input_transform(x, v, n0, t0, trows, tiles_w, pad_t, pad_w):
         # v[xi * AL + nu, c, t] = (B^T d B)[xi, nu] for the patch d of tile t, channel c.
         # Consecutive threads take consecutive tiles: coalesced stores into v.
-        C = x.shape[1]
-        H = x.shape[2]
-        W = x.shape[3]
+        _, C, H, W = x.shape
         T = v.shape[2]
         col = cuda.local.array(AL, float32)
         u = cuda.local.array((AL, AL), float32)
@@ -149,8 +147,7 @@ def _output_kernel(m: int, r: int):
     @cuda.jit(fastmath=True)
     def output_transform(prod, bias, out, n0, t0, trows, tiles_w, oh_end, relu):
         # out[n, k, rows of tile t] = A^T prod[:, k, t] A + bias[k] (then ReLU).
-        K = prod.shape[1]
-        T = prod.shape[2]
+        _, K, T = prod.shape
         Wo = out.shape[3]
         per_image = trows * tiles_w
         p = cuda.local.array((AL, AL), float32)
