@@ -197,13 +197,13 @@ def scaling(args) -> int:
     """One rank count: strong and weak runs of one large convolution layer.
 
     Timed: halo exchange + compute of each rank's band (input on the device, buffers reused), the
-    slowest rank's time, median of ``repeats`` after ``warmup`` runs. Then one synchronised pass
+    slowest rank's time, median of ``repeats`` after two warm-up runs. Then one synchronised pass
     without overlap splits it into compute and halo exchange (which add up to that pass's time).
     """
     comm = world()
     select_gpu(comm)
     size, rank = comm.size, comm.rank
-    c, k, r, pad, w, n = args.channels, args.out_channels, args.kernel, args.kernel // 2, args.width, args.batch
+    c, k, r, pad, w, n = 96, 256, 5, 2, args.width, 1          # C2's channels and window, one image
     method = kc.check_method(None if args.method == "auto" else args.method)
     rng = np.random.default_rng(1)
     layer = Conv("big", rng.uniform(-0.1, 0.1, (k, c, r, r)).astype(np.float32),
@@ -224,7 +224,7 @@ def scaling(args) -> int:
             def once(phases=None):     # run_device ends with a stream sync
                 return wall(lambda: run_device([layer], x, comm, be, True, phases, buffers, height), comm, False)[2]
 
-            for _ in range(args.warmup):
+            for _ in range(2):
                 once()                                        # compile, fill the buffers
             median = statistics.median([once() for _ in range(args.repeats)])
             split = Phases(sync=True)
@@ -294,12 +294,7 @@ def main(argv: list[str]) -> int:
     s.add_argument("--height", type=side, default=32768, help="strong scaling: input rows")
     s.add_argument("--rows-per-rank", type=side, default=8192, help="weak scaling: rows per rank")
     s.add_argument("--width", type=side, default=256)
-    s.add_argument("--channels", type=count(1, 1 << 16), default=96)
-    s.add_argument("--out-channels", type=count(1, 1 << 16), default=256)
-    s.add_argument("--kernel", type=count(1, 1 << 10), default=5)
-    s.add_argument("--batch", type=count(1, 1 << 16), default=1)
     s.add_argument("--repeats", type=count(1, 10**4), default=5)
-    s.add_argument("--warmup", type=count(0, 10**4), default=2)
     s.add_argument("--method", default="auto", choices=("auto", *BAND_METHODS),
                    help="convolution on the GPU (auto: gemm on a GPU)")
     s.add_argument("--comm", default="auto", choices=BACKENDS, help="V5's backend: auto, nccl, mpi-cuda")

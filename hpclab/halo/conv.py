@@ -29,12 +29,9 @@ from hpclab.launch import launch_1d, unravel4
 cuda = _cuda()
 from numba import float32  # noqa: E402  (after the backend is chosen)
 
-METHODS = {
-    "naive": "the plain kernel, one thread per output value",
-    "direct": "direct tiled kernel (shared memory, register blocking)",
-    "gemm": "im2col + register-blocked GEMM",
-    "winograd": "Winograd " + " / ".join(f"F({m}x{m}, {r}x{r})" for r, m in conv_winograd.TILES.items()),
-}
+METHODS = {"naive": "the plain kernel, one thread per output value",
+           "direct": "direct tiled kernel (shared memory, register blocking)", "gemm": "im2col + register-blocked GEMM",
+           "winograd": "Winograd " + " / ".join(f"F({m}x{m}, {r}x{r})" for r, m in conv_winograd.TILES.items())}
 
 
 @cuda.jit

@@ -60,9 +60,8 @@ def validate(args, launch) -> None:
     versions = with_twins(args.version)
     ops, shape, _ = _setup(args, launch.ranks)
     n, c, h, w = shape
-    option = "--rows-per-rank" if args.rows_per_rank else "--height" if args.height else "--width" \
-        if args.width else "--batch"
-    value = getattr(args, option[2:].replace("-", "_"))
+    name = next(name for name in ("rows_per_rank", "height", "width", "batch") if getattr(args, name))
+    option, value = "--" + name.replace("_", "-"), getattr(args, name)
     check_chain(ops, (c, h, w), launch.ranks, what="in the trunk, " if args.layer == "trunk" else "")
     table = alexnet.layer_table(ops, (c, h, w), n)
     nbytes = sum(row["bytes"] for row in table)          # every layer's input, output and weights

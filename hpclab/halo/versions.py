@@ -28,13 +28,8 @@ from hpclab.mpi import MPI, first_ranks
 from hpclab.timeline import Timeline
 from hpclab.timing import Phases, wall
 
-VERSIONS = {
-    "v1": "serial NumPy (one CPU)",
-    "v2": "MPI on CPUs (NumPy bands, halos via mpi4py)",
-    "v3": "one GPU",
-    "v4": "MPI + GPU, host-staged halos (mpi-host)",
-    "v5": "MPI + GPU, GPU-to-GPU halos",
-}
+VERSIONS = {"v1": "serial NumPy (one CPU)", "v2": "MPI on CPUs (NumPy bands, halos via mpi4py)", "v3": "one GPU",
+            "v4": "MPI + GPU, host-staged halos (mpi-host)", "v5": "MPI + GPU, GPU-to-GPU halos"}
 TWIN = {"v1": "v1", "v2": "v1", "v3": "v3", "v4": "v3", "v5": "v3"}
 DIGITS = 5
 
