@@ -70,11 +70,10 @@ def plan_tiles(c: int, wo: int, s: int, stride: int, config: ConvConfig) -> Tile
     th = max(1, config.slots // tw)
     cc = max(1, min(config.cc, c))
 
-    def need(cc_, th_, tw_):
-        wwin_ = (tw_ - 1) * stride + s
-        return cc_ * th_ * wwin_ + cc_ * s * config.bm, wwin_
+    def need(cc_, th_, tw_):      # floats of shared memory: input rows with their halo, and weights
+        return cc_ * th_ * ((tw_ - 1) * stride + s) + cc_ * s * config.bm
 
-    while need(cc, th, tw)[0] > SHARED_FLOATS:
+    while need(cc, th, tw) > SHARED_FLOATS:
         if th > 1:
             th -= 1
         elif cc > 1:
@@ -83,7 +82,7 @@ def plan_tiles(c: int, wo: int, s: int, stride: int, config: ConvConfig) -> Tile
             tw = max(1, tw // 2)
         else:
             raise ValueError(f"a {s}-wide kernel with stride {stride} does not fit in shared memory")
-    wwin = need(cc, th, tw)[1]
+    wwin = (tw - 1) * stride + s
     in_max = -(-(cc * th * wwin) // 256) * 256      # round up: fewer distinct kernels
     in_max = min(in_max, SHARED_FLOATS - cc * s * config.bm)
     return TilePlan(config, cc, th, tw, wwin, in_max)

@@ -184,12 +184,9 @@ def _output_kernel(m: int, r: int):
 
 def conv_rows_winograd(x, u, bias, out, r: int, pad_top: int, pad_w: int, oh_begin: int, oh_end: int,
                        relu: bool = False, stream=0, workspace: Workspace | None = None) -> None:
-    """Output rows [oh_begin, oh_end) of ``out`` (N, K, Ho, Wo) from the band ``x``, stride 1.
-
-    ``u`` is :func:`filter_transform` of the weights on the device, (alpha^2, K, C); its alpha
-    gives the tile size m = alpha - r + 1. Tiles of m x m outputs start at row ``oh_begin``
-    and column 0.
-    """
+    """Output rows [oh_begin, oh_end) of ``out`` (N, K, Ho, Wo) from the band ``x``, stride 1, in tiles of
+    m x m outputs from row ``oh_begin``; ``u``: :func:`filter_transform` of the weights on the device,
+    (alpha^2, K, C), whose alpha gives m = alpha - r + 1."""
     if oh_end <= oh_begin:
         return
     n, c = x.shape[0], x.shape[1]

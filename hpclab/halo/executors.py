@@ -86,11 +86,8 @@ class Buffers:
 
 
 def pack_halos(plans, x, rank, stream, get):
-    """Copy the rows this rank sends into contiguous buffers (``get(name, shape)``), one per round.
-
-    Returns [(offset, send Transfer | None, recv Transfer | None, send buffer, recv buffer)]
-    for the rounds this rank takes part in (see :func:`schedule`).
-    """
+    """Copy the rows this rank sends into contiguous buffers (``get(name, shape)``), one per round: [(offset,
+    send Transfer | None, recv Transfer | None, send buffer, recv buffer)] for the rounds this rank is in."""
     p = plans[rank]
     n, c, _, w = x.shape
     rounds = []
