@@ -115,8 +115,7 @@ class Transfer:
 
 def transfers(plans: list[BandPlan]) -> list[Transfer]:
     """Every message of one layer's halo exchange (the same list on every rank)."""
-    return [Transfer(seg.owner, p.rank, seg.start, seg.stop)
-            for p in plans for seg in (*p.above, *p.below)]
+    return [Transfer(seg.owner, p.rank, seg.start, seg.stop) for p in plans for seg in (*p.above, *p.below)]
 
 
 def schedule(moves: list[Transfer], size: int):
@@ -145,5 +144,4 @@ def brute_force_band(height: int, kernel: int, stride: int, pad: int, size: int,
     owners = {i: next(r for r in range(size) if i in range(*block_range(height, size, r))) for i in real - own}
     interior = [oh for oh in range(o0, o1)
                 if {oh * stride - pad + r for r in range(kernel)} & set(range(height)) <= own]
-    return {"out_rows": (o0, o1), "real": real, "pad_rows": len(read - real), "owners": owners,
-            "interior": interior}
+    return {"out_rows": (o0, o1), "real": real, "pad_rows": len(read - real), "owners": owners, "interior": interior}

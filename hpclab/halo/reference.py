@@ -81,8 +81,7 @@ def conv2d_rows(x, w, stride: int, pad_top: int, pad_w: int, out_rows: int, bias
     for ci in range(c):
         for ri in range(r):
             for si in range(s):
-                patch = xp[:, ci, ri:ri + (out_rows - 1) * stride + 1:stride,
-                           si:si + (wo - 1) * stride + 1:stride]
+                patch = xp[:, ci, ri:ri + (out_rows - 1) * stride + 1:stride, si:si + (wo - 1) * stride + 1:stride]
                 out += w[None, :, ci, ri, si, None, None] * patch[:, None]
     if bias is not None:
         out += np.asarray(bias, dtype=np.float32)[None, :, None, None]

@@ -109,8 +109,7 @@ def run(args, ctx) -> Report:
         ops, shape, scale = _setup(args, size)
         n, c, h, w = shape
         out_shapes = shapes(ops, (c, h, w))          # (validate has checked the chain)
-        dense = alexnet.dense_ops(int(np.prod(out_shapes[-1])), scale, args.seed) \
-            if args.layer == "trunk" else []
+        dense = alexnet.dense_ops(int(np.prod(out_shapes[-1])), scale, args.seed) if args.layer == "trunk" else []
     repeats = args.repeats or (1 if sim else 3)
     outcomes = {}
     start = time.perf_counter()
