@@ -1,12 +1,9 @@
 """AlexNet's trunk (Krizhevsky, Sutskever, Hinton 2012) with seeded random weights.
 
-Blocks 1 and 2 are the core of the height-wise decomposition:
-C1 96@11x11/4 on 3x227x227 + ReLU + max-pool 3x3/2, and C2 256@5x5 pad 2 +
-ReLU + max-pool + LRN. C3-C5 (3x3 pad 1, pool after C5) and the fully
-connected FC6-FC8 complete the forward pass. Shapes, FLOPs, bytes and halo
-rows in the layer table are computed from the layer definitions.
-
-``scale`` shrinks channels (and the FC widths) for the simulator.
+Blocks 1 and 2 are the core of the height-wise decomposition: C1 96@11x11/4 on 3x227x227 + ReLU +
+max-pool 3x3/2, and C2 256@5x5 pad 2 + ReLU + max-pool + LRN. C3-C5 (3x3 pad 1, pool after C5) and
+the fully connected FC6-FC8 complete the forward pass. The layer table's shapes, FLOPs, bytes and
+halo rows are computed from the layer definitions. ``scale`` shrinks channels and FC widths.
 """
 from __future__ import annotations
 

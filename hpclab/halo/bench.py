@@ -251,7 +251,6 @@ def summarize(args) -> int:
     if not runs:
         print("no scaling results found", file=sys.stderr)
         return 1
-
     base = {(r["mode"], r["version"], r["overlap"]): r["wall_s"] for r in runs if r["ranks"] == 1}
     base.update({(m, "v5", o): t for (m, v, o), t in list(base.items()) if v == "v4"})  # 1 rank: no halo
     out, figures = [], []
@@ -283,7 +282,6 @@ def summarize(args) -> int:
 
 
 def main(argv: list[str]) -> int:
-
     side = count(1, (1 << 31) - 1)
     parser = Parser(prog="hpclab bench conv", description=__doc__)
     sub = parser.add_subparsers(dest="what", required=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import accumulate
 
 import numpy as np
 
@@ -115,11 +116,7 @@ class Dense:
 
 def shapes(ops, in_shape):
     """(C, H, W) after each op, starting from in_shape."""
-    out, cur = [], tuple(in_shape)
-    for op in ops:
-        cur = op.out_shape(*cur)
-        out.append(cur)
-    return out
+    return list(accumulate(ops, lambda cur, op: op.out_shape(*cur), initial=tuple(in_shape)))[1:]
 
 
 def least_height(ops, size: int) -> int:
