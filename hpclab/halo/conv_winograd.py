@@ -17,12 +17,12 @@ kernel), alpha^2 products in one launch of the register-blocked GEMM
 The matrices come from Toom-Cook interpolation at the points 0, 1, -1, 2, -2, 1/2, -1/2 (the
 first alpha - 1) and infinity: A^T and G from the points, B^T solved so that the formula is exact.
 
-A larger m needs fewer multiplications per output but rounds worse. For the 5x5 layer (C2 at
-batch 32, one H200, ``hpclab bench conv throughput``, against float64): F(2x2) error 5.6e-6,
-F(3x3) 8.4e-6, F(4x4) 7.5e-6 but slower than F(3x3) although it needs fewer products (its batched
-GEMMs are narrower: 1,568 tiles against 2,592; not analysed further). ``TILES`` holds the choice.
-A value depends on where its tile starts, so a band split at a row that is not a multiple of m is
-not bit for bit the whole image: the halo versions, which compare digests, use direct or GEMM.
+A larger m needs fewer multiplications per output but rounds worse: for C2 at batch 32 on one H200
+(``hpclab bench conv throughput``), errors against float64 of 5.6e-6 (m = 2), 8.4e-6 (3) and 7.5e-6
+(4), and m = 4 slower than m = 3 though it needs fewer products (its batched GEMMs are narrower: 1,568
+tiles against 2,592; not analysed further). ``TILES`` holds the choice. A value depends on where its
+tile starts, so a band split at a row that is not a multiple of m is not bit for bit the whole image:
+the halo versions, which compare digests, use direct or GEMM.
 """
 from __future__ import annotations
 
