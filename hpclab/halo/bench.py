@@ -203,7 +203,8 @@ def scaling(args) -> int:
     comm = world()
     select_gpu(comm)
     size, rank = comm.size, comm.rank
-    c, k, r, pad, w, n = 96, 256, 5, 2, args.width, 1          # C2's channels and window, one image
+    c, k = backend.auto_size((96, 256), (4, 8))               # C2's channels (few on the simulator)
+    r, pad, w, n = 5, 2, args.width, 1                          # C2's window, one image
     method = kc.check_method(None if args.method == "auto" else args.method)
     rng = np.random.default_rng(1)
     layer = Conv("big", rng.uniform(-0.1, 0.1, (k, c, r, r)).astype(np.float32),
