@@ -1,12 +1,9 @@
 """AlexNet's trunk (Krizhevsky, Sutskever, Hinton 2012) with seeded random weights.
 
-Blocks 1 and 2 are the core of the height-wise decomposition:
-C1 96@11x11/4 on 3x227x227 + ReLU + max-pool 3x3/2, and C2 256@5x5 pad 2 +
-ReLU + max-pool + LRN. C3-C5 (3x3 pad 1, pool after C5) and the fully
-connected FC6-FC8 complete the forward pass. Shapes, FLOPs, bytes and halo
-rows in the layer table are computed from the layer definitions.
-
-``scale`` shrinks channels (and the FC widths) for the simulator.
+Blocks 1 and 2 are the core of the height-wise decomposition: C1 96@11x11/4 on 3x227x227 + ReLU +
+max-pool 3x3/2, and C2 256@5x5 pad 2 + ReLU + max-pool + LRN. C3-C5 (3x3 pad 1, pool after C5) and
+the fully connected FC6-FC8 complete the forward pass. The layer table's shapes, FLOPs, bytes and
+halo rows are computed from the layer definitions. ``scale`` shrinks channels and FC widths.
 """
 from __future__ import annotations
 
@@ -16,9 +13,8 @@ from hpclab.halo.layers import LRN, Conv, Dense, Pool, shapes
 from hpclab.halo.geometry import plan_bands
 from hpclab.halo.reference import conv_flops
 
-# (name, out channels, kernel, stride, pad) of the convolutions; which blocks pool / normalise.
-CONVS = [("c1", 96, 11, 4, 0), ("c2", 256, 5, 1, 2), ("c3", 384, 3, 1, 1),
-         ("c4", 384, 3, 1, 1), ("c5", 256, 3, 1, 1)]
+# name: (out channels, kernel, stride, pad) of the convolutions; which blocks pool / normalise.
+CONVS = {"c1": (96, 11, 4, 0), "c2": (256, 5, 1, 2), "c3": (384, 3, 1, 1), "c4": (384, 3, 1, 1), "c5": (256, 3, 1, 1)}
 POOL_AFTER = {"c1", "c2", "c5"}
 LRN_AFTER = {"c2"}
 FCS = [("fc6", 4096, True), ("fc7", 4096, True), ("fc8", 1000, False)]
@@ -28,7 +24,7 @@ LAYERS = ("c1", "c2", "c3", "c4", "c5", "trunk")
 
 def channels(scale: int) -> dict[str, int]:
     """Output channels per convolution (divided by ``scale``, at least 4)."""
-    return {name: max(4, k // scale) for name, k, *_ in CONVS}
+    return {name: max(4, k // scale) for name, (k, *_) in CONVS.items()}
 
 
 def _weights(rng, shape, fan_in):
@@ -39,12 +35,11 @@ def _weights(rng, shape, fan_in):
 
 def conv_ops(name: str, c_in: int, scale: int = 1, seed: int = 0) -> list:
     """The ops of block ``name``: the convolution (+ReLU), then pool / LRN where AlexNet has them."""
-    names = [n for n, *_ in CONVS]
-    if name not in names:
+    if name not in CONVS:
         raise ValueError(f"unknown layer {name!r}; choose one of {', '.join(LAYERS)}")
-    _, _, r, s, p = CONVS[names.index(name)]
+    _, r, s, p = CONVS[name]
     k = channels(scale)[name]
-    rng = np.random.default_rng([seed, names.index(name)])
+    rng = np.random.default_rng([seed, list(CONVS).index(name)])
     ops = [Conv(name, _weights(rng, (k, c_in, r, r), c_in * r * r),
                 rng.uniform(-0.1, 0.1, k).astype(np.float32), s, p, relu=True)]
     if name in POOL_AFTER:
@@ -56,17 +51,13 @@ def conv_ops(name: str, c_in: int, scale: int = 1, seed: int = 0) -> list:
 
 def input_channels(name: str, scale: int = 1) -> int:
     """Channels entering block ``name`` (3 for c1)."""
-    names = [n for n, *_ in CONVS]
+    names = list(CONVS)
     return INPUT[0] if name == "c1" else channels(scale)[names[names.index(name) - 1]]
 
 
 def trunk_ops(scale: int = 1, seed: int = 0) -> list:
-    ops, c = [], INPUT[0]
-    for name, *_ in CONVS:
-        block = conv_ops(name, c, scale, seed)
-        ops += block
-        c = block[0].w.shape[0]
-    return ops
+    """C1-C5, each with its pooling and LRN."""
+    return [op for name in CONVS for op in conv_ops(name, input_channels(name, scale), scale, seed)]
 
 
 def dense_ops(features: int, scale: int = 1, seed: int = 0) -> list[Dense]:
@@ -78,14 +69,6 @@ def dense_ops(features: int, scale: int = 1, seed: int = 0) -> list[Dense]:
         ops.append(Dense(name, _weights(rng, (m, d), d), rng.uniform(-0.1, 0.1, m).astype(np.float32), relu))
         d = m
     return ops
-
-
-def default_input(layer: str, scale: int = 1) -> tuple[int, int, int]:
-    """(C, H, W) entering a block at AlexNet's size (input of the trunk for 'trunk')."""
-    if layer in ("trunk", "c1"):
-        return INPUT
-    c = input_channels(layer, scale)
-    return (c, 27, 27) if layer == "c2" else (c, 13, 13)
 
 
 def layer_table(ops, in_shape, batch: int = 1, ranks: int = 1, dense=()) -> list[dict]:
@@ -121,7 +104,8 @@ def layer_table(ops, in_shape, batch: int = 1, ranks: int = 1, dense=()) -> list
 
 
 def format_table(rows: list[dict]) -> str:
-    head = f"{'layer':<6} {'operation':<34} {'input':<20} {'output':<20} {'MFLOP':>10} {'MB':>8}  halo rows (above, below) per rank"
+    head = (f"{'layer':<6} {'operation':<34} {'input':<20} {'output':<20} {'MFLOP':>10} {'MB':>8}  "
+            "halo rows (above, below) per rank")
     lines = [head, "-" * len(head)]
     for r in rows:
         halos = " ".join(f"{a},{b}" for a, b in r["halo_rows"]) or "-"

@@ -1,11 +1,9 @@
 """Bands of rows of (N, C, H, W) tensors: copies between bands, and seeded data.
 
-- ``copy_rows``: rows of one band into another (packing a halo into a
-  contiguous message, unpacking it into the working buffer).
-- ``hash_fill``: pseudo-random values in [-1, 1) that depend only on the
-  seed and the element's global index, so any rank can make its own band of
-  an input without the whole tensor, and the NumPy twin ``hash_values``
-  gives bit-identical numbers on the host.
+``copy_rows`` copies rows of one band into another (a halo packed into a message, unpacked into
+the working buffer). ``hash_fill`` gives pseudo-random values in [-1, 1) that depend only on the
+seed and the element's global index, so any rank can make its own band of an input without the
+whole tensor; its NumPy twin ``hash_values`` gives the same bits on the host.
 """
 from __future__ import annotations
 
@@ -44,9 +42,7 @@ def hash_values(shape, seed: int, row0: int = 0, height: int | None = None) -> n
 
 @cuda.jit
 def _hash_fill_kernel(out, seed, row0, height):
-    C = out.shape[1]
-    rows = out.shape[2]
-    W = out.shape[3]
+    _, C, rows, W = out.shape
     for e in range(cuda.grid(1), out.size, cuda.gridsize(1)):
         n, c, h, w = unravel4(e, C, rows, W)
         idx = uint64(((n * C + c) * height + row0 + h) * W + w)
@@ -57,7 +53,7 @@ def _hash_fill_kernel(out, seed, row0, height):
         out[n, c, h, w] = float32(z >> _S40) * _SCALE - float32(1.0)
 
 
-def hash_fill(shape, seed: int, row0: int = 0, height: int | None = None, stream=0):
+def hash_fill(shape, seed: int, row0: int = 0, height: int | None = None):
     """Device array: rows [row0, row0 + shape[2]) of a seeded (N, C, height, W) tensor."""
     out = cuda.device_array(tuple(shape), dtype=np.float32)
     height = shape[2] if height is None else height
@@ -66,7 +62,7 @@ def hash_fill(shape, seed: int, row0: int = 0, height: int | None = None, stream
         # The simulator runs the kernel on NumPy scalars, which warn when uint64
         # products wrap; wrapping is what the hash wants (as on the GPU).
         warnings.filterwarnings("ignore", "overflow encountered in scalar", RuntimeWarning)
-        _hash_fill_kernel[blocks, threads, stream](out, np.uint64(seed), row0, height)
+        _hash_fill_kernel[blocks, threads](out, np.uint64(seed), row0, height)
     return out
 
 
@@ -74,8 +70,7 @@ def hash_fill(shape, seed: int, row0: int = 0, height: int | None = None, stream
 def _copy_rows_kernel(src, s0, dst, d0, nrows):
     # One (image, channel, row) per grid row, its W floats along x: the index
     # divisions are paid once per row, not per float, and stores are coalesced.
-    C = src.shape[1]
-    W = src.shape[3]
+    _, C, _, W = src.shape
     for t in range(cuda.blockIdx.y, src.shape[0] * C * nrows, cuda.gridDim.y):
         slab = t // nrows
         h = t - slab * nrows

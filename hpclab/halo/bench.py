@@ -1,22 +1,14 @@
 """Convolution benchmarks (``hpclab bench conv ...``).
 
-  throughput  single GPU: AlexNet C2 at batch 32, our direct tiled kernel, the plain one,
-              im2col + GEMM and Winograd F(m x m, 5x5), m = 2, 3, 4, against PyTorch's
-              conv2d (cuDNN) in the same process: cuDNN with TF32 forbidden (true FP32, the target's
-              baseline) and allowed (TF32), and unfold + cuBLAS SGEMM
-  scaling     under mpirun/mpiexec: one large layer split by height across
-              ranks, strong (fixed height) and weak (fixed rows per rank),
-              host-staged (V4) and GPU-to-GPU (V5) halos; one JSON line.
-              Timed: exchange + compute on device-resident bands (median,
-              slowest rank); the compute/halo split from a separate
-              synchronised pass
+  throughput  one GPU: AlexNet C2 at batch 32 by each of our methods (the direct kernel at each tile
+              shape, Winograd F(m x m, 5x5) at m = 2, 3, 4) against PyTorch in the same process:
+              cuDNN with TF32 forbidden (true FP32, the target's baseline) and allowed, and unfold +
+              cuBLAS SGEMM; timed back to back (one sync per 10 calls) and with a sync per call
+  scaling     under mpirun: one large layer split by height, strong (fixed height) and weak (fixed
+              rows per rank), host-staged (V4) and GPU-to-GPU (V5) halos; one JSON line
   summarize   JSON lines of several scaling runs -> speedup / efficiency CSV
 
-Throughput is timed with calls queued back to back (one sync per 10 calls),
-latency with a sync after each call; both for every method.
-
-Targets: throughput >= 25 % of cuDNN FP32; strong-scaling efficiency >= 0.90
-at 4 GPUs; weak-scaling efficiency >= 0.95.
+Targets: throughput >= 25 % of cuDNN FP32; strong-scaling efficiency >= 0.90 at 4 GPUs; weak >= 0.95.
 """
 from __future__ import annotations
 
@@ -24,51 +16,54 @@ import csv
 import json
 import statistics
 import sys
-import time
+from pathlib import Path
 
 import numpy as np
 
-from hpclab.device import identity
+from numpy.lib.stride_tricks import sliding_window_view
+
+from hpclab import backend, comm as hcomm, roofline
+from hpclab.comm import BACKENDS
+from hpclab.device import identity, select_gpu
+from hpclab.halo import conv as kc, conv_tiled, conv_winograd
+from hpclab.halo.bands import hash_fill
+from hpclab.halo.executors import Buffers, run_device
+from hpclab.halo.layers import BAND_METHODS, Conv
+from hpclab.halo.reference import conv_flops, output_size
+from hpclab.halo.versions import gpu_aware_backend, max_rel_error
+from hpclab.matmul import fast
+from hpclab.mpi import world
+from hpclab.options import Parser, count
+from hpclab.results.recorded import figure
+from hpclab.scaling import speedups
+from hpclab.timing import Phases, median_time, median_times, wall
 
 THROUGHPUT_TARGET, STRONG_TARGET, WEAK_TARGET = 0.25, 0.90, 0.95
 COMPARISONS = ("cudnn_fp32", "cudnn_tf32", "torch_im2col_sgemm_fp32")
 
 
-def _gpu_times(fn, sync, repeats=10, warmup=2, queued=10):
-    """(throughput, latency) seconds per call, medians over ``repeats`` samples.
-
-    Throughput: ``queued`` calls back to back, then one sync (the host queues
-    the next call while the GPU runs this one, as in a network's forward
-    pass). Latency: one call, then a sync (includes the host's launch time).
-    Every method, ours and cuDNN's, is timed the same way.
-    """
+def _gpu_times(fn, repeats: int, warmup: int = 2, queued: int = 10) -> tuple[float, float]:
+    """(throughput, latency) seconds per call, medians timed in turns: ``queued`` calls back to back then
+    one sync (the host queues the next call while the GPU runs this one, as in a forward pass), and one
+    call then a sync (with the host's launch time). Ours and cuDNN's alike: PyTorch shares Numba's
+    context, so the device synchronisation waits for both."""
     for _ in range(warmup):
         fn()
-    sync()
-    back_to_back, single = [], []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        for _ in range(queued):
-            fn()
-        sync()
-        back_to_back.append((time.perf_counter() - t) / queued)
-        t = time.perf_counter()
-        fn()
-        sync()
-        single.append(time.perf_counter() - t)
-    return statistics.median(back_to_back), statistics.median(single)
+    batch, single = median_times(lambda: [fn() for _ in range(queued)], fn, repeats=repeats, warmup=0)
+    return batch / queued, single
+
+
+def _c2(batch: int) -> tuple[np.ndarray, np.ndarray]:
+    """AlexNet's C2 (96 -> 256 channels, 27 x 27, 5 x 5, pad 2; tiny on the simulator): input
+    (batch, 96, 27, 27) and weights (256, 96, 5, 5), uniform from a fixed seed."""
+    n, c, h, k = (1, 4, 7, 8) if backend.is_simulator() else (batch, 96, 27, 256)
+    rng = np.random.default_rng(0)
+    return rng.uniform(-1, 1, (n, c, h, h)).astype(np.float32), rng.uniform(-0.1, 0.1, (k, c, 5, 5)).astype(np.float32)
 
 
 def _timing(flops, secs, latency, err) -> dict:
     return {"seconds": secs, "tflops": flops / secs / 1e12, "latency_seconds": latency,
             "latency_tflops": flops / latency / 1e12, "max_rel_error_vs_float64": err}
-
-
-FP32_PEAK_TFLOPS = {"H200": 67.0, "H100": 67.0, "A100": 19.5}   # FP32 FMA peak (non-tensor), vendor sheets
-
-
-def _fp32_peak(name: str) -> float | None:
-    return next((v for k, v in FP32_PEAK_TFLOPS.items() if k in name), None)
 
 
 def _torch_precision(torch, tf32: bool) -> dict:
@@ -86,8 +81,6 @@ def _torch_precision(torch, tf32: bool) -> dict:
 
 def _conv_float64(x, w, stride, pad):
     """Convolution in float64 (patches x weights through BLAS): the yardstick for rounding errors."""
-    from numpy.lib.stride_tricks import sliding_window_view
-
     xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
     r, s = w.shape[2:]
     win = sliding_window_view(xp, (r, s), axis=(2, 3))[:, :, ::stride, ::stride]   # (N, C, P, Q, R, S)
@@ -96,8 +89,6 @@ def _conv_float64(x, w, stride, pad):
 
 def throughput_figures(d: dict) -> list[dict]:
     """Our methods (the direct kernel's best tile shape) against cuDNN FP32, and the GPU's FP32 peak."""
-    from hpclab.results.recorded import figure
-
     program, batch = f"conv-{d['layer'].lower()}", d["shape"][0]
     methods = {"direct": d["ours"].get(d["best_direct"], {}), **{k: v for k, v in d["ours"].items()
                                                                 if not k.startswith("direct")}}
@@ -117,18 +108,9 @@ def throughput_figures(d: dict) -> list[dict]:
 def throughput(args) -> int:
     """C2 at batch 32: our direct tiled kernel, the plain one, im2col + GEMM and Winograd; cuDNN in FP32
     and TF32; one process."""
-    from hpclab import backend
-
-    backend.select()
-    from hpclab.halo import conv as kc, conv_tiled, conv_winograd
-    from hpclab.halo.reference import conv_flops, output_size
-
     cuda = kc.cuda
-    sim = backend.is_simulator()
-    n, c, h, w, k, r, stride, pad = (1, 4, 7, 7, 8, 5, 1, 2) if sim else (args.batch, 96, 27, 27, 256, 5, 1, 2)
-    rng = np.random.default_rng(0)
-    x = rng.uniform(-1, 1, (n, c, h, w)).astype(np.float32)
-    wt = rng.uniform(-0.1, 0.1, (k, c, r, r)).astype(np.float32)
+    x, wt = _c2(args.batch)
+    (n, c, h, w), (k, _, r, _), stride, pad = x.shape, wt.shape, 1, 2
     ho = output_size(h, r, stride, pad)
     flops = conv_flops(n, k, c, r, r, ho, ho)
     xd, weights = cuda.to_device(x), kc.ConvWeights(wt)
@@ -136,20 +118,16 @@ def throughput(args) -> int:
     # float64 reference of two images: how each method rounds (FP32 ~1e-6, TF32 ~1e-3)
     m = min(n, 2)
     want64 = _conv_float64(x[:m], wt, stride, pad)
-    scale = float(np.abs(want64).max())
-
-    def err(got):
-        return float(np.abs(np.asarray(got[:m], np.float64) - want64).max() / scale)
+    err = lambda got: max_rel_error(got[:m], want64)  # noqa: E731
 
     device = identity()[0]
+    peak = roofline.datasheet(device)               # its first figure: the FP32 FMA peak (no tensor cores)
     result = {"layer": "C2", "shape": [n, c, h, w], "weights": [k, c, r, r], "pad": pad, "gflop": flops / 1e9,
-              "device": device, "fp32_peak_tflops": _fp32_peak(device), "ours": {},
+              "device": device, "fp32_peak_tflops": peak and peak[0] / 1e12, "ours": {},
               "tflops_note": "effective TFLOP/s = 2NKCRSPQ / time (direct-convolution operation count)"}
-    configs = {"sim": conv_tiled.SIM_CONFIG} if sim else conv_tiled.GPU_CONFIGS
-    runs = {f"direct {name}": dict(config=cfg, method="direct") for name, cfg in configs.items()}
-    runs["naive"] = dict(method="naive")            # the plain kernel notebook 06 shows
-    runs["gemm"] = dict(method="gemm")
-    runs["winograd"] = dict(method="winograd")      # F(m x m, 5x5), m = conv_winograd.TILES[5]
+    configs = {"sim": conv_tiled.SIM_CONFIG} if backend.is_simulator() else conv_tiled.GPU_CONFIGS
+    runs = {**{f"direct {name}": dict(config=cfg, method="direct") for name, cfg in configs.items()},
+            **{name: dict(method=name) for name in ("naive", "gemm", "winograd")}}   # Winograd: m = TILES[5]
     calls = {name: (lambda kw=kw: kc.conv2d_device(xd, weights, stride, pad, out=out, **kw))
              for name, kw in runs.items()}
     # The other Winograd tile sizes, in the same run: alpha^2 products per m^2 outputs (instead of 25 m^2).
@@ -160,49 +138,39 @@ def throughput(args) -> int:
                 xd, u, weights.bias, out, r, pad, pad, 0, ho))
     for name, fn in calls.items():
         try:
-            secs, latency = _gpu_times(fn, cuda.synchronize, repeats=args.repeats)
+            secs, latency = _gpu_times(fn, args.repeats)
             fn()
             cuda.synchronize()
             result["ours"][name] = _timing(flops, secs, latency, err(out.copy_to_host()))
         except Exception as exc:  # noqa: BLE001 - report and try the next one
             result["ours"][name] = {"error": f"{type(exc).__name__}: {exc}"}
     timed = {k_: v for k_, v in result["ours"].items() if "seconds" in v}
-    direct = [k_ for k_ in timed if k_.startswith("direct")]
-    result["best_direct"] = min(direct, key=lambda k_: timed[k_]["seconds"]) if direct else None
-    best = min(timed, key=lambda k_: timed[k_]["seconds"]) if timed else None
-    result["best"] = best
+    fastest = sorted(timed, key=lambda k_: timed[k_]["seconds"])
+    result["best_direct"] = next((k_ for k_ in fastest if k_.startswith("direct")), None)
+    result["best"] = best = next(iter(fastest), None)
     try:
         import torch
         import torch.nn.functional as F
 
         tx, tw = torch.from_numpy(x).cuda(), torch.from_numpy(wt).cuda()
         torch.backends.cudnn.benchmark = True        # cuDNN picks its fastest algorithm per setting
-        for label, tf32 in (("cudnn_fp32", False), ("cudnn_tf32", True)):
+        conv = lambda: F.conv2d(tx, tw, stride=stride, padding=pad)  # noqa: E731
+        wmat = tw.reshape(k, -1)     # unfold (im2col) + cuBLAS SGEMM: the same algorithm as our GEMM path
+        unfold_mm = lambda: (wmat @ F.unfold(tx, r, padding=pad, stride=stride)).reshape(n, k, ho, ho)  # noqa: E731
+        for label, fn, tf32 in (("cudnn_fp32", conv, False), ("cudnn_tf32", conv, True),
+                                ("torch_im2col_sgemm_fp32", unfold_mm, False)):
             settings = _torch_precision(torch, tf32)
-            fn = lambda: F.conv2d(tx, tw, stride=stride, padding=pad)  # noqa: E731
-            secs, latency = _gpu_times(fn, torch.cuda.synchronize, repeats=args.repeats, warmup=3)
+            secs, latency = _gpu_times(fn, args.repeats, warmup=3)
             result[label] = {**_timing(flops, secs, latency, err(fn().cpu().numpy())), "settings": settings}
-        # The same algorithm as our GEMM path, in PyTorch: unfold (im2col) + cuBLAS SGEMM, FP32.
-        _torch_precision(torch, False)
-        wmat = tw.reshape(k, -1)
-
-        def unfold_mm():
-            cols = F.unfold(tx, r, padding=pad, stride=stride)             # (N, CRS, PQ)
-            return (wmat @ cols).reshape(n, k, ho, ho)
-
-        secs, latency = _gpu_times(unfold_mm, torch.cuda.synchronize, repeats=args.repeats, warmup=3)
-        result["torch_im2col_sgemm_fp32"] = _timing(flops, secs, latency, err(unfold_mm().cpu().numpy()))
         result["torch"] = torch.__version__
         result["cudnn"] = torch.backends.cudnn.version()
     except Exception as exc:  # noqa: BLE001 - no PyTorch / no cuDNN: say so
         result["cudnn_error"] = f"{type(exc).__name__}: {exc}"
     if best:
-        ours = timed[best]["seconds"]
-        for label in COMPARISONS:
-            if label in result:
-                result[f"ratio_vs_{label}"] = result[label]["seconds"] / ours
-                result[f"latency_ratio_vs_{label}"] = (result[label]["latency_seconds"]
-                                                       / timed[best]["latency_seconds"])
+        ours = timed[best]
+        for label in (label for label in COMPARISONS if label in result):
+            result[f"ratio_vs_{label}"] = result[label]["seconds"] / ours["seconds"]
+            result[f"latency_ratio_vs_{label}"] = result[label]["latency_seconds"] / ours["latency_seconds"]
         if "ratio_vs_cudnn_fp32" in result:
             result["target"] = f"ours / cuDNN FP32 (TF32 off) >= {THROUGHPUT_TARGET}"
             result["target_met"] = result["ratio_vs_cudnn_fp32"] >= THROUGHPUT_TARGET
@@ -228,31 +196,16 @@ def throughput(args) -> int:
 def scaling(args) -> int:
     """One rank count: strong and weak runs of one large convolution layer.
 
-    Timed region per run: halo exchange + compute of each rank's band, input
-    already on the device, buffers allocated before (reused), barrier before,
-    the slowest rank's time; median of ``repeats`` after ``warmup`` runs.
-    Then one synchronised pass without overlap gives the split into compute
-    and halo exchange (which add up to that pass's time).
+    Timed: halo exchange + compute of each rank's band (input on the device, buffers reused), the
+    slowest rank's time, median of ``repeats`` after two warm-up runs. Then one synchronised pass
+    without overlap splits it into compute and halo exchange (which add up to that pass's time).
     """
-    from hpclab import backend, comm as hcomm
-    from hpclab.mpi import world
-
-    backend.select()
     comm = world()
-    from hpclab.device import select_gpu
-
     select_gpu(comm)
-    from hpclab.halo.bands import hash_fill
-    from hpclab.halo.conv import check_method
-    from hpclab.halo.executors import Buffers, run_device
-    from hpclab.halo.layers import Conv
-    from hpclab.halo.reference import conv_flops, output_size
-    from hpclab.halo.versions import gpu_aware_backend
-    from hpclab.timing import Phases, wall
-
     size, rank = comm.size, comm.rank
-    c, k, r, pad, w, n = args.channels, args.out_channels, args.kernel, args.kernel // 2, args.width, args.batch
-    method = check_method(None if args.method == "auto" else args.method)
+    c, k = backend.auto_size((96, 256), (4, 8))               # C2's channels (few on the simulator)
+    r, pad, w, n = 5, 2, args.width, 1                          # C2's window, one image
+    method = kc.check_method(None if args.method == "auto" else args.method)
     rng = np.random.default_rng(1)
     layer = Conv("big", rng.uniform(-0.1, 0.1, (k, c, r, r)).astype(np.float32),
                  np.zeros(k, np.float32), 1, pad, relu=True, method=method)
@@ -272,7 +225,7 @@ def scaling(args) -> int:
             def once(phases=None):     # run_device ends with a stream sync
                 return wall(lambda: run_device([layer], x, comm, be, True, phases, buffers, height), comm, False)[2]
 
-            for _ in range(args.warmup):
+            for _ in range(2):
                 once()                                        # compile, fill the buffers
             median = statistics.median([once() for _ in range(args.repeats)])
             split = Phases(sync=True)
@@ -292,20 +245,13 @@ def scaling(args) -> int:
 
 def summarize(args) -> int:
     """Scaling JSON lines -> CSV with speedup and efficiency against the 1-rank run."""
-    runs, device = [], ""
-    for path in args.files:
-        with open(path) as fh:
-            for line in fh:
-                line = line.strip()
-                if line.startswith("{") and '"runs"' in line:
-                    runs += json.loads(line)["runs"]
-                    device = json.loads(line).get("device", device)
+    found = [json.loads(line) for path in args.files for line in Path(path).read_text().splitlines()
+             if line.strip().startswith("{") and '"runs"' in line]
+    runs = [run for d in found for run in d["runs"]]
+    device = next((d["device"] for d in reversed(found) if "device" in d), "")
     if not runs:
         print("no scaling results found", file=sys.stderr)
         return 1
-    from hpclab.results.recorded import figure
-    from hpclab.scaling import speedups
-
     base = {(r["mode"], r["version"], r["overlap"]): r["wall_s"] for r in runs if r["ranks"] == 1}
     base.update({(m, "v5", o): t for (m, v, o), t in list(base.items()) if v == "v4"})  # 1 rank: no halo
     out, figures = [], []
@@ -314,10 +260,9 @@ def summarize(args) -> int:
         if t1 is None:
             continue
         speedup, eff = speedups([1, r["ranks"]], [t1, r["wall_s"]], r["mode"])[-1]
-        out.append({**{k: r[k] for k in ("mode", "version", "comm", "overlap", "ranks", "height", "wall_s")},
-                    "tflops": r.get("tflops", 0.0), "compute_s": r.get("compute_s", 0.0),
-                    "halo_s": r.get("halo_s", 0.0), "split_wall_s": r.get("split_wall_s", 0.0),
-                    "speedup": speedup, "efficiency": eff})
+        kept = ("mode", "version", "comm", "overlap", "ranks", "height", "wall_s", "tflops", "compute_s", "halo_s",
+                "split_wall_s")
+        out.append({**{k: r[k] for k in kept}, "speedup": speedup, "efficiency": eff})
         for comm in (["mpi-host", "nccl"] if r["ranks"] == 1 else [r["comm"]]):   # 1 GPU: the base of both curves
             figures += [figure("conv-halo", f"{r['mode']}-{comm}", r["ranks"], r["height"], "rows", metric,
                                out[-1][metric], "1" if metric == "efficiency" else "s")
@@ -338,10 +283,6 @@ def summarize(args) -> int:
 
 
 def main(argv: list[str]) -> int:
-    from hpclab.comm import BACKENDS
-    from hpclab.halo.layers import BAND_METHODS
-    from hpclab.options import Parser, count
-
     side = count(1, (1 << 31) - 1)
     parser = Parser(prog="hpclab bench conv", description=__doc__)
     sub = parser.add_subparsers(dest="what", required=True)
@@ -352,12 +293,7 @@ def main(argv: list[str]) -> int:
     s.add_argument("--height", type=side, default=32768, help="strong scaling: input rows")
     s.add_argument("--rows-per-rank", type=side, default=8192, help="weak scaling: rows per rank")
     s.add_argument("--width", type=side, default=256)
-    s.add_argument("--channels", type=count(1, 1 << 16), default=96)
-    s.add_argument("--out-channels", type=count(1, 1 << 16), default=256)
-    s.add_argument("--kernel", type=count(1, 1 << 10), default=5)
-    s.add_argument("--batch", type=count(1, 1 << 16), default=1)
     s.add_argument("--repeats", type=count(1, 10**4), default=5)
-    s.add_argument("--warmup", type=count(0, 10**4), default=2)
     s.add_argument("--method", default="auto", choices=("auto", *BAND_METHODS),
                    help="convolution on the GPU (auto: gemm on a GPU)")
     s.add_argument("--comm", default="auto", choices=BACKENDS, help="V5's backend: auto, nccl, mpi-cuda")
@@ -372,10 +308,6 @@ def conv_traffic(method: str, n: int, c: int, h: int, k: int, r: int, pad: int) 
     """FLOPs (2 n k c r r ho ho) and bytes, no cache, of a stride-1 convolution (n, c, h, h) by (k, c, r, r):
     naive, an input and a weight per multiply-add; direct, per block tile its input rows with halo and
     its weights; gemm, im2col's matrix written and read, the GEMM's tiles, the scatter; others, each array once."""
-    from hpclab import roofline
-    from hpclab.halo import conv_tiled
-    from hpclab.matmul import fast
-
     ho = h + 2 * pad - r + 1
     flops, pq, crs = 2.0 * n * k * c * r * r * ho * ho, n * ho * ho, c * r * r
     if method == "naive":
@@ -387,29 +319,24 @@ def conv_traffic(method: str, n: int, c: int, h: int, k: int, r: int, pad: int) 
         return flops, 4.0 * (tiles * per_tile + k * pq), f"{plan.th}x{plan.tw} px x {plan.config.bm} ch tiles"
     if method == "gemm":
         cfg = fast.fast_config(np.float32)
-        return flops, 8.0 * crs * pq + roofline.gemm_count(k, pq, crs, cfg.bm, cfg.bn)[1] + 8.0 * k * pq, "im2col + tiles"
+        tiles = roofline.gemm_count(k, pq, crs, cfg.bm, cfg.bn)[1]
+        return flops, 8.0 * crs * pq + tiles + 8.0 * k * pq, "im2col + tiles"
     return flops, 4.0 * (n * c * h * h + k * crs + k * pq), "each array once"
 
 
 def roofline_points(batch: int | None = None, repeats: int = 3) -> list:
     """Notebook 06's roofline: AlexNet's C2 (96 -> 256, 27 x 27, 5 x 5, pad 2) by each method; cuDNN (TF32 off)."""
-    from hpclab import backend, roofline
-    from hpclab.halo import conv as kc
-    from hpclab.timing import median_time
-
     cuda = kc.cuda
-    n, c, h, k = (1, 4, 7, 8) if backend.is_simulator() else (batch or 32, 96, 27, 256)
-    rng = np.random.default_rng(0)
-    x = cuda.to_device(rng.uniform(-1, 1, (n, c, h, h)).astype(np.float32))
-    wt = rng.uniform(-0.1, 0.1, (k, c, 5, 5)).astype(np.float32)
-    weights, out = kc.ConvWeights(wt), cuda.device_array((n, k, h, h), np.float32)
+    xh, wt = _c2(batch or 32)
+    (n, c, h, _), k = xh.shape, wt.shape[0]
+    x, weights, out = cuda.to_device(xh), kc.ConvWeights(wt), cuda.device_array((n, k, h, h), np.float32)
     timed = {m: median_time(lambda: kc.conv2d_device(x, weights, 1, 2, out=out, method=m), repeats)  # noqa: B023
              for m in kc.METHODS}
     try:    # PyTorch shares Numba's context: median_time's synchronize waits for both
         import torch
 
         torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = False, True
-        tx, tw = torch.as_tensor(x.copy_to_host()).cuda(), torch.as_tensor(wt).cuda()
+        tx, tw = torch.as_tensor(xh).cuda(), torch.as_tensor(wt).cuda()
         timed["cuDNN"] = median_time(lambda: torch.nn.functional.conv2d(tx, tw, padding=2), repeats, warmup=3)
     except Exception:  # noqa: BLE001 - no PyTorch or no cuDNN: no cuDNN point
         pass

@@ -14,35 +14,28 @@ def halo_extents(fn, quiet: bool = False) -> Verdict:
     """``fn(height, kernel, stride, pad, size, rank)`` must return
     (o0, o1, lo, hi): the output rows [o0, o1) of the rank's band and the
     input rows [lo, hi) they read, clipped to the image."""
-    tried = 0
-    for height, kernel, stride, pad in GEOMETRIES:
-        for size in range(1, 6):
-            for rank in range(size):
-                p = plan_band(height, kernel, stride, pad, size, rank)
-                want = (*p.out_rows, *p.have)
-                try:
-                    got = tuple(int(v) for v in fn(height, kernel, stride, pad, size, rank))
-                except Exception as exc:  # noqa: BLE001 - report the learner's error in words
-                    return _say(Verdict(False, f"your function raised {type(exc).__name__}: {exc} "
-                                               f"for height {height}, kernel {kernel}, stride {stride}, "
-                                               f"pad {pad}, rank {rank} of {size}"), quiet)
-                tried += 1
-                if got == want:
-                    continue
-                where = (f"height {height}, kernel {kernel}, stride {stride}, pad {pad}, "
-                         f"rank {rank} of {size}")
-                if got[:2] != want[:2]:
-                    hint = ("the output rows are hcomm.block_range(output height, size, rank), with "
-                            "output height (H + 2 pad - R) // stride + 1")
-                elif (got[2], got[3]) == (p.need[0], p.need[1]):
-                    hint = "rows outside [0, H) are zero padding, not data: clip [lo, hi) to the image"
-                else:
-                    hint = ("output row i reads input rows i*stride - pad ... i*stride - pad + R - 1, "
-                            "so the band reads [o0*stride - pad, (o1-1)*stride - pad + R)")
-                return _say(Verdict(False, f"for {where} the band is output rows [{want[0]}, {want[1]}) "
-                                           f"reading input rows [{want[2]}, {want[3]}), you gave "
-                                           f"{list(got)}: {hint}"), quiet)
-    return _say(Verdict(True, f"halo extents right on {tried} bands (strides 1-4, with and without padding)"),
+    cases = [(geometry, size, rank) for geometry in GEOMETRIES for size in range(1, 6) for rank in range(size)]
+    for (height, kernel, stride, pad), size, rank in cases:
+        p = plan_band(height, kernel, stride, pad, size, rank)
+        want = (*p.out_rows, *p.have)
+        where = f"height {height}, kernel {kernel}, stride {stride}, pad {pad}, rank {rank} of {size}"
+        try:
+            got = tuple(int(v) for v in fn(height, kernel, stride, pad, size, rank))
+        except Exception as exc:  # noqa: BLE001 - report the learner's error in words
+            return _say(Verdict(False, f"your function raised {type(exc).__name__}: {exc} for {where}"), quiet)
+        if got == want:
+            continue
+        if got[:2] != want[:2]:
+            hint = ("the output rows are hcomm.block_range(output height, size, rank), with "
+                    "output height (H + 2 pad - R) // stride + 1")
+        elif (got[2], got[3]) == (p.need[0], p.need[1]):
+            hint = "rows outside [0, H) are zero padding, not data: clip [lo, hi) to the image"
+        else:
+            hint = ("output row i reads input rows i*stride - pad ... i*stride - pad + R - 1, "
+                    "so the band reads [o0*stride - pad, (o1-1)*stride - pad + R)")
+        return _say(Verdict(False, f"for {where} the band is output rows [{want[0]}, {want[1]}) reading input "
+                                   f"rows [{want[2]}, {want[3]}), you gave {list(got)}: {hint}"), quiet)
+    return _say(Verdict(True, f"halo extents right on {len(cases)} bands (strides 1-4, with and without padding)"),
                 quiet)
 
 

@@ -2,24 +2,17 @@
 
 ``conv2d_kernel`` is the convolution to read: one thread per output value,
 
-    out[n, k, oh, ow] = bias[k] + sum over (c, r, s) of w[k, c, r, s] * x[n, c, oh*stride - pad + r, ow*stride - pad + s]
+  out[n, k, oh, ow] = bias[k] + sum over (c, r, s) of w[k, c, r, s] * x[n, c, oh*stride - pad + r, ow*stride - pad + s]
 
-with every input and weight read from global memory. The topic's advanced
-part computes the same sum faster (``method=``):
+with every input and weight read from global memory. The faster ways (``METHODS``) are the
+topic's advanced part: ``conv_tiled`` (direct, tiled), ``conv_gemm`` (im2col + GEMM, the default
+on a GPU) and ``conv_winograd`` (fewer multiplications; a value depends on where its tile starts,
+so it is never the default). Every other method sums each output value in an order that does not
+depend on the band of rows, so a band computed on one rank is bit for bit those rows of the whole.
 
-- ``"direct"`` (:mod:`hpclab.halo.conv_tiled`): tiled through shared memory, sums kept in registers;
-- ``"gemm"`` (:mod:`hpclab.halo.conv_gemm`): im2col + the matmul topic's fast GEMM, the default on a GPU;
-- ``"winograd"`` (:mod:`hpclab.halo.conv_winograd`): stride-1 3x3 and 5x5 layers with 2.25 (3x3) and
-  4.6 (5x5) times fewer multiplications. A value depends on where its tile starts, so it is never the default.
-
-Every other method sums each output value in an order that does not depend on
-the band of rows, so a band computed on one rank is bit-for-bit those rows
-computed on one GPU: the distributed versions can be checked exactly.
-
-Rows: the kernels compute output rows [oh_begin, oh_end) of a band whose input
-row ``oh * stride - pad_top + r`` is local row index; rows outside the band
-are zero (padding, or beyond the image edge). ``pad_top = pad`` and the full
-image give the ordinary layer.
+Rows: the kernels compute output rows [oh_begin, oh_end) of a band whose input row
+``oh * stride - pad_top + r`` is local row index; rows outside the band are zero (padding, or
+beyond the image edge). ``pad_top = pad`` and the full image give the ordinary layer.
 """
 from __future__ import annotations
 
@@ -36,12 +29,9 @@ from hpclab.launch import launch_1d, unravel4
 cuda = _cuda()
 from numba import float32  # noqa: E402  (after the backend is chosen)
 
-METHODS = {
-    "naive": "the plain kernel, one thread per output value",
-    "direct": "direct tiled kernel (shared memory, register blocking)",
-    "gemm": "im2col + register-blocked GEMM",
-    "winograd": "Winograd " + " / ".join(f"F({m}x{m}, {r}x{r})" for r, m in conv_winograd.TILES.items()),
-}
+METHODS = {"naive": "the plain kernel, one thread per output value",
+           "direct": "direct tiled kernel (shared memory, register blocking)", "gemm": "im2col + register-blocked GEMM",
+           "winograd": "Winograd " + " / ".join(f"F({m}x{m}, {r}x{r})" for r, m in conv_winograd.TILES.items())}
 
 
 @cuda.jit
@@ -74,13 +64,9 @@ def conv2d_kernel(x, w, bias, out, stride, pad_top, pad_w, oh_begin, oh_end, rel
         out[n, k, oh, ow] = acc
 
 
-def default_method() -> str:
-    """On a GPU the fastest method that is exact across bands; on the simulator the kernel to read."""
-    return "naive" if backend.is_simulator() else "gemm"
-
-
 def check_method(method: str | None) -> str:
-    method = method or default_method()
+    """``method``, or by default the fastest one exact across bands on a GPU, the kernel to read on the simulator."""
+    method = method or ("naive" if backend.is_simulator() else "gemm")
     if method not in METHODS:
         raise ValueError(f"unknown convolution method {method!r}; choose one of {', '.join(METHODS)}")
     return method
@@ -105,24 +91,16 @@ class ConvWeights:
         self.w = cuda.to_device(self.host)
         self.wmat = self.w.reshape(self.k, self.c * self.r * self.s)
 
-    @cached_property
-    def tiled(self):
-        """(C, R, S, K): output channel fastest, for coalesced loads into shared memory."""
-        return cuda.to_device(np.ascontiguousarray(self.host.transpose(1, 2, 3, 0)))
-
-    @cached_property
-    def winograd(self):
-        """The transformed filters (alpha^2, K, C)."""
-        return cuda.to_device(conv_winograd.filter_transform(self.host))
+    # (C, R, S, K), output channel fastest: coalesced loads into shared memory; Winograd's (alpha^2, K, C)
+    tiled = cached_property(lambda self: cuda.to_device(np.ascontiguousarray(self.host.transpose(1, 2, 3, 0))))
+    winograd = cached_property(lambda self: cuda.to_device(conv_winograd.filter_transform(self.host)))
 
 
 def conv_rows_device(x, weights: ConvWeights, out, stride: int, pad_top: int, pad_w: int, oh_begin: int,
                      oh_end: int, relu: bool = False, stream=0, method: str | None = None, workspace=None,
                      config=None) -> None:
-    """Output rows [oh_begin, oh_end) of ``out`` (N, K, Ho, Wo) from the band ``x`` (device arrays).
-
-    ``workspace``: scratch of the GEMM and Winograd paths; ``config``: the tiled kernel's launch shape.
-    """
+    """Output rows [oh_begin, oh_end) of ``out`` (N, K, Ho, Wo) from the band ``x`` (device arrays);
+    ``workspace``: scratch of the GEMM and Winograd paths; ``config``: the tiled kernel's launch shape."""
     if oh_end <= oh_begin:
         return
     method = check_method(method)
@@ -156,25 +134,17 @@ def conv2d_device(x, weights: ConvWeights, stride: int = 1, pad: int = 0, relu: 
 
 def conv2d(x, w, stride: int = 1, pad: int = 0, bias=None, relu: bool = False,
            method: str | None = None) -> np.ndarray:
-    """2-D convolution (cross-correlation) on the GPU of (C,H,W) or (N,C,H,W) input.
-
-    ``w`` has shape (K, C, R, S). Returns a NumPy array (K,Ho,Wo) or (N,K,Ho,Wo).
-    ``method``: one of ``METHODS``; default ``default_method()``.
-    """
-    x = np.asarray(x, dtype=np.float32)
-    ref.check_conv(x.shape, np.shape(w), stride, pad)
-    x4, single = ref.as_batch(x)
+    """2-D convolution (cross-correlation) on the GPU of (C,H,W) or (N,C,H,W) input by w (K, C, R, S)."""
+    ref.check_conv(np.shape(x), np.shape(w), stride, pad)
+    x4, single = ref.as_batch(np.asarray(x, dtype=np.float32))
     out = conv2d_device(cuda.to_device(np.ascontiguousarray(x4)), ConvWeights(w, bias), stride, pad, relu,
                         method=method).copy_to_host()
     return out[0] if single else out
 
 
 def linear_device(x, weights: ConvWeights, relu: bool = False, stream=0):
-    """A fully connected layer on device rows x (N, D): returns (N, M) on the device.
-
-    It is a 1x1 convolution of a 1x1 image with D channels, so it runs as
-    im2col + GEMM: ``weights`` is ``ConvWeights(w.reshape(M, D, 1, 1), bias)``.
-    """
+    """A fully connected layer on device rows x (N, D) -> (N, M) on the device: a 1x1 convolution of a 1x1
+    image with D channels (im2col + GEMM), ``weights`` being ``ConvWeights(w.reshape(M, D, 1, 1), bias)``."""
     n, d = x.shape
     if d != weights.c:
         raise ValueError(f"fully connected layer: input has {d} features but the weights expect {weights.c}")
@@ -185,9 +155,7 @@ def linear_device(x, weights: ConvWeights, relu: bool = False, stream=0):
 # -- max-pooling ----------------------------------------------------------------
 @cuda.jit
 def _maxpool_kernel(x, out, size, stride, pad_t, pad_w, oh_begin, oh_end):
-    C = x.shape[1]
-    H = x.shape[2]
-    W = x.shape[3]
+    _, C, H, W = x.shape
     Wo = out.shape[3]
     rows = oh_end - oh_begin
     total = x.shape[0] * C * rows * Wo
@@ -213,23 +181,10 @@ def maxpool_rows_device(x, out, size: int, stride: int, pad_top: int, oh_begin: 
     _maxpool_kernel[blocks, threads, stream](x, out, size, stride, pad_top, pad_w, oh_begin, oh_end)
 
 
-def maxpool2d(x, size: int = 3, stride: int = 2, pad: int = 0) -> np.ndarray:
-    x4, single = ref.as_batch(np.asarray(x, dtype=np.float32))
-    n, c, h, w = x4.shape
-    ref.check_window(h, w, size, size, stride, pad, what="pooling window")
-    out = cuda.device_array((n, c, ref.output_size(h, size, stride, pad), ref.output_size(w, size, stride, pad)),
-                            dtype=np.float32)
-    maxpool_rows_device(cuda.to_device(np.ascontiguousarray(x4)), out, size, stride, pad, 0, out.shape[2], pad)
-    out = out.copy_to_host()
-    return out[0] if single else out
-
-
 # -- local response normalisation (channel-wise: no spatial halo) ---------------
 @cuda.jit(fastmath=True)
 def _lrn_kernel(x, out, size, alpha, beta, k):
-    C = x.shape[1]
-    H = x.shape[2]
-    W = x.shape[3]
+    _, C, H, W = x.shape
     half = size // 2
     for e in range(cuda.grid(1), x.size, cuda.gridsize(1)):
         n, c, h, w = unravel4(e, C, H, W)
@@ -240,16 +195,9 @@ def _lrn_kernel(x, out, size, alpha, beta, k):
         out[n, c, h, w] = x[n, c, h, w] / math.pow(k + alpha * total, beta)
 
 
-def lrn_device(x, size: int = ref.LRN_SIZE, alpha: float = ref.LRN_ALPHA, beta: float = ref.LRN_BETA,
-               k: float = ref.LRN_K, out=None, stream=0):
+def lrn_device(x, size: int, alpha: float, beta: float, k: float, out=None, stream=0):
     out = out if out is not None else cuda.device_array(x.shape, dtype=np.float32)
     blocks, threads = launch_1d(x.size)
     _lrn_kernel[blocks, threads, stream](x, out, size, np.float32(alpha), np.float32(beta), np.float32(k))
     return out
 
-
-def lrn(x, size: int = ref.LRN_SIZE, alpha: float = ref.LRN_ALPHA, beta: float = ref.LRN_BETA,
-        k: float = ref.LRN_K) -> np.ndarray:
-    x4, single = ref.as_batch(np.asarray(x, dtype=np.float32))
-    out = lrn_device(cuda.to_device(np.ascontiguousarray(x4)), size, alpha, beta, k).copy_to_host()
-    return out[0] if single else out

@@ -1,22 +1,16 @@
 """Convolution as a matrix product: im2col + the register-blocked GEMM.
 
-For output rows [t0, t1) of a band and a group of images, the input
-patches are unrolled into a matrix (``im2col``)
+For output rows [t0, t1) of a band and a group of images, the input patches are unrolled into a
+matrix (``im2col``), zero outside the band or the image,
 
     col[(c, r, s), (n, t, q)] = x[n, c, t*stride - pad_top + r, q*stride - pad_w + s]
 
-(zero outside the band or the image), so the convolution is one product
-
-    out_mat[K, N*rows*Wo] = W[K, C*R*S] @ col
-
-computed by ``hpclab.matmul.fast``'s kernel, and a small kernel adds
-the bias, applies ReLU and writes ``out_mat`` into the (N, K, Ho, Wo) output.
-
-The buffers cost 4 * (C*R*S + K) bytes per output pixel, so a layer is
-done in chunks of images (or of rows of one image) that keep them under
-``max_bytes``. Every output element is the same dot product, summed in the
-same order, whatever chunk or band it falls in: a band computed on one rank
-is bit-for-bit those rows of the whole image.
+so the convolution is one product out_mat[K, N*rows*Wo] = W[K, C*R*S] @ col, computed by
+``hpclab.matmul.fast``'s kernel; a small kernel adds the bias, applies ReLU and writes it into the
+(N, K, Ho, Wo) output. The buffers cost 4 (C*R*S + K) bytes per output pixel, so a layer runs in
+chunks of images (or rows of one image) under ``max_bytes()``. Every output element is the same
+dot product summed in the same order whatever its chunk or band: a band computed on one rank is
+bit for bit those rows of the whole image.
 """
 from __future__ import annotations
 
@@ -34,6 +28,7 @@ SIM_MAX_BYTES = 64 << 10             # the simulator: small chunks (and tests of
 
 
 def max_bytes() -> int:
+    """The im2col and product buffers' bytes per chunk."""
     return backend.auto_size(DEFAULT_MAX_BYTES, SIM_MAX_BYTES)
 
 
@@ -42,9 +37,7 @@ def _im2col_kernel(x, col, n0, t0, rows, stride, pad_t, pad_w, R, S, Wo):
     # Rows of col (one (c, r, s) each) along the grid's y; along a row, consecutive
     # threads take consecutive output pixels (coalesced stores). Two integer
     # divisions per element: divisions are what this kernel spends its time on.
-    C = x.shape[1]
-    H = x.shape[2]
-    W = x.shape[3]
+    _, C, H, W = x.shape
     ncol = col.shape[1]
     per_image = rows * Wo
     for crs in range(cuda.blockIdx.y, col.shape[0], cuda.gridDim.y):
@@ -84,11 +77,8 @@ def _scatter_kernel(mat, bias, out, n0, t0, rows, relu):
 
 
 class Workspace:
-    """Reused flat device buffers: no allocation per call (allocation syncs the GPU).
-
-    Views of a buffer are kept too: making a device-array view costs the
-    host tens of microseconds, which adds up when a layer is a few kernels.
-    """
+    """Reused flat device buffers: no allocation per call (allocation syncs the GPU). Views are kept
+    too: making a device-array view costs the host tens of microseconds, a lot beside a few kernels."""
 
     def __init__(self):
         self._bufs: dict[str, object] = {}
@@ -108,19 +98,17 @@ class Workspace:
         return view
 
 
-_WORKSPACE = Workspace()
+WORKSPACE = Workspace()          # for callers without their own
 
 
 def chunks(n: int, rows: int, wo: int, per_col_bytes: int, limit: int):
     """(first image, images, first row, rows) pieces whose buffers stay under ``limit`` bytes."""
     cols_max = max(wo, limit // per_col_bytes)
-    if n * rows * wo <= cols_max:
-        yield 0, n, 0, rows
-    elif rows * wo <= cols_max:
+    if rows * wo <= cols_max:                 # whole images, as many as fit
         step = cols_max // (rows * wo)
         for n0 in range(0, n, step):
             yield n0, min(step, n - n0), 0, rows
-    else:
+    else:                                     # rows of one image at a time
         step = cols_max // wo
         for n0 in range(n):
             for r0 in range(0, rows, step):
@@ -129,20 +117,18 @@ def chunks(n: int, rows: int, wo: int, per_col_bytes: int, limit: int):
 
 def conv_rows_gemm(x, wmat, bias, out, r: int, s: int, stride: int, pad_top: int, pad_w: int,
                    oh_begin: int, oh_end: int, relu: bool = False, stream=0,
-                   limit: int | None = None, workspace: Workspace | None = None) -> None:
-    """Output rows [oh_begin, oh_end) of ``out`` (N, K, Ho, Wo) from the band ``x`` by im2col + GEMM.
-
-    ``wmat`` is the weights as a (K, C*R*S) device matrix, ``bias`` (K,).
-    """
+                   workspace: Workspace | None = None) -> None:
+    """Output rows [oh_begin, oh_end) of ``out`` (N, K, Ho, Wo) from the band ``x`` by im2col + GEMM;
+    ``wmat``: the weights as a (K, C*R*S) device matrix, ``bias`` (K,)."""
     if oh_end <= oh_begin:
         return
     n = x.shape[0]
     k, crs = wmat.shape
     wo = out.shape[3]
-    ws = workspace or _WORKSPACE
+    ws = workspace or WORKSPACE
     cfg = mm.fast_config(np.float32)
     gemm = mm.fast_kernel(np.dtype(np.float32), cfg)
-    for n0, nb, r0, rows in chunks(n, oh_end - oh_begin, wo, 4 * (crs + k), limit or max_bytes()):
+    for n0, nb, r0, rows in chunks(n, oh_end - oh_begin, wo, 4 * (crs + k), max_bytes()):
         t0 = oh_begin + r0
         cols = nb * rows * wo
         col = ws.array("col", (crs, cols))

@@ -1,22 +1,14 @@
 """The direct convolution, tiled: shared memory and register blocking (``method="direct"``).
 
-The same sum as the plain kernel of :mod:`hpclab.halo.conv`, arranged for speed:
-
-- a block computes a tile of output pixels (TH rows x TW columns of one
-  image) for a group of BM output channels;
-- the reduction runs over chunks of CC input channels x one kernel row r:
-  the block stages the input rows that chunk needs (the tile plus its halo,
-  (TW-1)*stride + S columns wide) and the weights [CC, S, BM] in shared memory;
-- each thread keeps PX pixels x KX output channels of accumulators in
-  registers, so every value read from shared memory feeds several
-  multiply-adds (register blocking). Lanes of a warp take consecutive pixels
-  (coalesced loads and stores, conflict-free shared reads); all lanes of a
-  warp share the same output channels (weight reads are broadcasts).
-
-The kernel is built per layer geometry (kernel width, stride, tile shape) so
-that the inner loops are unrolled and the accumulators stay in registers.
-Every output value is summed in the same order whatever the tile or the band
-of rows, so a band is bit-for-bit those rows of the whole image.
+The plain kernel's sum (:mod:`hpclab.halo.conv`), arranged for speed: a block computes a tile of
+output pixels (TH rows x TW columns of one image) for BM output channels; the reduction runs over
+chunks of CC input channels x one kernel row, whose input rows (the tile plus its halo,
+(TW-1)*stride + S columns) and weights [CC, S, BM] the block stages in shared memory; each thread
+keeps PX pixels x KX output channels of sums in registers, so every value read from shared memory
+feeds several multiply-adds. Lanes of a warp take consecutive pixels (coalesced, conflict-free)
+and share their output channels (weight reads are broadcasts). The kernel is built per layer
+geometry so that its inner loops unroll and the sums stay in registers. Every output value is
+summed in the same order whatever the tile or band: a band is bit for bit those rows of the whole.
 """
 from __future__ import annotations
 
@@ -30,7 +22,6 @@ cuda = _cuda()
 from numba import float32, int32  # noqa: E402  (after the backend is chosen)
 
 SHARED_FLOATS = 11776          # 46 KiB: below the 48 KiB static shared-memory limit
-FASTMATH = True
 
 
 @dataclass(frozen=True)
@@ -42,17 +33,9 @@ class ConvConfig:
     kx: int
     cc: int                    # input channels per shared-memory chunk
 
-    @property
-    def threads(self) -> int:
-        return self.lanes * self.nty
-
-    @property
-    def bm(self) -> int:       # output channels per block
-        return self.nty * self.kx
-
-    @property
-    def slots(self) -> int:    # output pixels per block
-        return self.lanes * self.px
+    threads = property(lambda self: self.lanes * self.nty)
+    bm = property(lambda self: self.nty * self.kx)          # output channels per block
+    slots = property(lambda self: self.lanes * self.px)     # output pixels per block
 
 
 GPU_CONFIGS = {
@@ -74,16 +57,11 @@ def default_config(k: int) -> ConvConfig:
 class TilePlan:
     """Tile geometry of one layer; depends on the layer, never on the band."""
     config: ConvConfig
-    s: int
-    stride: int
     cc: int
     th: int
     tw: int
     wwin: int
     in_max: int
-
-    def tiles(self, rows: int, wo: int) -> tuple[int, int]:
-        return -(-rows // self.th), -(-wo // self.tw)
 
 
 def plan_tiles(c: int, wo: int, s: int, stride: int, config: ConvConfig) -> TilePlan:
@@ -92,11 +70,10 @@ def plan_tiles(c: int, wo: int, s: int, stride: int, config: ConvConfig) -> Tile
     th = max(1, config.slots // tw)
     cc = max(1, min(config.cc, c))
 
-    def need(cc_, th_, tw_):
-        wwin_ = (tw_ - 1) * stride + s
-        return cc_ * th_ * wwin_ + cc_ * s * config.bm, wwin_
+    def need(cc_, th_, tw_):      # floats of shared memory: input rows with their halo, and weights
+        return cc_ * th_ * ((tw_ - 1) * stride + s) + cc_ * s * config.bm
 
-    while need(cc, th, tw)[0] > SHARED_FLOATS:
+    while need(cc, th, tw) > SHARED_FLOATS:
         if th > 1:
             th -= 1
         elif cc > 1:
@@ -105,24 +82,22 @@ def plan_tiles(c: int, wo: int, s: int, stride: int, config: ConvConfig) -> Tile
             tw = max(1, tw // 2)
         else:
             raise ValueError(f"a {s}-wide kernel with stride {stride} does not fit in shared memory")
-    total, wwin = need(cc, th, tw)
+    wwin = (tw - 1) * stride + s
     in_max = -(-(cc * th * wwin) // 256) * 256      # round up: fewer distinct kernels
     in_max = min(in_max, SHARED_FLOATS - cc * s * config.bm)
-    return TilePlan(config, s, stride, cc, th, tw, wwin, in_max)
+    return TilePlan(config, cc, th, tw, wwin, in_max)
 
 
 @lru_cache(maxsize=None)
-def _conv_kernel(s_, stride_, lanes_, nty_, px_, kx_, cc_, in_max_, relu_):
+def _conv_kernel(S, STRIDE, LANES, NTY, PX, KX, CC, IN_MAX, RELU):
     # Geometry that the inner loops depend on is baked in as constants, so
     # the compiler unrolls them and keeps the accumulators in registers.
-    S, STRIDE, LANES, NTY, PX, KX, CC, IN_MAX, RELU = (s_, stride_, lanes_, nty_, px_, kx_, cc_,
-                                                       in_max_, relu_)
     BM = NTY * KX
     NT = LANES * NTY
     W_SIZE = CC * S * BM
     W_ITERS = (W_SIZE + NT - 1) // NT
 
-    @cuda.jit(fastmath=FASTMATH)
+    @cuda.jit(fastmath=True)
     def conv_tile(x, wt, bias, out, R, pad_t, pad_w, oh_begin, oh_end, TH, TW, tiles_w, Wwin):
         in_sh = cuda.shared.array(IN_MAX, dtype=float32)
         w_sh = cuda.shared.array(W_SIZE, dtype=float32)
@@ -138,9 +113,7 @@ def _conv_kernel(s_, stride_, lanes_, nty_, px_, kx_, cc_, in_max_, relu_):
         k0 = cuda.blockIdx.z * BM
         th0 = oh_begin + (tile // tiles_w) * TH
         tw0 = (tile % tiles_w) * TW
-        C = x.shape[1]
-        H = x.shape[2]
-        W = x.shape[3]
+        _, C, H, W = x.shape
         K = wt.shape[3]
         Wo = out.shape[3]
         slots = TH * TW
@@ -213,18 +186,14 @@ def _conv_kernel(s_, stride_, lanes_, nty_, px_, kx_, cc_, in_max_, relu_):
 
 def conv_rows_tiled(x, wt, bias, out, stride: int, pad_top: int, pad_w: int, oh_begin: int, oh_end: int,
                     relu: bool = False, stream=0, config: ConvConfig | None = None) -> None:
-    """Output rows [oh_begin, oh_end) of ``out`` (N, K, Ho, Wo) from the band ``x``.
-
-    ``wt``: the weights in (C, R, S, K) order (output channel fastest: coalesced
-    loads into shared memory). The tile plan depends on the layer only, so
-    every band of a layer runs the same kernel.
-    """
+    """Output rows [oh_begin, oh_end) of ``out`` (N, K, Ho, Wo) from the band ``x``; ``wt`` (C, R, S, K).
+    The tile plan depends on the layer only, so every band of a layer runs the same kernel."""
     n, c = x.shape[0], x.shape[1]
     _, r, s, k = wt.shape
     wo = out.shape[3]
     plan = plan_tiles(c, wo, s, stride, config or default_config(k))
     cfg = plan.config
     kernel = _conv_kernel(s, stride, cfg.lanes, cfg.nty, cfg.px, cfg.kx, plan.cc, plan.in_max, bool(relu))
-    tiles_h, tiles_w = plan.tiles(oh_end - oh_begin, wo)
+    tiles_h, tiles_w = -(-(oh_end - oh_begin) // plan.th), -(-wo // plan.tw)
     kernel[(tiles_h * tiles_w, n, -(-k // cfg.bm)), cfg.threads, stream](
         x, wt, bias, out, r, pad_top, pad_w, oh_begin, oh_end, plan.th, plan.tw, tiles_w, plan.wwin)

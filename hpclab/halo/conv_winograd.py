@@ -1,38 +1,28 @@
 """Winograd convolution F(m x m, r x r): the same layer with fewer multiplications.
 
-Lavin and Gray (CVPR 2016, "Fast Algorithms for Convolutional Neural
-Networks") apply Winograd's minimal filtering algorithm to stride-1 layers.
-For a tile of m x m outputs, with alpha = m + r - 1,
+Lavin and Gray (CVPR 2016, "Fast Algorithms for Convolutional Neural Networks") apply Winograd's
+minimal filtering algorithm to stride-1 layers. For a tile of m x m outputs, with alpha = m + r - 1,
 
     Y = A^T [ (G g G^T) * (B^T d B) ] A
 
-where d is the alpha x alpha input patch, g the r x r filter and * the
-element-wise product: alpha^2 multiplications per tile instead of m^2 r^2
-(F(3x3, 5x5): 49 instead of 225; F(2x2, 3x3): 16 instead of 36). Summed over
+where d is the alpha x alpha input patch, g the r x r filter and * the element-wise product:
+alpha^2 multiplications per tile instead of m^2 r^2 (F(3x3, 5x5): 49 instead of 225). Summed over
 input channels, each of the alpha^2 positions is a matrix product
 
     M[xi] (K x tiles) = U[xi] (K x C) @ V[xi] (C x tiles)
 
-so a layer is: transform the filters once (host, float64), transform the input
-patches (one kernel), alpha^2 products in one launch of the register-blocked
-GEMM (:func:`hpclab.matmul.fast.launch_batched`), transform back, add the
-bias and apply ReLU (one kernel).
+so a layer is: the filters transformed once (host, float64), the input patches transformed (one
+kernel), alpha^2 products in one launch of the register-blocked GEMM
+(:func:`hpclab.matmul.fast.launch_batched`), transformed back with bias and ReLU (one kernel).
+The matrices come from Toom-Cook interpolation at the points 0, 1, -1, 2, -2, 1/2, -1/2 (the
+first alpha - 1) and infinity: A^T and G from the points, B^T solved so that the formula is exact.
 
-The matrices come from Toom-Cook interpolation at the points 0, 1, -1, 2, -2,
-1/2, -1/2 (the first alpha - 1 of them) and infinity: A^T and G from the
-points, B^T solved from the condition that the formula is exact (checked to
-1e-12 when built).
-
-Tile size: a larger m needs fewer multiplications per output but mixes values
-with larger factors, so it rounds worse. For the 5x5 layer (C2 at batch 32, one
-H200, ``hpclab bench conv throughput``, float32 against float64): F(2x2) 36
-products per 4 outputs, error 5.6e-6; F(3x3) 49 per 9, 8.4e-6; F(4x4) 64 per 16,
-7.5e-6 but slower than F(3x3) although it needs fewer products (its batched
-GEMMs are narrower: 1,568 tiles against 2,592; not analysed further). ``TILES``
-holds the choice; and a
-value depends on where its tile starts, so a band split at a row that is not
-a multiple of m is not bit-for-bit the whole image: the halo versions, which
-compare digests, use the direct or GEMM path.
+A larger m needs fewer multiplications per output but rounds worse: for C2 at batch 32 on one H200
+(``hpclab bench conv throughput``), errors against float64 of 5.6e-6 (m = 2), 8.4e-6 (3) and 7.5e-6
+(4), and m = 4 slower than m = 3 though it needs fewer products (its batched GEMMs are narrower: 1,568
+tiles against 2,592; not analysed further). ``TILES`` holds the choice. A value depends on where its
+tile starts, so a band split at a row that is not a multiple of m is not bit for bit the whole image:
+the halo versions, which compare digests, use direct or GEMM.
 """
 from __future__ import annotations
 
@@ -43,16 +33,13 @@ import numpy as np
 
 from hpclab.backend import cuda as _cuda
 from hpclab.matmul import fast as mm
-from hpclab.halo.conv_gemm import Workspace, chunks, max_bytes
+from hpclab.halo.conv_gemm import WORKSPACE, Workspace, chunks, max_bytes
 from hpclab.launch import launch_1d
 
 cuda = _cuda()
 from numba import float32  # noqa: E402  (after the backend is chosen)
 
-# Outputs per tile side m for each kernel size r: F(m x m, r x r). A larger m needs fewer
-# multiplications per output (alpha^2 / m^2 with alpha = m + r - 1) but rounds worse.
-TILES = {3: 2, 5: 3}
-KERNEL_SIZES = tuple(TILES)
+TILES = {3: 2, 5: 3}          # outputs per tile side m for each kernel size r: F(m x m, r x r)
 POINTS = (0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5)   # the first alpha - 1 are used, then infinity
 
 
@@ -60,8 +47,8 @@ def supported(r: int, s: int, stride: int) -> str | None:
     """Why a layer cannot use this path (None when it can)."""
     if stride != 1:
         return f"stride {stride} (Winograd needs stride 1)"
-    if r != s or r not in KERNEL_SIZES:
-        return f"a {r}x{s} kernel (this Winograd path takes square {' or '.join(f'{k}x{k}' for k in KERNEL_SIZES)})"
+    if r != s or r not in TILES:
+        return f"a {r}x{s} kernel (this Winograd path takes square {' or '.join(f'{k}x{k}' for k in TILES)})"
     return None
 
 
@@ -116,9 +103,7 @@ def _input_kernel(m: int, r: int):
     def input_transform(x, v, n0, t0, trows, tiles_w, pad_t, pad_w):
         # v[xi * AL + nu, c, t] = (B^T d B)[xi, nu] for the patch d of tile t, channel c.
         # Consecutive threads take consecutive tiles: coalesced stores into v.
-        C = x.shape[1]
-        H = x.shape[2]
-        W = x.shape[3]
+        _, C, H, W = x.shape
         T = v.shape[2]
         col = cuda.local.array(AL, float32)
         u = cuda.local.array((AL, AL), float32)
@@ -162,8 +147,7 @@ def _output_kernel(m: int, r: int):
     @cuda.jit(fastmath=True)
     def output_transform(prod, bias, out, n0, t0, trows, tiles_w, oh_end, relu):
         # out[n, k, rows of tile t] = A^T prod[:, k, t] A + bias[k] (then ReLU).
-        K = prod.shape[1]
-        T = prod.shape[2]
+        _, K, T = prod.shape
         Wo = out.shape[3]
         per_image = trows * tiles_w
         p = cuda.local.array((AL, AL), float32)
@@ -199,14 +183,10 @@ def _output_kernel(m: int, r: int):
 
 
 def conv_rows_winograd(x, u, bias, out, r: int, pad_top: int, pad_w: int, oh_begin: int, oh_end: int,
-                       relu: bool = False, stream=0, limit: int | None = None,
-                       workspace: Workspace | None = None) -> None:
-    """Output rows [oh_begin, oh_end) of ``out`` (N, K, Ho, Wo) from the band ``x``, stride 1.
-
-    ``u`` is :func:`filter_transform` of the weights on the device, (alpha^2, K, C); its alpha
-    gives the tile size m = alpha - r + 1. Tiles of m x m outputs start at row ``oh_begin``
-    and column 0.
-    """
+                       relu: bool = False, stream=0, workspace: Workspace | None = None) -> None:
+    """Output rows [oh_begin, oh_end) of ``out`` (N, K, Ho, Wo) from the band ``x``, stride 1, in tiles of
+    m x m outputs from row ``oh_begin``; ``u``: :func:`filter_transform` of the weights on the device,
+    (alpha^2, K, C), whose alpha gives m = alpha - r + 1."""
     if oh_end <= oh_begin:
         return
     n, c = x.shape[0], x.shape[1]
@@ -214,10 +194,10 @@ def conv_rows_winograd(x, u, bias, out, r: int, pad_top: int, pad_w: int, oh_beg
     m = math.isqrt(al2) - r + 1
     wo = out.shape[3]
     tiles_h, tiles_w = -(-(oh_end - oh_begin) // m), -(-wo // m)
-    ws = workspace or _WORKSPACE
+    ws = workspace or WORKSPACE
     into, back = _input_kernel(m, r), _output_kernel(m, r)
     # A tile's buffers: alpha^2 (C + K) floats.
-    for n0, nb, r0, trows in chunks(n, tiles_h, tiles_w, 4 * al2 * (c + k), limit or max_bytes()):
+    for n0, nb, r0, trows in chunks(n, tiles_h, tiles_w, 4 * al2 * (c + k), max_bytes()):
         t0 = oh_begin + r0 * m
         tiles = nb * trows * tiles_w
         v = ws.array("wino-in", (al2, c, tiles))
@@ -228,5 +208,3 @@ def conv_rows_winograd(x, u, bias, out, r: int, pad_top: int, pad_w: int, oh_beg
         blocks, threads = launch_1d(k * tiles)
         back[blocks, threads, stream](prod, bias, out, n0, t0, trows, tiles_w, oh_end, bool(relu))
 
-
-_WORKSPACE = Workspace()

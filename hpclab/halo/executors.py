@@ -1,44 +1,40 @@
 """Run a chain of layers on height bands: on CPUs (NumPy) or GPUs, one rank or many.
 
-- ``run_host``: NumPy bands; halos sent with mpi4py ``Isend``/``Irecv``,
-  the interior computed while they travel (V1 with one rank, V2).
-- ``run_device``: device bands; halos packed by a kernel and exchanged with
-  a communication backend's ``sendrecv`` (host-staged MPI, CUDA-aware MPI or
-  NCCL), the interior computed on one CUDA stream meanwhile while the
-  exchange and the boundary rows use a second, high-priority one (V3 with
-  one rank, V4, V5).
+- ``run_host``: NumPy bands, halos sent with mpi4py ``Isend``/``Irecv`` while the interior is
+  computed (V1 with one rank, V2).
+- ``run_device``: device bands, halos packed by a kernel and exchanged with a communication
+  backend's ``sendrecv`` (host-staged MPI, CUDA-aware MPI or NCCL) on a high-priority stream
+  while the interior is computed on another (V3 with one rank, V4, V5).
 
-Both add their seconds per phase ("compute", "halo") to a
-:class:`hpclab.timing.Phases`. With ``Phases(sync=True)`` the device executor
-does not overlap and the GPU is synchronised at every phase boundary, so the
-phases add up to the wall time of that pass: this is how the time split is
-measured. Without it, kernels run asynchronously and a phase's seconds are
-only the host's time in it.
-
-Both read the same band geometry (:mod:`hpclab.halo.geometry`), and with one
-rank they are the serial code: every version runs the same path.
+Both add their seconds per phase ("compute", "halo") to a :class:`hpclab.timing.Phases`. With
+``Phases(sync=True)`` the device executor does not overlap and synchronises the GPU at every
+phase boundary, so the phases add up to the wall time of that pass (the measured time split);
+otherwise kernels run asynchronously and a phase's seconds are only the host's time in it.
+With one rank both are the serial code: every version runs the same path.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from hpclab.backend import cuda
 from hpclab.halo import reference as ref
+from hpclab.halo.bands import copy_rows
+from hpclab.halo.conv import lrn_device
+from hpclab.halo.conv_gemm import Workspace
 from hpclab.halo.geometry import plan_bands, schedule, transfers
+from hpclab.mpi import MPI
+from hpclab.streams import compute_stream, edge_stream, event
 from hpclab.timeline import OFF
 from hpclab.timing import Phases
 
 
 def _height(x, comm) -> int:
     """The whole input's height: the sum of the ranks' bands."""
-    from mpi4py import MPI
-
-    return comm.allreduce(x.shape[2], op=MPI.SUM) if comm.size > 1 else x.shape[2]
+    return comm.allreduce(x.shape[2], op=MPI().SUM) if comm.size > 1 else x.shape[2]
 
 
 def run_host(ops, x: np.ndarray, comm, overlap: bool = True, phases: Phases | None = None) -> np.ndarray:
     """Forward ``x`` (this rank's input band, (N, C, rows, W)) through ``ops`` on the CPU."""
-    from mpi4py import MPI
-
     phases = phases or Phases(sync=False)
     size, rank = comm.size, comm.rank
     height = _height(x, comm)
@@ -55,15 +51,11 @@ def run_host(ops, x: np.ndarray, comm, overlap: bool = True, phases: Phases | No
             work = np.zeros((n, c, p.have[1] - p.have[0], w), dtype=np.float32)
             l0, l1 = p.local
             work[:, :, l0 - p.have[0]:l1 - p.have[0]] = x[:, :, l0 - p.own[0]:l1 - p.own[0]]
-            requests, arriving = [], []
-            for m in transfers(plans):
-                if m.dst == rank:
-                    buf = np.empty((n, c, m.stop - m.start, w), dtype=np.float32)
-                    requests.append(comm.Irecv(buf, source=m.src, tag=7))
-                    arriving.append((m, buf))
-                if m.src == rank:
-                    send = np.ascontiguousarray(x[:, :, m.start - p.own[0]:m.stop - p.own[0]])
-                    requests.append(comm.Isend(send, dest=m.dst, tag=7))
+            moves = transfers(plans)
+            arriving = [(m, np.empty((n, c, m.stop - m.start, w), dtype=np.float32)) for m in moves if m.dst == rank]
+            requests = [comm.Irecv(buf, source=m.src, tag=7) for m, buf in arriving]
+            requests += [comm.Isend(np.ascontiguousarray(x[:, :, m.start - p.own[0]:m.stop - p.own[0]]), dest=m.dst,
+                                    tag=7) for m in moves if m.src == rank]
             pieces = {}
 
             def compute(j0, j1):
@@ -73,7 +65,7 @@ def run_host(ops, x: np.ndarray, comm, overlap: bool = True, phases: Phases | No
             if overlap and p.interior[1] > p.interior[0]:
                 compute(*p.interior)              # while the halo messages travel
         with phases("halo"):
-            MPI.Request.Waitall(requests)
+            MPI().Request.Waitall(requests)
             for m, buf in arriving:
                 work[:, :, m.start - p.have[0]:m.stop - p.have[0]] = buf
         with phases("compute"):
@@ -85,25 +77,17 @@ def run_host(ops, x: np.ndarray, comm, overlap: bool = True, phases: Phases | No
 
 
 class Buffers:
-    """Device buffers kept between calls of ``run_device`` (allocation synchronises the GPU):
-    the layers' working, output and halo buffers, and the GEMM/Winograd scratch of each of
-    the two streams (used at the same time). The output ``run_device`` returns lives here:
-    the next call with the same buffers overwrites it."""
+    """Device buffers kept between calls of ``run_device`` (allocation synchronises the GPU): the layers'
+    working, output and halo buffers, and the GEMM/Winograd scratch of each stream (used at the same
+    time). The output ``run_device`` returns lives here: the next call with the same buffers overwrites it."""
 
     def __init__(self):
-        from hpclab.halo.conv_gemm import Workspace
-
         self.bands, self.compute, self.edge = Workspace(), Workspace(), Workspace()
 
 
 def pack_halos(plans, x, rank, stream, get):
-    """Copy the rows this rank sends into contiguous buffers (``get(name, shape)``), one per round.
-
-    Returns [(offset, send Transfer | None, recv Transfer | None, send buffer, recv buffer)]
-    for the rounds this rank takes part in (see :func:`schedule`).
-    """
-    from hpclab.halo.bands import copy_rows
-
+    """Copy the rows this rank sends into contiguous buffers (``get(name, shape)``), one per round: [(offset,
+    send Transfer | None, recv Transfer | None, send buffer, recv buffer)] for the rounds this rank is in."""
     p = plans[rank]
     n, c, _, w = x.shape
     rounds = []
@@ -120,21 +104,12 @@ def pack_halos(plans, x, rank, stream, get):
 
 
 def exchange_halos(be, rounds, work, p, stream, tl=OFF) -> None:
-    """Send/receive the packed rows through ``be.sendrecv`` and unpack them into ``work``.
-
-    ``stream`` is the stream the rows were packed on: each exchange runs
-    behind it and returns when its rows have arrived. Every round pairs rank
-    r's send to r + offset with its receive from r - offset, so no round can
-    deadlock.
-    """
-    from mpi4py import MPI
-
-    from hpclab.halo.bands import copy_rows
-
+    """Send/receive the packed rows through ``be.sendrecv`` and unpack them into ``work``; each exchange
+    runs behind ``stream`` (where the rows were packed) and returns when its rows have arrived."""
     with tl.span("halo exchange", "comm", stream, "edge stream"):
         for offset, send, recv, sbuf, rbuf in rounds:
-            be.sendrecv(sbuf, dest=be.rank + offset if send else MPI.PROC_NULL,
-                        source=be.rank - offset if recv else MPI.PROC_NULL, recvbuf=rbuf, stream=stream)
+            be.sendrecv(sbuf, dest=be.rank + offset if send else MPI().PROC_NULL,
+                        source=be.rank - offset if recv else MPI().PROC_NULL, recvbuf=rbuf, stream=stream)
     with tl.span("unpack", "copy", stream, "edge stream"):
         for _, _, recv, _, rbuf in rounds:
             if recv:
@@ -145,25 +120,13 @@ def run_device(ops, x, comm, be=None, overlap: bool = True, phases: Phases | Non
                buffers: Buffers | None = None, height: int | None = None, timeline=None):
     """Forward the device band ``x`` (complete: its kernels finished) through ``ops``; returns a device array.
 
-    Per windowed layer, on two streams (:mod:`hpclab.streams`):
-
-    - compute stream: copy own rows into the working buffer, then the interior rows;
-    - edge stream (high priority): pack the rows to send, exchange them
-      (the host waits for this stream only), unpack the halo, and, once
-      the own rows are in place, the boundary rows.
-
-    The boundary's kernels thus run beside the interior's instead of after
-    them, and a NCCL transfer does not queue behind the interior. Each
-    stream has its own GEMM scratch. Convolutions use their op's ``method``
-    (im2col + GEMM on a GPU by default), which runs in chunks, so freed SMs
-    come often. Without overlap (or with ``Phases(sync=True)``) every row is
-    computed after the exchange. ``timeline`` (:mod:`hpclab.timeline`) records each piece on its stream.
+    Per windowed layer, on two streams (:mod:`hpclab.streams`): the compute stream copies own rows into
+    the working buffer, then computes the interior rows; the edge stream (high priority) packs the rows
+    to send, exchanges them (the host waits for this stream only), unpacks the halo and, once the own
+    rows are in place, computes the boundary rows. So the boundary runs beside the interior, not after
+    it, and a NCCL transfer does not queue behind it. Without overlap (or with ``Phases(sync=True)``)
+    every row is computed after the exchange. ``timeline`` (:mod:`hpclab.timeline`) records each piece.
     """
-    from hpclab.backend import cuda
-    from hpclab.halo.bands import copy_rows
-    from hpclab.halo.conv import lrn_device
-    from hpclab.streams import compute_stream, edge_stream, event
-
     phases = phases or Phases(sync=False)
     overlap = overlap and not phases.sync
     buffers = buffers or Buffers()

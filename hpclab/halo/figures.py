@@ -25,13 +25,12 @@ def bands_figure(height: int, kernel: int, stride: int, pad: int, size: int, tit
         for seg in (*p.above, *p.below):
             ax.bar(x + 0.18, seg.rows, bottom=seg.start, width=0.32, color="none", edgecolor="black",
                    hatch="///", label="halo (from a neighbour)" if x == 0 and seg is (*p.above, *p.below)[0] else None)
-            ax.annotate(f"{seg.rows} from r{seg.owner}", (x + 0.36, seg.start + seg.rows / 2), fontsize=7,
-                        va="center")
+            ax.annotate(f"{seg.rows} from r{seg.owner}", (x + 0.36, seg.start + seg.rows / 2), fontsize=7, va="center")
         ax.text(x, -0.04 * height, f"out [{p.out_rows[0]},{p.out_rows[1]})", ha="center", va="top", fontsize=7)
     ax.set_ylim(height * 1.02, -0.1 * height)
     ax.set_xticks(range(size), [f"rank {r}" for r in range(size)])
-    ax.set_ylabel("input row")
-    ax.set_title(title or f"{height} rows, kernel {kernel}, stride {stride}, pad {pad}, {size} ranks")
+    ax.set(ylabel="input row", title=title or f"{height} rows, kernel {kernel}, stride {stride}, pad {pad}, "
+                                              f"{size} ranks")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
     fig.tight_layout()
     return fig
@@ -57,9 +56,7 @@ def scaling_figure(points: list[dict], title: str = ""):
         ideal = [t1 / r if mode == "strong" else t1 for r in ranks]
         ax.plot([str(r) for r in ranks], ideal, "k--", label="ideal")
         ax.set_ylim(0, 1.35 * max(bottom + ideal))        # the whole bars, and room for the legend
-        ax.set_xlabel("ranks")
-        ax.set_ylabel("seconds (max over ranks)")
-        ax.set_title(f"{mode} scaling")
+        ax.set(xlabel="ranks", ylabel="seconds (max over ranks)", title=f"{mode} scaling")
         ax.legend(fontsize=8, ncols=4, loc="upper center")
     if title:
         fig.suptitle(title, fontsize=10)

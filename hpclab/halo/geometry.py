@@ -1,24 +1,18 @@
 """Height-wise domain decomposition of windowed layers, with halo exchange.
 
-Every rank owns a contiguous band of OUTPUT rows of a layer
-(``block_range``: uneven splits allowed). Output rows [o0, o1) of a layer
-with kernel height R, stride s and padding p read input rows
+Every rank owns a contiguous band of OUTPUT rows of a layer (``block_range``). Output rows
+[o0, o1) of a layer with kernel height R, stride s and padding p read input rows
 
     [o0*s - p, (o1 - 1)*s - p + R)
 
-clipped to the image [0, H); rows outside the image are zero padding. The
-input itself is split the same way (rank r owns input rows
-``block_range(H, size, r)``, which is the output band of the layer before),
-so the rows a rank needs but does not own — its halo — live on other ranks,
-usually the neighbours, and are exchanged before the rows next to the band
-edge can be computed. Rows far enough from the edge (the interior) need only
-own rows: they are computed while the halo is in flight.
-
-Everything here is plain geometry, computed the same way on every rank.
+clipped to the image [0, H) (rows outside are zero padding). The input is split the same way,
+so the rows a rank reads but does not own, its halo, live on other ranks and are exchanged;
+rows far enough from the band's edge (the interior) need only own rows and are computed while
+the halo is in flight. Plain geometry, computed the same way on every rank.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 
 from hpclab.decomp import block_range
@@ -32,37 +26,24 @@ class Segment:
     stop: int
     owner: int
 
-    @property
-    def rows(self) -> int:
-        return self.stop - self.start
+    rows = property(lambda self: self.stop - self.start)
 
 
 @dataclass(frozen=True)
 class BandPlan:
     rank: int
-    size: int
-    height: int                    # input rows of the layer
     out_height: int
     out_rows: tuple[int, int]      # [o0, o1): output rows this rank computes
     own: tuple[int, int]           # input rows this rank owns
     need: tuple[int, int]          # input rows the band reads, before clipping to the image
     have: tuple[int, int]          # ... clipped: the rows of the working buffer
-    above: tuple[Segment, ...] = field(default=())   # halo rows from ranks above (lower rows)
-    below: tuple[Segment, ...] = field(default=())   # halo rows from ranks below (higher rows)
-    interior: tuple[int, int] = (0, 0)   # output rows computable from own rows alone
+    above: tuple[Segment, ...]     # halo rows from ranks above (lower rows)
+    below: tuple[Segment, ...]     # halo rows from ranks below (higher rows)
+    interior: tuple[int, int]      # output rows computable from own rows alone
 
-    @property
-    def pad_top(self) -> int:
-        """Zero rows above the working buffer (image padding)."""
-        return self.have[0] - self.need[0]
-
-    @property
-    def halo_above(self) -> int:
-        return sum(s.rows for s in self.above)
-
-    @property
-    def halo_below(self) -> int:
-        return sum(s.rows for s in self.below)
+    pad_top = property(lambda self: self.have[0] - self.need[0])     # zero rows (padding) above the buffer
+    halo_above = property(lambda self: sum(s.rows for s in self.above))
+    halo_below = property(lambda self: sum(s.rows for s in self.below))
 
     @property
     def local(self) -> tuple[int, int]:
@@ -74,11 +55,6 @@ class BandPlan:
         """Output rows that need halo rows: computed after the exchange."""
         (o0, o1), (j0, j1) = self.out_rows, self.interior
         return [r for r in ((o0, j0), (j1, o1)) if r[1] > r[0]]
-
-
-def input_rows(o0: int, o1: int, kernel: int, stride: int, pad: int) -> tuple[int, int]:
-    """Input rows [lo, hi) that output rows [o0, o1) read, before clipping."""
-    return o0 * stride - pad, (o1 - 1) * stride - pad + kernel
 
 
 def check_ranks(out_height: int, size: int, what: str, fix: str = "") -> None:
@@ -96,15 +72,11 @@ def min_input_height(ranks: int, kernel: int, stride: int, pad: int) -> int:
     return max(kernel - 2 * pad, (ranks - 1) * stride + kernel - 2 * pad, 1)
 
 
-def _split(start: int, stop: int, height: int, size: int) -> list[Segment]:
+def _split(start: int, stop: int, height: int, size: int) -> tuple[Segment, ...]:
     """Rows [start, stop) cut where the input band owners change."""
-    segs = []
-    for r in range(size):
-        a, b = block_range(height, size, r)
-        lo, hi = max(a, start), min(b, stop)
-        if hi > lo:
-            segs.append(Segment(lo, hi, r))
-    return segs
+    bands = [block_range(height, size, r) for r in range(size)]
+    cut = [Segment(max(start, a), min(stop, b), r) for r, (a, b) in enumerate(bands)]
+    return tuple(s for s in cut if s.rows > 0)
 
 
 def plan_band(height: int, kernel: int, stride: int, pad: int, size: int, rank: int) -> BandPlan:
@@ -112,10 +84,10 @@ def plan_band(height: int, kernel: int, stride: int, pad: int, size: int, rank: 
     ho = output_size(height, kernel, stride, pad)
     o0, o1 = block_range(ho, size, rank)
     own = block_range(height, size, rank)
-    lo, hi = input_rows(o0, o1, kernel, stride, pad)
+    lo, hi = o0 * stride - pad, (o1 - 1) * stride - pad + kernel
     have = (max(lo, 0), min(hi, height))
-    above = tuple(_split(have[0], min(have[1], own[0]), height, size))
-    below = tuple(_split(max(have[0], own[1]), have[1], height, size))
+    above = _split(have[0], min(have[1], own[0]), height, size)
+    below = _split(max(have[0], own[1]), have[1], height, size)
 
     # Interior: output rows oh whose input rows [oh*stride - pad, oh*stride - pad + kernel),
     # clipped to the image, lie in own rows. Both bounds are monotone in oh, so the
@@ -123,7 +95,7 @@ def plan_band(height: int, kernel: int, stride: int, pad: int, size: int, rank: 
     first = o0 if own[0] == 0 else max(o0, -(-(own[0] + pad) // stride))
     last = o1 if own[1] == height else min(o1, (own[1] + pad - kernel) // stride + 1)
     interior = (first, last) if last > first else (o1, o1)
-    return BandPlan(rank, size, height, ho, (o0, o1), own, (lo, hi), have, above, below, interior)
+    return BandPlan(rank, ho, (o0, o1), own, (lo, hi), have, above, below, interior)
 
 
 @lru_cache(maxsize=256)
@@ -143,18 +115,15 @@ class Transfer:
 
 def transfers(plans: list[BandPlan]) -> list[Transfer]:
     """Every message of one layer's halo exchange (the same list on every rank)."""
-    return [Transfer(seg.owner, p.rank, seg.start, seg.stop)
-            for p in plans for seg in (*p.above, *p.below)]
+    return [Transfer(seg.owner, p.rank, seg.start, seg.stop) for p in plans for seg in (*p.above, *p.below)]
 
 
 def schedule(moves: list[Transfer], size: int):
-    """Rounds of paired exchanges that cannot deadlock.
+    """Rounds of paired exchanges that cannot deadlock: (offset, {rank: (send | None, recv | None)}).
 
-    Yields (offset, {rank: (send Transfer | None, recv Transfer | None)}):
-    in the round for offset d every rank sends to rank + d and receives from
-    rank - d (MPI_PROC_NULL where there is nothing), so every Sendrecv has
-    its partner in the same round. Offsets run +1, -1, +2, -2, ... as far
-    as the farthest message (1 unless bands are thinner than the halo).
+    In the round for offset d every rank sends to rank + d and receives from rank - d, so every
+    Sendrecv has its partner in the same round. Offsets run +1, -1, +2, -2, ... as far as the
+    farthest message (1 unless bands are thinner than the halo).
     """
     reach = max((abs(t.dst - t.src) for t in moves), default=0)
     by_pair = {(t.src, t.dst): t for t in moves}
@@ -172,10 +141,7 @@ def brute_force_band(height: int, kernel: int, stride: int, pad: int, size: int,
     own = set(range(*block_range(height, size, rank)))
     read = {oh * stride - pad + r for oh in range(o0, o1) for r in range(kernel)}
     real = {i for i in read if 0 <= i < height}
-    owners = {}
-    for i in real - own:
-        owners[i] = next(r for r in range(size) if i in range(*block_range(height, size, r)))
+    owners = {i: next(r for r in range(size) if i in range(*block_range(height, size, r))) for i in real - own}
     interior = [oh for oh in range(o0, o1)
                 if {oh * stride - pad + r for r in range(kernel)} & set(range(height)) <= own]
-    return {"out_rows": (o0, o1), "real": real, "pad_rows": len(read - real), "owners": owners,
-            "interior": interior}
+    return {"out_rows": (o0, o1), "real": real, "pad_rows": len(read - real), "owners": owners, "interior": interior}

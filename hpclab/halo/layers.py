@@ -1,17 +1,19 @@
 """The layers of a chain: what each one computes on a band of rows, on the host and on the GPU.
 
-A windowed layer (convolution, max-pooling) has ``window = (kernel, stride,
-pad)`` along the height, which is what the band geometry needs; LRN works
-across channels only (``window = None``: no halo). Dense layers come after the
-chain, on whole images.
+A windowed layer (convolution, max-pooling) has ``window = (kernel, stride, pad)`` along the
+height, which is what the band geometry needs; LRN works across channels only (``window = None``:
+no halo). Dense layers come after the chain, on whole images.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
+from itertools import accumulate
 
 import numpy as np
 
 from hpclab.halo import reference as ref
+from hpclab.halo.conv import ConvWeights, conv_rows_device, linear_device, maxpool_rows_device
 from hpclab.halo.geometry import check_ranks, min_input_height
 
 # The convolution methods whose bands are bit-for-bit those rows of the whole image (Winograd's are not).
@@ -27,11 +29,8 @@ class Conv:
     pad: int = 0
     relu: bool = True
     method: str | None = None     # on the GPU, one of BAND_METHODS; None: the backend's default
-    _dev: object = field(default=None, repr=False)
 
-    @property
-    def window(self):
-        return self.w.shape[2], self.stride, self.pad
+    window = property(lambda self: (self.w.shape[2], self.stride, self.pad))
 
     def out_shape(self, c, h, w):
         ho, wo = ref.check_conv((c, h, w), self.w.shape, self.stride, self.pad)
@@ -45,12 +44,12 @@ class Conv:
         out = ref.conv2d_rows(x, self.w, self.stride, pad_top, self.pad, rows, self.bias)
         return ref.relu(out) if self.relu else out
 
-    def device_rows(self, x, out, pad_top, t0, t1, stream, workspace=None):
-        from hpclab.halo.conv import ConvWeights, conv_rows_device
+    @cached_property
+    def weights(self) -> ConvWeights:
+        return ConvWeights(self.w, self.bias)
 
-        if self._dev is None:
-            self._dev = ConvWeights(self.w, self.bias)
-        conv_rows_device(x, self._dev, out, self.stride, pad_top, self.pad, t0, t1, self.relu, stream,
+    def device_rows(self, x, out, pad_top, t0, t1, stream, workspace=None):
+        conv_rows_device(x, self.weights, out, self.stride, pad_top, self.pad, t0, t1, self.relu, stream,
                          self.method, workspace)
 
 
@@ -60,9 +59,7 @@ class Pool:
     size: int = 3
     stride: int = 2
 
-    @property
-    def window(self):
-        return self.size, self.stride, 0
+    window = property(lambda self: (self.size, self.stride, 0))
 
     def out_shape(self, c, h, w):
         ref.check_window(h, w, self.size, self.size, self.stride, 0, what="pooling window")
@@ -75,8 +72,6 @@ class Pool:
         return ref.maxpool_rows(x, self.size, self.stride, pad_top, rows)
 
     def device_rows(self, x, out, pad_top, t0, t1, stream, workspace=None):
-        from hpclab.halo.conv import maxpool_rows_device
-
         maxpool_rows_device(x, out, self.size, self.stride, pad_top, t0, t1, 0, stream)
 
 
@@ -102,7 +97,6 @@ class Dense:
     w: np.ndarray                 # (M, D)
     bias: np.ndarray
     relu: bool
-    _dev: object = field(default=None, repr=False)
 
     def describe(self) -> str:
         return f"fully connected {self.w.shape[1]} -> {self.w.shape[0]}" + (" + ReLU" if self.relu else "")
@@ -111,22 +105,18 @@ class Dense:
         y = ref.linear(y, self.w, self.bias)
         return ref.relu(y) if self.relu else y
 
+    @cached_property
+    def weights(self) -> ConvWeights:
+        return ConvWeights(self.w[:, :, None, None], self.bias)
+
     def device(self, y):
         """The device rows y (N, D) -> (N, M) on the device: a 1x1 convolution (im2col + GEMM)."""
-        from hpclab.halo.conv import ConvWeights, linear_device
-
-        if self._dev is None:
-            self._dev = ConvWeights(self.w[:, :, None, None], self.bias)
-        return linear_device(y, self._dev, self.relu)
+        return linear_device(y, self.weights, self.relu)
 
 
 def shapes(ops, in_shape):
     """(C, H, W) after each op, starting from in_shape."""
-    out, cur = [], tuple(in_shape)
-    for op in ops:
-        cur = op.out_shape(*cur)
-        out.append(cur)
-    return out
+    return list(accumulate(ops, lambda cur, op: op.out_shape(*cur), initial=tuple(in_shape)))[1:]
 
 
 def least_height(ops, size: int) -> int:

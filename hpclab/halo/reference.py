@@ -2,12 +2,9 @@
 
 The convolution is a cross-correlation, as deep-learning frameworks define it:
 ``out[n, k, i, j] = sum_{c, r, s} w[k, c, r, s] * x[n, c, i*stride - pad + r, j*stride - pad + s]``
-with zeros outside the image.
-
-``conv2d_rows`` accumulates over (c, r, s) in a fixed order with float32
-element-wise operations, so a band of rows computed on its own gives exactly
-the same bits as the same rows of the whole image: the CPU versions of the
-distributed code can be compared to the serial one digit for digit.
+with zeros outside the image. ``conv2d_rows`` sums over (c, r, s) in a fixed order, element-wise
+in float32, so a band of rows computed on its own gives the same bits as those rows of the whole
+image: the CPU versions of the distributed code can be compared to the serial one bit for bit.
 """
 from __future__ import annotations
 
@@ -63,27 +60,28 @@ def as_batch(x: np.ndarray) -> tuple[np.ndarray, bool]:
     return (x[None], True) if x.ndim == 3 else (x, False)
 
 
-def conv2d_rows(x, w, stride: int, pad_top: int, pad_w: int, out_rows: int, bias=None) -> np.ndarray:
-    """Output rows 0..out_rows-1 of a convolution of a (N, C, h, W) band.
+def _padded(x, rows: int, pad_top: int, pad_w: int, fill: float) -> np.ndarray:
+    """The band x (N, C, h, W) with ``pad_top`` rows above, ``pad_w`` columns each side and as many
+    rows below as ``rows`` need, all ``fill``."""
+    n, c, h, wd = x.shape
+    xp = np.full((n, c, max(pad_top + h, rows), wd + 2 * pad_w), fill, dtype=np.float32)
+    xp[:, :, pad_top:pad_top + h, pad_w:pad_w + wd] = x
+    return xp
 
-    Input row ``i * stride - pad_top + r`` feeds output row i; rows outside
-    [0, h) are zero (padding, or rows beyond the image edge).
-    """
+
+def conv2d_rows(x, w, stride: int, pad_top: int, pad_w: int, out_rows: int, bias=None) -> np.ndarray:
+    """Output rows 0..out_rows-1 of a convolution of a (N, C, h, W) band: input row ``i * stride - pad_top + r``
+    feeds output row i; rows outside [0, h) are zero (padding, or rows beyond the image edge)."""
     x = np.asarray(x, dtype=np.float32)
     w = np.asarray(w, dtype=np.float32)
-    n, c, h, wd = x.shape
-    k, _, r, s = w.shape
-    wo = output_size(wd, s, stride, pad_w)
-    rows_needed = (out_rows - 1) * stride + r
-    bottom = max(0, rows_needed - pad_top - h)
-    xp = np.zeros((n, c, pad_top + h + bottom, wd + 2 * pad_w), dtype=np.float32)
-    xp[:, :, pad_top:pad_top + h, pad_w:pad_w + wd] = x
-    out = np.zeros((n, k, out_rows, wo), dtype=np.float32)
+    k, c, r, s = w.shape
+    wo = output_size(x.shape[3], s, stride, pad_w)
+    xp = _padded(x, (out_rows - 1) * stride + r, pad_top, pad_w, 0.0)
+    out = np.zeros((x.shape[0], k, out_rows, wo), dtype=np.float32)
     for ci in range(c):
         for ri in range(r):
             for si in range(s):
-                patch = xp[:, ci, ri:ri + (out_rows - 1) * stride + 1:stride,
-                           si:si + (wo - 1) * stride + 1:stride]
+                patch = xp[:, ci, ri:ri + (out_rows - 1) * stride + 1:stride, si:si + (wo - 1) * stride + 1:stride]
                 out += w[None, :, ci, ri, si, None, None] * patch[:, None]
     if bias is not None:
         out += np.asarray(bias, dtype=np.float32)[None, :, None, None]
@@ -105,13 +103,9 @@ def relu(x) -> np.ndarray:
 def maxpool_rows(x, size: int, stride: int, pad_top: int, out_rows: int, pad_w: int = 0) -> np.ndarray:
     """Rows 0..out_rows-1 of a size x size max-pooling of a (N, C, h, W) band (-inf outside)."""
     x = np.asarray(x, dtype=np.float32)
-    n, c, h, wd = x.shape
-    wo = output_size(wd, size, stride, pad_w)
-    rows_needed = (out_rows - 1) * stride + size
-    bottom = max(0, rows_needed - pad_top - h)
-    xp = np.full((n, c, pad_top + h + bottom, wd + 2 * pad_w), -np.inf, dtype=np.float32)
-    xp[:, :, pad_top:pad_top + h, pad_w:pad_w + wd] = x
-    out = np.full((n, c, out_rows, wo), -np.inf, dtype=np.float32)
+    wo = output_size(x.shape[3], size, stride, pad_w)
+    xp = _padded(x, (out_rows - 1) * stride + size, pad_top, pad_w, -np.inf)
+    out = np.full((*x.shape[:2], out_rows, wo), -np.inf, dtype=np.float32)
     for ri in range(size):
         for si in range(size):
             np.maximum(out, xp[:, :, ri:ri + (out_rows - 1) * stride + 1:stride,
@@ -119,29 +113,14 @@ def maxpool_rows(x, size: int, stride: int, pad_top: int, out_rows: int, pad_w: 
     return out
 
 
-def maxpool2d(x, size: int = 3, stride: int = 2, pad: int = 0) -> np.ndarray:
-    """Max-pooling of (C,H,W) or (N,C,H,W) input (AlexNet: 3x3, stride 2)."""
-    x4, single = as_batch(x)
-    h, w = x4.shape[-2:]
-    check_window(h, w, size, size, stride, pad, what="pooling window")
-    out = maxpool_rows(x4, size, stride, pad, output_size(h, size, stride, pad), pad)
-    return out[0] if single else out
-
-
 def lrn(x, size: int = LRN_SIZE, alpha: float = LRN_ALPHA, beta: float = LRN_BETA,
         k: float = LRN_K) -> np.ndarray:
-    """Local response normalisation across channels (AlexNet's form), float32."""
-    x4, single = as_batch(x)
-    x4 = np.asarray(x4, dtype=np.float32)
-    c = x4.shape[1]
-    sq = x4 * x4
-    total = np.zeros_like(x4)
-    half = size // 2
-    for ci in range(c):
-        lo, hi = max(0, ci - half), min(c, ci + half + 1)
-        total[:, ci] = sq[:, lo:hi].sum(axis=1, dtype=np.float32)
-    out = x4 / (np.float32(k) + np.float32(alpha) * total) ** np.float32(beta)
-    return out[0] if single else out
+    """Local response normalisation across the channels of x (N, C, H, W) (AlexNet's form), float32."""
+    x = np.asarray(x, dtype=np.float32)
+    sq, half = x * x, size // 2
+    total = np.stack([sq[:, max(0, ci - half):ci + half + 1].sum(axis=1, dtype=np.float32)
+                      for ci in range(x.shape[1])], axis=1)
+    return x / (np.float32(k) + np.float32(alpha) * total) ** np.float32(beta)
 
 
 def linear(x, w, bias=None) -> np.ndarray:

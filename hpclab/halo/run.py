@@ -8,6 +8,7 @@ import numpy as np
 
 from hpclab import backend, budget, comm as hcomm
 from hpclab.halo import alexnet
+from hpclab.halo.conv import METHODS, check_method
 from hpclab.halo.geometry import min_input_height, plan_bands
 from hpclab.halo.layers import BAND_METHODS, Conv, check_chain, shapes
 from hpclab.halo.versions import TWIN, VERSIONS, digest, max_rel_error, run_version, with_twins
@@ -20,7 +21,8 @@ HELP = ("Convolution with halo exchange: an AlexNet block (or the whole trunk) s
 
 TOLERANCE = 1e-4          # max error relative to max |V1| (float32 sums in a different order)
 SIM_SCALE = 32            # channels / 32 on the simulator
-# (height, width) of the input of each block on the simulator: a few output rows per rank.
+# (height, width) of the input of each block at AlexNet's size, and on the simulator (a few output rows per rank).
+FULL_INPUT = {"c1": (227, 227), "c2": (27, 27), "c3": (13, 13), "c4": (13, 13), "c5": (13, 13), "trunk": (227, 227)}
 SIM_INPUT = {"c1": (35, 19), "c2": (11, 7), "c3": (7, 5), "c4": (7, 5), "c5": (7, 5), "trunk": (67, 67)}
 MAX_SIDE = (1 << 31) - 1
 
@@ -58,9 +60,8 @@ def validate(args, launch) -> None:
     versions = with_twins(args.version)
     ops, shape, _ = _setup(args, launch.ranks)
     n, c, h, w = shape
-    option = "--rows-per-rank" if args.rows_per_rank else "--height" if args.height else "--width" \
-        if args.width else "--batch"
-    value = getattr(args, option[2:].replace("-", "_"))
+    name = next(name for name in ("rows_per_rank", "height", "width", "batch") if getattr(args, name))
+    option, value = "--" + name.replace("_", "-"), getattr(args, name)
     check_chain(ops, (c, h, w), launch.ranks, what="in the trunk, " if args.layer == "trunk" else "")
     table = alexnet.layer_table(ops, (c, h, w), n)
     nbytes = sum(row["bytes"] for row in table)          # every layer's input, output and weights
@@ -76,21 +77,16 @@ def validate(args, launch) -> None:
 
 def _setup(args, size):
     scale = args.scale or backend.auto_size(1, SIM_SCALE)
-    if args.layer == "trunk":
-        ops = alexnet.trunk_ops(scale, args.seed)
-        c = alexnet.INPUT[0]
-    else:
-        c = alexnet.input_channels(args.layer, scale)
-        ops = alexnet.conv_ops(args.layer, c, scale, args.seed)
-    h, w = backend.auto_size(alexnet.default_input(args.layer, scale)[1:], SIM_INPUT[args.layer])
+    trunk = args.layer == "trunk"
+    c = alexnet.input_channels("c1" if trunk else args.layer, scale)
+    ops = alexnet.trunk_ops(scale, args.seed) if trunk else alexnet.conv_ops(args.layer, c, scale, args.seed)
+    h, w = backend.auto_size(FULL_INPUT[args.layer], SIM_INPUT[args.layer])
     if args.rows_per_rank:
-        kernel, stride, pad = ops[0].window
-        h = min_input_height(args.rows_per_rank * size, kernel, stride, pad)
+        h = min_input_height(args.rows_per_rank * size, *ops[0].window)
     h, w = args.height or h, args.width or w
-    method = None if args.method == "auto" else args.method
     for op in ops:
         if isinstance(op, Conv):
-            op.method = method
+            op.method = None if args.method == "auto" else args.method
     return ops, (args.batch, c, h, w), scale
 
 
@@ -113,8 +109,7 @@ def run(args, ctx) -> Report:
         ops, shape, scale = _setup(args, size)
         n, c, h, w = shape
         out_shapes = shapes(ops, (c, h, w))          # (validate has checked the chain)
-        dense = alexnet.dense_ops(int(np.prod(out_shapes[-1])), scale, args.seed) \
-            if args.layer == "trunk" else []
+        dense = alexnet.dense_ops(int(np.prod(out_shapes[-1])), scale, args.seed) if args.layer == "trunk" else []
     repeats = args.repeats or (1 if sim else 3)
     outcomes = {}
     start = time.perf_counter()
@@ -131,60 +126,48 @@ def run(args, ctx) -> Report:
                                       warmup=0 if sim or v in ("v1", "v2") else 1)  # compile first
         progress(f"{v.upper()} done, {outcomes[v].wall_s:.4f} s per run")
 
-    from hpclab.halo.conv import METHODS, default_method
-
-    method = next((op.method for op in ops if isinstance(op, Conv)), None) or default_method()
-    report = Report(rank_line=_rank_line(ctx.placement, ops, shape, size, rank))
-    checks = {}
-    if rank == 0:
-        v1 = outcomes["v1"].out
-        digests = {v: digest(o.out) for v, o in outcomes.items()}
-        for v, o in outcomes.items():
-            err = max_rel_error(o.out, v1)
-            same = digests[v] == digests[TWIN[v]]
-            checks[v] = {"digest": digests[v], "digest_matches_twin": same, "twin": TWIN[v],
-                         "digest_matches_v1": digests[v] == digests["v1"], "max_rel_error": err,
-                         "ok": bool(same and err <= TOLERANCE), "wall_s": o.wall_s,
-                         "phases": {k: round(x, 6) for k, x in o.phases.items()}, "comm": o.comm,
-                         "note": o.note}
-    passed = bool(comm.bcast(all(ch["ok"] for ch in checks.values()) if rank == 0 else None, root=0))
-    report.passed = passed
+    method = next((op.method for op in ops if isinstance(op, Conv)), None) or check_method(None)
     # The version whose time is reported as wall_s: the last one asked for.
     primary = "v5" if args.version == ("all",) else args.version[-1]
     p = outcomes[primary]
-    report.timings = {"wall_s": p.wall_s, "version": primary,
-                      **{f"{k}_s": x for k, x in p.phases.items()},
-                      **{f"{v}_wall_s": o.wall_s for v, o in outcomes.items()}}
+    report = Report(rank_line=_rank_line(ctx.placement, ops, shape, size, rank),
+                    timings={"wall_s": p.wall_s, "version": primary, **{f"{k}_s": x for k, x in p.phases.items()},
+                             **{f"{v}_wall_s": o.wall_s for v, o in outcomes.items()}})
+    checks = {}
     if rank == 0:
         out_shape = [n, *out_shapes[-1]] if not dense else [n, dense[-1].w.shape[0]]
-        table = alexnet.layer_table(ops, (c, h, w), n, size, dense)
         report.final = [
             ("Layer", f"{args.layer}: " + ", ".join(op.describe() for op in ops)
              + (f", then {', '.join(d.name for d in dense)} on rank 0" if dense else "")),
             ("Input", f"{'x'.join(map(str, shape))} (N x C x H x W), output {'x'.join(map(str, out_shape))}"),
             ("Decomposition", f"{size} rank(s), output rows of every pooling/convolution split by height"),
         ]
-        for v, ch in checks.items():
-            via = f" via {ch['comm']}" if ch["comm"] else ""
-            report.final.append((f"{v.upper()} {VERSIONS[v]}",
-                                 f"{ch['wall_s']:.4f} s{via} | digest {ch['digest']} "
-                                 f"({'=' if ch['digest_matches_twin'] else '!='} {ch['twin'].upper()}) | "
-                                 f"max rel. error vs V1 {ch['max_rel_error']:.1e}"))
+        report.notes = [o.note for o in outcomes.values() if o.note]
+        if sim:
+            report.notes.append(f"simulator: reduced sizes (channels / {scale}, input {h}x{w}); "
+                                "AlexNet's full sizes run on a GPU")
+        digests = {v: digest(o.out) for v, o in outcomes.items()}
+        for v, o in outcomes.items():
+            err = max_rel_error(o.out, outcomes["v1"].out)
+            same = digests[v] == digests[TWIN[v]]
+            checks[v] = {"digest": digests[v], "digest_matches_twin": same, "twin": TWIN[v],
+                         "digest_matches_v1": digests[v] == digests["v1"], "max_rel_error": err,
+                         "ok": bool(same and err <= TOLERANCE), "wall_s": o.wall_s,
+                         "phases": {k: round(x, 6) for k, x in o.phases.items()}, "comm": o.comm,
+                         "note": o.note}
+            via = f" via {o.comm}" if o.comm else ""
+            report.final.append((f"{v.upper()} {VERSIONS[v]}", f"{o.wall_s:.4f} s{via} | digest {digests[v]} "
+                                 f"({'=' if same else '!='} {TWIN[v].upper()}) | max rel. error vs V1 {err:.1e}"))
+            if not checks[v]["ok"]:
+                report.notes.append(f"{v.upper()} differs: digest {'matches' if same else 'differs from'} "
+                                    f"{TWIN[v].upper()}, max rel. error {err:.2e} (tolerance {TOLERANCE:g})")
         split = ", ".join(f"{k} {x:.4f} s" for k, x in p.phases.items())
         how = "" if sim or primary in ("v1", "v2") else " (separate pass: no overlap, GPU synchronised per phase)"
         report.final.append((f"Time split {primary.upper()}{how}", split))
         report.final.append(("GPU convolution", f"{method} ({METHODS[method]})"))
-        report.notes = [ch["note"] for ch in checks.values() if ch["note"]]
-        if sim:
-            report.notes.append(f"simulator: reduced sizes (channels / {scale}, input {h}x{w}); "
-                                "AlexNet's full sizes run on a GPU")
-        for v, ch in checks.items():
-            if not ch["ok"]:
-                report.notes.append(
-                    f"{v.upper()} differs: digest {'matches' if ch['digest_matches_twin'] else 'differs from'} "
-                    f"{ch['twin'].upper()}, max rel. error {ch['max_rel_error']:.2e} (tolerance {TOLERANCE:g})")
         report.result = {"layer": args.layer, "input": list(shape), "output": out_shape, "scale": scale,
-                         "method": method,
-                         "simulator_reduced": sim, "overlap": not args.no_overlap,
-                         "versions": checks, "table": table, "tolerance": TOLERANCE}
+                         "method": method, "simulator_reduced": sim, "overlap": not args.no_overlap,
+                         "versions": checks, "table": alexnet.layer_table(ops, (c, h, w), n, size, dense),
+                         "tolerance": TOLERANCE}
+    report.passed = bool(comm.bcast(all(ch["ok"] for ch in checks.values()) if rank == 0 else None, root=0))
     return report

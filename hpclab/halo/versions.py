@@ -15,23 +15,21 @@ from __future__ import annotations
 
 import hashlib
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from hpclab import backend, comm as hcomm
+from hpclab.device import ranks_per_gpu
+from hpclab.halo import alexnet
 from hpclab.halo.bands import hash_values
 from hpclab.halo.executors import Buffers, run_device, run_host
-from hpclab.mpi import first_ranks
+from hpclab.mpi import MPI, first_ranks
+from hpclab.timeline import Timeline
 from hpclab.timing import Phases, wall
 
-VERSIONS = {
-    "v1": "serial NumPy (one CPU)",
-    "v2": "MPI on CPUs (NumPy bands, halos via mpi4py)",
-    "v3": "one GPU",
-    "v4": "MPI + GPU, host-staged halos (mpi-host)",
-    "v5": "MPI + GPU, GPU-to-GPU halos",
-}
+VERSIONS = {"v1": "serial NumPy (one CPU)", "v2": "MPI on CPUs (NumPy bands, halos via mpi4py)", "v3": "one GPU",
+            "v4": "MPI + GPU, host-staged halos (mpi-host)", "v5": "MPI + GPU, GPU-to-GPU halos"}
 TWIN = {"v1": "v1", "v2": "v1", "v3": "v3", "v4": "v3", "v5": "v3"}
 DIGITS = 5
 
@@ -62,9 +60,9 @@ class Outcome:
     version: str
     out: np.ndarray | None            # rank 0 only
     wall_s: float                     # max over ranks: input to output band, median of repeats
-    phases: dict = field(default_factory=dict)
-    comm: str = ""
-    note: str = ""
+    phases: dict                      # seconds per phase, max over ranks
+    comm: str                         # the halos' backend
+    note: str                         # why V5 fell back to host staging
 
 
 def gpu_aware_backend(comm, requested: str = "auto"):
@@ -108,24 +106,18 @@ def _on_root(comm, what: str, fn, elsewhere):
 
 def _dense(version, dense, x, phases):
     """The dense layers on whole images (N, ...) -> (N, classes), on the CPU or the GPU."""
+    gpu = version not in ("v1", "v2")
     with phases("dense"):
         y = x.reshape(x.shape[0], -1)
-        if version in ("v1", "v2"):
-            for op in dense:
-                y = op.host(y)
-            return y
-        y = backend.cuda().to_device(np.ascontiguousarray(y))
+        y = backend.cuda().to_device(np.ascontiguousarray(y)) if gpu else y
         for op in dense:
-            y = op.device(y)
-        return y.copy_to_host()
+            y = op.device(y) if gpu else op.host(y)
+        return y.copy_to_host() if gpu else y
 
 
-def _forward(version, ops, dense, shape, seed, comm, be, overlap, phases, buffers):
-    """This rank's input band -> the output gathered on rank 0 (then the dense layers there).
-
-    Returns (output on rank 0, wall seconds): the wall time runs from the input
-    band on the host (made outside it) to the output band on the host, max over ranks.
-    """
+def _forward(version, ops, shape, seed, comm, be, overlap, phases, buffers):
+    """This rank's input band -> (the output gathered on rank 0, wall seconds from the input band on the
+    host, made outside the timed region, to the output band on the host, max over ranks)."""
     n, c, h, w = shape
     with phases("input_generation"):
         r0, r1 = hcomm.block_range(h, comm.size, comm.rank)
@@ -147,78 +139,52 @@ def _forward(version, ops, dense, shape, seed, comm, be, overlap, phases, buffer
         with phases("gather"):
             parts = comm.gather(y, root=0)
         y = np.concatenate(parts, axis=2) if comm.rank == 0 else None
-    if dense and y is not None:
-        y = _dense(version, dense, y, phases)
     return y, seconds
-
-
-def run_once(version: str, ops, dense, shape, seed, comm, be=None, overlap=True, sync=False, buffers=None):
-    """One forward pass of ``version``; returns (output on rank 0, wall seconds, Phases).
-
-    Gathering to rank 0 and the dense layers come after the timed region.
-    ``sync``: measure the phase split (GPU versions run without overlap,
-    synchronised at every phase boundary).
-    """
-    from mpi4py import MPI
-
-    phases = Phases(sync=sync)
-    if version in ("v1", "v3"):   # rank 0 alone
-        out, wall = _on_root(comm, f"{version.upper()} on rank 0", lambda: _forward(
-            version, ops, dense, shape, seed, MPI.COMM_SELF, be, overlap, phases, buffers), (None, 0.0))
-        return out, wall, phases
-    out, wall = _forward(version, ops, [], shape, seed, comm, be, overlap, phases, buffers)
-    if dense:
-        out = _on_root(comm, "the dense layers on rank 0", lambda: _dense(version, dense, out, phases), None)
-    return out, wall, phases
-
-
-def needs_split_pass(version: str) -> bool:
-    """GPU kernels run asynchronously: their time split needs a separate synchronised pass.
-
-    (CPU versions are synchronous, and so is the simulator.)"""
-    return version in ("v3", "v4", "v5") and not backend.is_simulator()
 
 
 def run_version(version: str, ops, dense, shape, seed, comm, comm_name="auto", overlap=True,
                 repeats: int = 1, warmup: int = 0) -> Outcome:
-    """``repeats`` timed passes of ``version`` after ``warmup`` ones (the median wall time), and
-    the time per phase (max over ranks; from a synchronised pass on a GPU)."""
+    """``repeats`` timed passes of ``version`` after ``warmup`` ones (the median wall time), and the time per
+    phase (max over ranks; on a GPU from a separate pass without overlap, synchronised at every phase
+    boundary). Gathering to rank 0 and the dense layers (on rank 0) come after the timed region."""
     be, note, used = None, "", "mpi4py (host)" if version == "v2" else ""
     if version in ("v4", "v5") and comm.size > 1:
         be, note = (hcomm.get("mpi-host", comm), "") if version == "v4" else gpu_aware_backend(comm, comm_name)
         used = be.name
     buffers = Buffers() if version in ("v3", "v4", "v5") else None
+    alone = version in ("v1", "v3")          # rank 0 alone
 
     def once(sync=False):
-        return run_once(version, ops, dense, shape, seed, comm, be, overlap, sync, buffers)
+        phases = Phases(sync=sync)
+        forward = lambda on: _forward(version, ops, shape, seed, on, be, overlap, phases, buffers)  # noqa: E731
+        if alone:
+            out, seconds = _on_root(comm, f"{version.upper()} on rank 0", lambda: forward(MPI().COMM_SELF), (None, 0.0))
+        else:
+            out, seconds = forward(comm)
+        if dense:
+            out = _on_root(comm, "the dense layers on rank 0", lambda: _dense(version, dense, out, phases), None)
+        return out, seconds, phases
 
     for _ in range(warmup):
         once()
     walls = []
-    for _ in range(max(1, repeats)):
-        out, wall, phases = once()
-        walls.append(wall)
-    if needs_split_pass(version):
-        phases = once(sync=True)[2]
-    times = comm.bcast(dict(phases.seconds), root=0) if version in ("v1", "v3") else phases.max_over_ranks(comm)
+    for _ in range(repeats):
+        out, seconds, phases = once()
+        walls.append(seconds)
+    if version in ("v3", "v4", "v5") and not backend.is_simulator():
+        phases = once(sync=True)[2]         # GPU kernels run asynchronously: the split needs a synchronised pass
+    times = comm.bcast(dict(phases.seconds), root=0) if alone else phases.max_over_ranks(comm)
     return Outcome(version, out, comm.bcast(statistics.median(walls), root=0), times, used, note)
 
 
-def scaling_point(mode: str, ranks: int, ops, shape, comm, version: str = "v4", overlap: bool = True,
-                  repeats: int = 1, seed: int = 1) -> dict | None:
-    """Time ``version`` on the first ``ranks`` ranks of ``comm`` (the others wait).
-
-    Returns, on the ranks that ran, {mode, ranks, height, wall_s, compute, halo, transfer,
-    ranks_per_gpu} (seconds, max over the ranks that ran; the split from a synchronised pass
-    on a GPU; ranks_per_gpu > 1: they took turns on a GPU, time sharing, not scaling);
-    None elsewhere.
-    """
-    from hpclab.device import ranks_per_gpu
-
+def scaling_point(mode: str, ranks: int, ops, shape, comm, version: str = "v4") -> dict | None:
+    """Time ``version`` on the first ``ranks`` ranks of ``comm`` (the others wait): on the ranks that ran,
+    {mode, ranks, height, wall_s, compute, halo, transfer, ranks_per_gpu} (seconds, max over those ranks;
+    ranks_per_gpu > 1: they took turns on a GPU, time sharing, not scaling); None elsewhere."""
     point = None
     with first_ranks(comm, ranks) as sub:
         if sub is not None:
-            o = run_version(version, ops, [], shape, seed, sub, overlap=overlap, repeats=repeats)
+            o = run_version(version, ops, [], shape, 1, sub)
             point = {"mode": mode, "ranks": ranks, "height": shape[2], "wall_s": o.wall_s,
                      **{k: o.phases.get(k, 0.0) for k in ("compute", "halo", "transfer")},
                      "ranks_per_gpu": ranks_per_gpu(sub)}
@@ -229,14 +195,10 @@ def scaling_point(mode: str, ranks: int, ops, shape, comm, version: str = "v4", 
 def timeline_layer(comm, overlap: bool, rows_per_rank: int | None = None) -> list[dict] | None:
     """A halo layer (C2, 2,048 rows a rank, 256 wide on a GPU; GPU-to-GPU halos where there are) after an
     untimed one: every rank's spans (:mod:`hpclab.timeline`) on rank 0."""
-    from hpclab.decomp import block_range
-    from hpclab.halo import alexnet
-    from hpclab.timeline import Timeline
-
     scale = backend.auto_size(gpu=1, sim=32)
     c = alexnet.input_channels("c2", scale)
     h, w = comm.size * (rows_per_rank or backend.auto_size(gpu=2048, sim=6)), backend.auto_size(gpu=256, sim=7)
-    r0, r1 = block_range(h, comm.size, comm.rank)
+    r0, r1 = hcomm.block_range(h, comm.size, comm.rank)
     x = backend.cuda().to_device(hash_values((1, c, r1 - r0, w), 1, r0, h))
     be = gpu_aware_backend(comm)[0] if comm.size > 1 else None
     ops, buffers = alexnet.conv_ops("c2", c, scale)[:1], Buffers()
