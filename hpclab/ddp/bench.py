@@ -108,12 +108,12 @@ def _report(args, rows: list[dict], rank: int) -> int:
 def scaling(args) -> int:
     comm, placement = _setup()
     points = []
-    for sweep, batch in (("strong", args.global_batch), ("weak", args.per_gpu_batch * comm.size)):
+    for kind, batch in (("strong", args.global_batch), ("weak", args.per_gpu_batch * comm.size)):
         if batch % comm.size:
             if comm.rank == 0:
-                print(f"skip {sweep}: global batch {batch} does not divide among {comm.size} GPUs")
+                print(f"skip {kind}: global batch {batch} does not divide among {comm.size} GPUs")
             continue
-        points += [(sweep, batch, None)] + ([(sweep, batch, args.bucket_mb)] if args.overlap else [])
+        points += [(kind, batch, None)] + ([(kind, batch, args.bucket_mb)] if args.overlap else [])
     return _report(args, _measure(args, comm, placement, points), comm.rank)
 
 
@@ -164,24 +164,24 @@ def summarize(path: str) -> int:
     with open(path) as fh:
         table = list(csv.DictReader(fh))
     verdicts = []
-    for sweep, overlap in ((s, o) for s in ("strong", "weak") for o in (False, True)):
-        pts = sorted((r for r in table if r["sweep"] == sweep and (r.get("overlap") == "True") == overlap),
+    for kind, overlap in ((s, o) for s in ("strong", "weak") for o in (False, True)):
+        pts = sorted((r for r in table if r["sweep"] == kind and (r.get("overlap") == "True") == overlap),
                      key=lambda r: int(r["gpus"]))
         base = next((r for r in pts if r["gpus"] == "1"), None)
         if base is None:
             continue
         how = f"overlapped, {pts[-1]['buckets']} buckets of {pts[-1]['bucket_mb']} MiB" if overlap else \
             "all-reduce after the backward pass"
-        print(f"{sweep} scaling ({'global batch fixed' if sweep == 'strong' else 'per-GPU batch fixed'}), "
+        print(f"{kind} scaling ({'global batch fixed' if kind == 'strong' else 'per-GPU batch fixed'}), "
               f"{int(base['parameters']) / 1e6:.1f} M parameters, comm {pts[-1]['comm']}, {how}:")
         print(f"  {'GPUs':>4} {'batch':>6} {'step ms':>8} {'samples/s':>10} {'speedup':>8} "
               f"{'efficiency':>10} {'comm share':>10} {'hidden':>7}")
         for r in pts:
             n = int(r["gpus"])
-            speedup, eff = speedups([1, n], [float(base["step_s"]), float(r["step_s"])], sweep)[-1]
-            if n == 4 and (sweep, overlap) in TARGETS:
-                verdicts.append(f"{sweep}{' overlapped' if overlap else ''} >= {TARGETS[sweep, overlap]}: "
-                                f"{'met' if eff >= TARGETS[sweep, overlap] else 'NOT met'} ({eff:.2f})")
+            speedup, eff = speedups([1, n], [float(base["step_s"]), float(r["step_s"])], kind)[-1]
+            if n == 4 and (kind, overlap) in TARGETS:
+                verdicts.append(f"{kind}{' overlapped' if overlap else ''} >= {TARGETS[kind, overlap]}: "
+                                f"{'met' if eff >= TARGETS[kind, overlap] else 'NOT met'} ({eff:.2f})")
             hidden = f"{100 * float(r['hidden_share']):6.1f}%" if overlap and r.get("hidden_share") else "      -"
             print(f"  {n:>4} {r['global_batch']:>6} {1e3 * float(r['step_s']):>8.2f} "
                   f"{float(r['samples_per_s']):>10.0f} {speedup:>8.2f} {eff:>10.2f} "
