@@ -9,6 +9,8 @@ if [ -d .whl ]; then
 fi
 export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
 export PATH=/tmp/site/bin:$PATH
+# Data files of the wheels (nbconvert's HTML templates, for docs/render.py) land beside them: tell Jupyter.
+export JUPYTER_PATH=/tmp/site/share/jupyter${JUPYTER_PATH:+:$JUPYTER_PATH}
 export PYTHONUNBUFFERED=1
 # NVLink multicast off in every process (it can take a shared node's GPUs out of service).
 export NCCL_NVLS_ENABLE=0

@@ -56,8 +56,9 @@ def stale(rendered: Path, notebooks: Path = ROOT / "notebooks") -> list[str]:
 def execute(notebooks: Path, out: Path) -> dict:
     """Run `hpclab workbook` on ``notebooks`` into ``out``; what ran where, for the pages' banners."""
     cmd = [sys.executable, "-m", "hpclab", "workbook", "--notebooks", str(notebooks), "--out", str(out)]
-    device = subprocess.run([sys.executable, "-c", "from hpclab import backend; print(backend.describe(backend.select()))"],
-                            capture_output=True, text=True, check=True).stdout.strip()
+    probe = ("from hpclab import backend, device; kind = backend.select(); print(backend.describe(kind) if kind == 'sim' "
+             "else f'{backend.count_gpus()}x {device.identity()[0]}, 4 MPI engines')")
+    device = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
     run = {"device": device, "date": datetime.date.today().isoformat(),
            "command": "python docs/render.py", "passed": subprocess.run(cmd).returncode == 0}
     (out / "run.json").write_text(json.dumps(run, indent=1) + "\n")

@@ -54,10 +54,11 @@ def test_matmul_points_place_each_rung_by_its_tiles():
     from hpclab.matmul import tiled
     from hpclab.matmul.bench import roofline_points
 
-    pts = {p.kernel: p for p in roofline_points(64, {"naive": 1e-6, "tiled": 2e-6, "fast": 3e-6, "warp": 4e-6,
-                                                     "cuBLAS": 5e-6})}
-    assert pts["naive"].intensity == pytest.approx(2 * 64 ** 3 / (4 * (2 * 64 ** 3 + 64 ** 2)))
-    assert pts["tiled"].bytes == R.gemm_count(64, 64, 64, tiled.TILE, tiled.TILE)[1]
+    n = 256       # above every tile size, the GPU's 128 x 128 too (a tile of all C reads each input once)
+    pts = {p.kernel: p for p in roofline_points(n, {"naive": 1e-6, "tiled": 2e-6, "fast": 3e-6, "warp": 4e-6,
+                                                    "cuBLAS": 5e-6})}
+    assert pts["naive"].intensity == pytest.approx(2 * n ** 3 / (4 * (2 * n ** 3 + n ** 2)))
+    assert pts["tiled"].bytes == R.gemm_count(n, n, n, tiled.TILE, tiled.TILE)[1]
     assert pts["cuBLAS"].bytes < pts["warp"].bytes <= pts["fast"].bytes <= pts["tiled"].bytes < pts["naive"].bytes
     assert pts["warp"].rate == pytest.approx(4e-6 * 1e12) and all(p.notebook == "04" for p in pts.values())
 
