@@ -428,17 +428,22 @@ def test_eight_notebooks_in_a_row_on_a_slurm_profile_use_one_engines_job(slurm, 
     assert slurm.wait(job, timeout=60)["JobState"] == "CANCELLED"  # not FAILED: stopped, not broken
 
 
+def cluster_files_gone(tmp_path, within: float = 30) -> bool:
+    """The watcher cancels the job first, then stops the controller and removes its file: wait for that."""
+    sec = tmp_path / "ipython" / "profile_default" / "security"
+    end = time.monotonic() + within
+    while list(sec.glob("cluster-*.json")) and time.monotonic() < end:
+        time.sleep(1)
+    return not list(sec.glob("cluster-*.json"))
+
+
 def test_when_slurm_ends_the_engines_job_its_controller_stops_and_the_next_notebook_gets_a_new_job(slurm, tmp_path):
     """As at the job's time limit: here scancel ends it, sooner."""
     init_profile(slurm, tmp_path)
     code = "s = cluster.connect(n=4, timeout=120)\nprint('JOB', s.job)\ns.close()\n"
     first = re.search(r"^JOB (\d+)", connect_in(slurm, tmp_path, code).stdout, re.M).group(1)
     slurm.run(["scancel", first])
-    sec = tmp_path / "ipython" / "profile_default" / "security"
-    end = time.monotonic() + 30
-    while list(sec.glob("cluster-*.json")) and time.monotonic() < end:  # the watcher stops what is left of it
-        time.sleep(1)
-    assert not list(sec.glob("cluster-*.json")), "the controller of an ended engines job was left running"
+    assert cluster_files_gone(tmp_path), "the controller of an ended engines job was left running"
     proc = connect_in(slurm, tmp_path, code)
     second = re.search(r"^JOB (\d+)", proc.stdout, re.M)
     assert second and second.group(1) != first and slurm.jobs() == [second.group(1)], proc.stdout + proc.stderr
@@ -455,7 +460,7 @@ def test_the_shared_engines_job_ends_after_its_idle_period(slurm, tmp_path):
     assert "after 0.25 min without a notebook" in proc.stdout
     info = slurm.wait(job.group(1), timeout=90)
     assert info["JobState"] == "CANCELLED", completed(info)
-    assert not list((tmp_path / "ipython" / "profile_default" / "security").glob("cluster-*.json"))
+    assert cluster_files_gone(tmp_path), "the idle job's controller was left running"
 
 
 def test_connect_with_a_broken_engine_job_names_job_and_log_within_its_deadline(slurm, tmp_path):
