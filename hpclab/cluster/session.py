@@ -357,7 +357,9 @@ class Session:
         for sig in (signal.SIGTERM, signal.SIGKILL):  # through each engine's nanny, wherever the engines run
             try:
                 alive = [e for e in old if e in self.client.ids]
-                self.client.send_signal(sig, targets=alive, block=True) if alive else None
+                # not block=True: it waits without a limit for every nanny's reply, and a rank's death can
+                # take its job step's other nannies with it before they answer
+                self.client.send_signal(sig, targets=alive, block=False) if alive else None
             except Exception as exc:  # noqa: BLE001 - nannies gone too: the engines are gone
                 log.info("signalling the engines: %s", exc)
             end = time.monotonic() + KILL_GRACE_S
