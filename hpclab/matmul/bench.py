@@ -45,8 +45,7 @@ def _shape(text: str) -> tuple[int, int, int]:
     parts = str(text).lower().split("x")
     if len(parts) not in (1, 3):
         raise argparse.ArgumentTypeError(f"{text!r} is neither N nor MxNxK (e.g. 4096 or 3000x5000x700)")
-    m, n, k = [count(1, 1 << 17)(p) for p in parts] * (3 // len(parts))
-    return m, n, k
+    return tuple([count(1, 1 << 17)(p) for p in parts] * (3 // len(parts)))
 
 
 def _sizes(text: str) -> tuple:
@@ -57,19 +56,6 @@ def _sizes(text: str) -> tuple:
 
 
 GPU_SIZES = ((4096,) * 3, (8192,) * 3, (4095,) * 3, (3000, 5000, 700))
-
-
-def parse(argv):
-    p = Parser(prog="hpclab bench matmul", description=__doc__)
-    p.add_argument("--sizes", type=_sizes, default=None,
-                   help="comma-separated N or MxNxK (default 4096,8192,4095,3000x5000x700 on a GPU, "
-                        "32,33x20x17 on the simulator)")
-    p.add_argument("--repeats", type=count(1, 10**6), default=None,
-                   help="timed runs per kernel (median; default 20 at N <= 4096, else 10; naive 2, tiled 3)")
-    p.add_argument("--no-sweep", action="store_true", help="only the default fast configuration")
-    p.add_argument("--json", action="store_true", help="print one JSON line at the end")
-    p.add_argument("--out", default=None, help="also write the JSON to this file")
-    return p.parse_args(argv)
 
 
 def _attr(dev, name: str, default=None):
@@ -170,7 +156,16 @@ def figures(d: dict) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    args = parse(sys.argv[1:] if argv is None else argv)
+    p = Parser(prog="hpclab bench matmul", description=__doc__)
+    p.add_argument("--sizes", type=_sizes, default=None,
+                   help="comma-separated N or MxNxK (default 4096,8192,4095,3000x5000x700 on a GPU, "
+                        "32,33x20x17 on the simulator)")
+    p.add_argument("--repeats", type=count(1, 10**6), default=None,
+                   help="timed runs per kernel (median; default 20 at N <= 4096, else 10; naive 2, tiled 3)")
+    p.add_argument("--no-sweep", action="store_true", help="only the default fast configuration")
+    p.add_argument("--json", action="store_true", help="print one JSON line at the end")
+    p.add_argument("--out", default=None, help="also write the JSON to this file")
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
     backend.select()
     from hpclab.matmul import fast as mm, naive, tiled, warp     # loads numba.cuda: after the backend choice
 
