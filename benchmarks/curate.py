@@ -3,12 +3,12 @@
     python benchmarks/curate.py build    # rewrite hpclab/data/recorded.csv and the README's result tables
     python benchmarks/curate.py check    # exit 1 if either is out of date, or a quoted figure disagrees
 
-recorded.csv carries the rows the README or a notebook quotes, or a notebook plots (:data:`PLOTTED`). A
-README block ``<!-- table: NAME`` holds a template up to ``-->``, then the table made from it up to
-``<!-- /table -->``; each ``{{ expression }}`` is Python over ``f(KEY)`` (a figure's value), ``row(KEY)``,
-``caption(KEY, where)`` and the formats below. A figure quoted in prose carries its key in a comment right
-after it, ``0.923 ms<!-- recorded: allreduce/nccl/h200x2/2gpu/268435456/time_s -->``, and must equal the
-table's value in the quoted unit, rounded to the digits quoted.
+recorded.csv carries the rows the README or a notebook quotes, or a notebook plots (:data:`PLOTTED`). A README
+block ``<!-- table: NAME`` holds a template up to ``-->``, then the table made from it up to ``<!-- /table -->``;
+each ``{{ expression }}`` is Python over ``f(KEY)`` (a figure's value), ``row(KEY)``, ``caption(KEY, where)`` and
+the formats below. A figure quoted in prose carries its key in a comment right after it and must equal the
+table's value in the quoted unit, rounded to the digits quoted:
+``0.923 ms<!-- recorded: allreduce/nccl/h200x2/2gpu/268435456/time_s -->``.
 """
 from __future__ import annotations
 
@@ -21,11 +21,10 @@ import nbformat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import record  # noqa: E402  (benchmarks/record.py: the tables' columns and files)
+from record import RESULTS, ROOT  # noqa: E402
 
 from hpclab.results import recorded  # noqa: E402
 
-ROOT = record.ROOT
-RESULTS = record.RESULTS
 RECORDED = ROOT / "hpclab" / "data" / "recorded.csv"
 README = ROOT / "README.md"
 BLOCK = re.compile(r"(<!-- table: (\S+)\n(.*?)-->\n)(.*?)(<!-- /table -->)", re.S)
@@ -34,18 +33,14 @@ MARKER = re.compile(r"<!--\s*recorded:\s*(\S+)\s*-->")
 NUMBER = re.compile(r"(\d{1,3}(?:[,\u2009\u202f ]\d{3})+|\d+(?:\.\d+)?(?:e[-+]?\d+)?)")
 SCALE = {"%": 100.0, "ms": 1e3, "µs": 1e6, "us": 1e6, "ns": 1e9, "M": 1e-6, "×": 1.0}   # quoted unit <- the table's
 # What the notebooks plot: recorded's curves, conv_points and allreduce, and notebooks 04 and 07's rows().
-PLOTTED = [{"program": "pi-mc", "variant": "strong", "metric": "wall_s"},
+PLOTTED = [{"program": "pi-mc", "variant": "strong", "metric": "wall_s"}, {"program": "conv-halo", "run": "h200x4"},
            {"program": "pi-midpoint", "variant": "bench", "run": "h200", "metric": "rate"},
-           {"program": "conv-halo", "run": "h200x4"}, {"program": "ddp-scaling", "run": "h200x4", "metric": "step_s"},
+           {"program": "ddp-scaling", "run": "h200x4", "metric": "step_s"}, {"program": "allreduce", "metric": "busbw"},
            {"program": "ddp-scaling", "run": "h200x2", "gpus": 2}, {"program": "allreduce", "metric": "time_s"},
-           {"program": "allreduce", "metric": "busbw"},
            {"program": "matmul", "run": "h200", "size": 4096, "metric": "tflops"}]
 
 
-# ---------------------------------------------------------------- the tables and what ships
-
-def tables() -> dict[str, list[dict]]:
-    """Every curated table by file name (h200x4_pi.csv), rows as written."""
+def tables() -> dict[str, list[dict]]:      # every curated table by file name (h200x4_pi.csv), rows as written
     return {p.name: record.load(p) for p in sorted(RESULTS.glob("*_*.csv"))}
 
 
@@ -53,26 +48,19 @@ def table_rows() -> list[dict]:          # every curated row, with its table's n
     return [{"table": name[:-4], **r} for name, rows in tables().items() for r in rows]
 
 
-def lookup(rows: list[dict]) -> dict:
-    """Keyed figures of the curated tables and the workshop's A100 runs, as quotes and templates see them."""
+def lookup(rows: list[dict]) -> dict:         # the keyed figures that quotes and templates see, A100 runs too
     return {r["key"]: r for r in [*recorded.keyed(rows), *recorded.a100_rows()]}
 
 
-def quoted_keys(readme: str) -> set[str]:
-    """Keys quoted in the README (markers, templates) and in the notebooks' markdown."""
+def shipped(rows: list[dict], readme: str) -> list[dict]:
+    """The rows that recorded.csv carries: quoted in the README (markers, templates) or in the notebooks'
+    markdown, or plotted (a row counts with its ratio)."""
     notebooks = [p for folder in ("notebooks", "solutions") for p in sorted((ROOT / folder).glob("*.ipynb"))]
     texts = [readme] + [cell.source for p in notebooks for cell in nbformat.read(p, as_version=4).cells
                         if cell.cell_type == "markdown"]
-    return {k for t in texts for k in MARKER.findall(t)} | set(re.findall(r'(?:f|row|caption)\("([^"]+)"', readme))
-
-
-def shipped(rows: list[dict], readme: str) -> list[dict]:
-    """The rows that recorded.csv carries: quoted or plotted (a row counts with its ratio)."""
-    keys = quoted_keys(readme)
-
-    def wanted(k):
-        return k["key"] in keys or any(all(k[f] == v for f, v in w.items()) for w in PLOTTED)
-    return [r for r in rows if any(wanted(k) for k in recorded.keyed([r]))]
+    keys = {k for t in texts for k in MARKER.findall(t)} | set(re.findall(r'(?:f|row|caption)\("([^"]+)"', readme))
+    return [r for r in rows if any(k["key"] in keys or any(w.items() <= k.items() for w in PLOTTED)
+                                   for k in recorded.keyed([r]))]
 
 
 def table_problems() -> list[str]:
@@ -83,14 +71,13 @@ def table_problems() -> list[str]:
         for r in rows:                          # a run of a program is one job: its GPU count names the machine
             jobs[r["run"], r["program"]] = max(jobs.get((r["run"], r["program"]), 1), int(r["gpus"]))
         for i, r in enumerate(rows, 2):
-            where = f"benchmarks/results/{name} line {i}"
+            where, gpus = f"benchmarks/results/{name} line {i}", jobs[r["run"], r["program"]]
             if not re.fullmatch(r"\d{4}-\d\d-\d\d", r["date"]) or not (r["device"] and r["command"] and r["unit"]):
                 problems.append(f"{where}: date, device, command and unit are required")
-            if record.machine(r["device"], jobs[r["run"], r["program"]]) != name.split("_")[0]:
-                problems.append(f"{where}: {r['device']} on {jobs[r['run'], r['program']]} GPU(s) "
-                                f"does not belong in {name}")
-            ratio = float(r["value"]) / float(r["baseline_value"]) if r["baseline"] else None
-            if ratio is not None and abs(ratio - float(r["ratio"])) > 1e-5 * abs(float(r["ratio"])):
+            if record.machine(r["device"], gpus) != name.split("_")[0]:
+                problems.append(f"{where}: {r['device']} on {gpus} GPU(s) does not belong in {name}")
+            ratio = float(r["ratio"] or 0)
+            if r["baseline"] and abs(float(r["value"]) / float(r["baseline_value"]) - ratio) > 1e-5 * abs(ratio):
                 problems.append(f"{where}: ratio {r['ratio']} is not value / baseline_value")
             key = (r["run"], r["program"], r["variant"], r["gpus"], r["size"], r["metric"])
             if key in keys:
@@ -99,8 +86,6 @@ def table_problems() -> list[str]:
     return problems
 
 
-# ---------------------------------------------------------------- the README's tables
-
 def fixed(x: float, decimals: int) -> str:
     """x with this many decimals, halves rounded up (2.065 -> 2.07, as a reader rounds)."""
     return f"{Decimal(repr(float(x))).quantize(Decimal(1).scaleb(-decimals), ROUND_HALF_UP):f}"
@@ -108,8 +93,7 @@ def fixed(x: float, decimals: int) -> str:
 
 def sig(x: float, digits: int = 3) -> str:
     """x to this many significant digits: 20.0, 612, 1.205"""
-    x = float(Decimal(repr(float(x))).quantize(Decimal(1).scaleb(Decimal(repr(float(x))).adjusted() - digits + 1),
-                                               ROUND_HALF_UP)) if x else 0.0
+    x = float(fixed(x, digits - 1 - Decimal(repr(float(x))).adjusted())) if x else 0.0      # rounded: 9.996 -> 10.0
     return fixed(x, max(0, digits - 1 - Decimal(repr(x)).adjusted())) if x else "0"
 
 
@@ -144,8 +128,6 @@ def fill(template: str, by_key: dict) -> str:
     return FIELD.sub(lambda m: str(eval(m.group(1), names)), template)  # noqa: S307 - our own README
 
 
-# ---------------------------------------------------------------- quoted figures
-
 def number_before(text: str):
     """The number (and its unit) that ends a text, as quoted before a marker: a match, or None."""
     return re.search(NUMBER.pattern + r"\s*([^\s\d(]*)$", re.sub(r"[*_`]+$", "", text.rstrip()).rstrip())
@@ -156,17 +138,13 @@ def quote_problem(text_before: str, key: str, row: dict) -> str | None:
     match = number_before(text_before)
     if not match:
         return f"no number before the marker for {key}"
-    number, unit = match.group(1), match.group(2)
+    number, unit = match.groups()
     digits = re.sub(r"[,\u2009\u202f ]", "", number)
-    if unit in ("", row["unit"]) or unit == row["unit"].split("/")[0]:
-        scale = 1.0
-    elif unit in SCALE:
-        scale = SCALE[unit]
-    else:
+    scale = 1.0 if unit in ("", row["unit"], row["unit"].split("/")[0]) else SCALE.get(unit)
+    if scale is None:
         return f"{number} {unit}: unit {unit!r} cannot be compared with the table's {row['unit']!r} ({key})"
     mantissa, _, exponent = digits.lower().partition("e")
-    decimals = len(mantissa.partition(".")[2])
-    half_step = 0.5 * 10.0 ** (-decimals) * (10.0 ** int(exponent) if exponent else 1.0)
+    half_step = 0.5 * 10.0 ** (int(exponent or 0) - len(mantissa.partition(".")[2]))      # half the last digit
     actual = float(row["value"]) * scale
     if abs(float(digits) - actual) > half_step * (1 + 1e-9):
         return (f"quotes {number}{(' ' + unit) if unit else ''} but {key} is {float(row['value']):.6g} {row['unit']} "
@@ -174,10 +152,9 @@ def quote_problem(text_before: str, key: str, row: dict) -> str | None:
     return None
 
 
-def quotes(text: str):
+def quotes(text: str) -> list[tuple[str, str]]:
     """(text before the marker, key) for every marker in a text."""
-    for m in MARKER.finditer(text):
-        yield text[:m.start()], m.group(1)
+    return [(text[:m.start()], m.group(1)) for m in MARKER.finditer(text)]
 
 
 # A measured figure in prose: a decimal (0.87, 5.5e-16) or a number with a unit of time, rate, bandwidth or
@@ -188,42 +165,30 @@ UNIT = re.compile(r"\s*(?:%|×(?!\s*[\dA-Z])|µs|us|ms|ns|s\b|TFLOP/s|GB/s|sampl
 
 def unmarked_figures(section: str) -> list[str]:
     """Measured figures in a text's prose that are neither in a generated table nor quoted with a marker."""
-    text = BLOCK.sub("", section)
-    text = re.sub(r"`[^`]*`", "", text)                       # commands and names
+    text = re.sub(r"`[^`]*`", "", BLOCK.sub("", section))         # no tables, commands or names
     for m in reversed(list(MARKER.finditer(text))):
         quoted = number_before(text[:m.start()])
-        start = quoted.start() if quoted else m.start()
-        text = text[:start] + text[m.end():]
-    found = []
-    for m in PROSE_NUMBER.finditer(text):
-        unit = UNIT.match(text, m.end())
-        if unit or re.search(r"[.e]", m.group(1)):
-            found.append(m.group(1) + (unit.group(0) if unit else ""))
-    return found
+        text = text[:quoted.start() if quoted else m.start()] + text[m.end():]
+    numbers = [(m.group(1), UNIT.match(text, m.end())) for m in PROSE_NUMBER.finditer(text)]
+    return [n + (unit.group(0) if unit else "") for n, unit in numbers if unit or re.search(r"[.e]", n)]
 
 
-# ---------------------------------------------------------------- build / check
-
-def made() -> dict[Path, str]:
-    """What recorded.csv and README.md must hold, made from the curated tables."""
+def stale() -> dict[Path, str]:
+    """What recorded.csv and README.md must hold, made from the curated tables, where they hold something else."""
     rows, text = table_rows(), README.read_text()
     by_key = lookup(rows)
-    return {RECORDED: record.csv_text(shipped(rows, text), ["table", *record.FIELDS]),
+    made = {RECORDED: record.csv_text(shipped(rows, text), ["table", *record.FIELDS]),
             README: BLOCK.sub(lambda m: m.group(1) + fill(m.group(3), by_key) + m.group(5), text)}
+    return {path: t for path, t in made.items() if not path.exists() or path.read_text() != t}
 
 
 def check() -> list[str]:
-    problems = table_problems()
-    for (path, text), what in zip(made().items(), ("hpclab/data/recorded.csv is", "README.md's result tables are")):
-        if not path.exists() or path.read_text() != text:
-            problems.append(f"{what} out of date with benchmarks/results/")
-    text = README.read_text()
-    start = text.index("## Measured on real GPUs")
-    section, by_key = text[start:text.index("\n## ", start + 1)], lookup(table_rows())
-    for before, key in quotes(section):
-        why = quote_problem(before, key, by_key[key]) if key in by_key else f"no recorded figure {key}"
-        if why:
-            problems.append(f"README.md: {why}")
+    named = {RECORDED: "hpclab/data/recorded.csv is", README: "README.md's result tables are"}
+    problems = table_problems() + [f"{named[path]} out of date with benchmarks/results/" for path in stale()]
+    section = re.search(r"## Measured on real GPUs.*?(?=\n## )", README.read_text(), re.S).group(0)
+    by_key = lookup(table_rows())
+    whys = [quote_problem(b, k, by_key[k]) if k in by_key else f"no recorded figure {k}" for b, k in quotes(section)]
+    problems += [f"README.md: {why}" for why in whys if why]
     problems += [f"README.md: {x!r} in 'Measured on real GPUs' is neither in a generated table nor quoted with its key"
                  for x in unmarked_figures(section)]
     return problems
@@ -234,10 +199,9 @@ def main(argv: list[str]) -> int:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
     if argv == ["build"]:
-        for path, text in made().items():
-            if not path.exists() or path.read_text() != text:
-                path.write_text(text)
-                print(f"wrote {path.relative_to(ROOT)}")
+        for path, text in stale().items():
+            path.write_text(text)
+            print(f"wrote {path.relative_to(ROOT)}")
     problems = check()
     print("".join(f"error: {p}\n" for p in problems), end="", file=sys.stderr)
     if problems:

@@ -39,5 +39,4 @@ def record_timeline(path: str) -> None:
 
 
 if __name__ == "__main__":
-    what, path = sys.argv[1:3]
-    {"roofline": record_roofline, "timeline": record_timeline}[what](path)
+    {"roofline": record_roofline, "timeline": record_timeline}[sys.argv[1]](sys.argv[2])

@@ -1,16 +1,14 @@
 """Add a run's figures to the curated tables, benchmarks/results/<machine>_<topic>.csv.
 
-    python benchmarks/record.py build/bench         # what `make bench` wrote (its runs.jsonl names each
-                                                    # result file's command, date and device)
+    python benchmarks/record.py build/bench   # `make bench`'s folder (runs.jsonl: each file's command, date, device)
     python benchmarks/record.py FILE --command "python3 -m hpclab bench pi --json" [--date 2026-11-22]
                                      [--device "NVIDIA H200"] [--run NAME] [--note TEXT] [--into DIR]
 
-A result file is a benchmark's JSON line (`hpclab bench ... --json`, `hpclab scaling`'s PROGRAM_MODE.json)
-whose "figures" are rows in the tables' one row format (``hpclab.results.recorded.figure``), with its "topic"
-and, where it knows them, "date", "device_name", "command" and "note". The machine is the GPU's short name
-and the job's GPU count (h200, h200x4). A record replaces the rows of the same program, variant and run in
-its table (git keeps the old ones); --run NAME keeps it beside the record as a named run. Afterwards
-`python benchmarks/curate.py build` regenerates hpclab/data/recorded.csv and the README's tables.
+A result file is a benchmark's JSON line (`hpclab bench ... --json`, `hpclab scaling`'s PROGRAM_MODE.json) whose
+"figures" are rows of ``hpclab.results.recorded.figure``, with its "topic" and, where it knows them, "date",
+"device_name", "command" and "note". Its table is named by the GPU and the job's GPU count (h200, h200x4). A record
+replaces the rows of the same program, variant and run there (git keeps the old ones); --run NAME keeps it beside
+them as a named run. Then `python benchmarks/curate.py build` regenerates recorded.csv and the README's tables.
 """
 from __future__ import annotations
 
@@ -28,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 
 
-class RecordError(ValueError):
+class RecordError(Exception):       # not a ValueError: record() turns those into "lacks or mangles"
     pass
 
 
@@ -67,9 +65,9 @@ def complete(d: dict, path: Path, given: dict, fallback: dict) -> list[dict]:
     meta = {k: given.get(k) or own[k] or fallback.get(k, "") for k in own}
     missing = [k for k, v in meta.items() if not v]
     if missing:
-        raise RecordError(f"{path}: the result does not say its {' or '.join(missing)}: pass "
-                          + " ".join(f"--{k} ..." for k in missing)
-                          + " (or record the folder `make bench` wrote: its runs.jsonl says them)")
+        flags = " ".join(f"--{k} ..." for k in missing)
+        raise RecordError(f"{path}: the result does not say its {' or '.join(missing)}: pass {flags} "
+                          "(or record the folder `make bench` wrote: its runs.jsonl says them)")
     date = re.match(r"\d{4}-\d\d-\d\d", meta["date"])
     if not date:
         raise RecordError(f"{path}: date {meta['date']!r} is not YYYY-MM-DD")
@@ -77,15 +75,12 @@ def complete(d: dict, path: Path, given: dict, fallback: dict) -> list[dict]:
     if run and not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", run):
         raise RecordError(f"--run {run!r}: a short name of lower-case letters, digits, '-' and '.' "
                           "(it becomes part of keys)")
-    command = re.sub(r"\s--out\s+\S+", "", meta["command"])
-    command = "python3 -m " + command if command.startswith("hpclab ") else command
+    command = re.sub(r"^hpclab ", "python3 -m hpclab ", re.sub(r"\s--out\s+\S+", "", meta["command"]))
     note = "; ".join(x for x in (d.get("note", ""), given.get("note") or fallback.get("note", "")) if x)
     return [{**r, "date": date.group(0), "run": run, "device": meta["device"], "note": note,
              "size": number(r["size"], True), "command": command,
              **{k: number(r[k]) for k in ("value", "baseline_value", "ratio")}} for r in d["figures"]]
 
-
-# ---------------------------------------------------------------- tables
 
 def load(path: Path) -> list[dict]:
     return list(csv.DictReader(io.StringIO(path.read_text()))) if path.exists() else []
@@ -108,22 +103,15 @@ def record(path: Path, given: dict, into: Path = RESULTS, fallback: dict | None 
         manifest = path / "runs.jsonl"
         if not manifest.is_file():
             raise RecordError(f"{path} has no runs.jsonl: give the result files themselves, with --command")
-        done = []
-        for line in manifest.read_text().splitlines():
-            entry = json.loads(line)
-            done += record(path / entry["file"], given, into, entry)
-        return done
+        entries = [json.loads(line) for line in manifest.read_text().splitlines()]
+        return [done for e in entries for done in record(path / e["file"], given, into, e)]
     d = read(path)
     try:
         rows = complete(d, path, given, fallback or {})
-        gpus = max(int(r["gpus"]) for r in rows)
-        table = into / f"{machine(rows[0]['device'], gpus)}_{d['topic']}.csv"
-    except RecordError:
-        raise
+        table = into / f"{machine(rows[0]['device'], max(int(r['gpus']) for r in rows))}_{d['topic']}.csv"
     except (KeyError, TypeError, ValueError) as exc:
         raise RecordError(f"{path}: the result lacks or mangles {exc} (written by another version of its "
                           "benchmark? hpclab.results.recorded.figure says what a figure holds)") from None
-    # The rows of the same run, program and variant are replaced.
     old, new = load(table), {(r["run"], r["program"], r["variant"]) for r in rows}
     kept = [r for r in old if (r["run"], r["program"], r["variant"]) not in new]
     write(table, kept + rows)
@@ -131,8 +119,7 @@ def record(path: Path, given: dict, into: Path = RESULTS, fallback: dict | None 
 
 
 def main(argv: list[str] | None = None) -> int:
-    summary, usage = __doc__.split("\n\n", 1)
-    p = argparse.ArgumentParser(prog="benchmarks/record.py", description=summary, epilog=usage,
+    p = argparse.ArgumentParser(prog="benchmarks/record.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("paths", nargs="+", type=Path, help="result files, or folders written by the GPU suite")
     for name in ("command", "date", "device", "run", "note"):     # default: the result's own (see above)

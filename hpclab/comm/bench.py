@@ -67,28 +67,6 @@ def busbw_factor(n: int) -> float:
     return 2 * (n - 1) / n if n > 1 else 1.0
 
 
-def parser() -> Parser:
-    p = Parser(prog="hpclab bench allreduce", description=__doc__)
-    p.add_argument("--sizes", default=None,
-                   help="message sizes in bytes, comma-separated, K/M/G = 1024^k "
-                        "(default 4,1K,64K,1M,16M,256M on a GPU; 1K,64K on the simulator)")
-    p.add_argument("--backend", default="auto", choices=BACKEND_CHOICES,
-                   help="which backend(s) to measure; all = every one that runs here")
-    p.add_argument("--repeats", type=count(1, 10**6), default=None,
-                   help="timed calls per size (default: as many as fit ~0.3 s, 3..50 on a GPU; 3 on the simulator)")
-    p.add_argument("--dtype", default="float32", choices=("float32", "float64"))
-    p.add_argument("--no-raw", action="store_true", help="skip the raw-NCCL baseline")
-    p.add_argument("--json", action="store_true", help="end rank 0's output with one JSON line")
-    return p
-
-
-def plan(once: float, repeats: int | None, sim: bool) -> tuple[int, int]:
-    """(repeats, warm-up calls after the first): enough repeats for ~0.3 s per row, no more warm-up
-    for calls over 50 ms. The same on every rank: ``once``, the first call's slowest rank, is."""
-    reps = 3 if sim else int(min(50, max(3, 0.3 / max(once, 1e-6))))
-    return (repeats or reps), (0 if sim or once > 0.05 else 2)
-
-
 class HpclabCase:
     """hpclab's backend: device buffers from Numba, ``be.allreduce(send, out=out, check=False)``."""
 
@@ -246,8 +224,11 @@ def measure(cases, sizes, comm, dtype="float32", repeats=None) -> list[dict]:
         for case in cases:
             with step(comm, f"{case.name}: {size} B buffers"):
                 call = case.prepare(count)
-            reps, warm = plan(wall(call, comm, sync=False)[2], repeats, sim)   # also warms up
-            for _ in range(warm):
+            # The first call (a warm-up) sets how many calls make ~0.3 s, and whether two more warm up (not for
+            # calls over 50 ms); its time is the slowest rank's, so the plan is the same on every rank.
+            once = wall(call, comm, sync=False)[2]
+            reps = repeats or (3 if sim else int(min(50, max(3, 0.3 / max(once, 1e-6)))))
+            for _ in range(0 if sim or once > 0.05 else 2):
                 call()
             # every backend returns when the result is complete: a call's time is its slowest rank's
             t = float(statistics.median(wall(call, comm, sync=False)[2] for _ in range(reps)))
@@ -285,11 +266,22 @@ def run(comm, requested="all", sizes=("1K", "64K"), dtype="float32", repeats=Non
 
 def main(argv: list[str]) -> int:
     rank = env_rank()
-    args = parser().parse_args(argv)       # a UsageError here: the hpclab command says it, exit 2
+    p = Parser(prog="hpclab bench allreduce", description=__doc__)
+    p.add_argument("--sizes", default=None,
+                   help="message sizes in bytes, comma-separated, K/M/G = 1024^k "
+                        "(default 4,1K,64K,1M,16M,256M on a GPU; 1K,64K on the simulator)")
+    p.add_argument("--backend", default="auto", choices=BACKEND_CHOICES,
+                   help="which backend(s) to measure; all = every one that runs here")
+    p.add_argument("--repeats", type=count(1, 10**6), default=None,
+                   help="timed calls per size (default: as many as fit ~0.3 s, 3..50 on a GPU; 3 on the simulator)")
+    p.add_argument("--dtype", default="float32", choices=("float32", "float64"))
+    p.add_argument("--no-raw", action="store_true", help="skip the raw-NCCL baseline")
+    p.add_argument("--json", action="store_true", help="end rank 0's output with one JSON line")
+    args = p.parse_args(argv)       # a UsageError here: the hpclab command says it, exit 2
     try:
         sizes = parse_sizes(args.sizes, np.dtype(args.dtype).itemsize) if args.sizes is not None else None
     except UsageError as exc:
-        raise UsageError(f"hpclab bench allreduce: error: argument --sizes: {exc}") from None
+        p.error(f"argument --sizes: {exc}")
     try:
         backend.select()
     except backend.BackendError as exc:

@@ -42,36 +42,6 @@ FIELDS = ["sweep", "gpus", "width", "layers", "parameters", "global_batch", "per
 TARGETS = {("weak", False): 0.85, ("strong", True): 0.75, ("weak", True): 0.95}
 
 
-def _parser():
-    p = Parser(prog="hpclab bench ddp", description=__doc__)
-    what = p.add_mutually_exclusive_group(required=True)
-    what.add_argument("--mode", choices=("digits", "scaling", "sweep", "buckets"))
-    what.add_argument("--summarize", metavar="CSV", help="print speedup and efficiency from a scaling CSV")
-    p.add_argument("--width", type=count(1, 1 << 20), default=4096)
-    p.add_argument("--layers", type=count(1, 1000), default=3)
-    p.add_argument("--global-batch", type=count(1, 1 << 24), default=2048, help="strong scaling: fixed global batch")
-    p.add_argument("--per-gpu-batch", type=count(1, 1 << 24), default=1024, help="weak scaling: fixed per-GPU batch")
-    p.add_argument("--steps", type=count(1, 10**6), default=5, help="timed steps per point (after warm-up)")
-    p.add_argument("--warmup", type=count(0, 10**6), default=2)
-    p.add_argument("--precision", choices=("fp32", "mixed"), default="fp32")
-    p.add_argument("--comm", default="auto", choices=BACKENDS)
-    p.add_argument("--overlap", action="store_true",
-                   help="scaling: also measure with the gradient all-reduce overlapped with the backward pass")
-    p.add_argument("--bucket-mb", type=real(0, 1 << 20, lo_open=True), default=25.0,
-                   help="size of a gradient bucket in MiB when overlapping (PyTorch's default: 25)")
-    p.add_argument("--bucket-sizes", type=real_list(0, lo_open=True, example="1,4,16,64"), default=None,
-                   help="buckets: the bucket sizes (MiB) to compare (default 1,4,16,64,256)")
-    p.add_argument("--csv", help="append scaling rows to this CSV (rank 0)")
-    p.add_argument("--json-out", help="write the digits results to this JSON file")
-    p.add_argument("--batches", type=count_list(1, 1 << 24, example="32,128"), default=None,
-                   help="sweep: global batches (default 32,128,512; 20,40 on the simulator)")
-    p.add_argument("--lrs", type=real_list(0, lo_open=True, example="1e-3,4e-3"), default=None,
-                   help="sweep: learning rates (default 1e-3,4e-3,1.6e-2; 2e-2,5e-2 on the simulator)")
-    p.add_argument("--epochs", type=count(1, None), default=None,
-                   help="sweep: epochs per run (default that of ddp-digits: 20; 1 on the simulator)")
-    return p
-
-
 def _setup():
     comm = world()
     return comm, select_gpu(comm)
@@ -249,7 +219,33 @@ def sweep_bench(args) -> int:
 
 
 def main(argv) -> int:
-    args = _parser().parse_args(argv)
+    p = Parser(prog="hpclab bench ddp", description=__doc__)
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--mode", choices=("digits", "scaling", "sweep", "buckets"))
+    what.add_argument("--summarize", metavar="CSV", help="print speedup and efficiency from a scaling CSV")
+    p.add_argument("--width", type=count(1, 1 << 20), default=4096)
+    p.add_argument("--layers", type=count(1, 1000), default=3)
+    p.add_argument("--global-batch", type=count(1, 1 << 24), default=2048, help="strong scaling: fixed global batch")
+    p.add_argument("--per-gpu-batch", type=count(1, 1 << 24), default=1024, help="weak scaling: fixed per-GPU batch")
+    p.add_argument("--steps", type=count(1, 10**6), default=5, help="timed steps per point (after warm-up)")
+    p.add_argument("--warmup", type=count(0, 10**6), default=2)
+    p.add_argument("--precision", choices=("fp32", "mixed"), default="fp32")
+    p.add_argument("--comm", default="auto", choices=BACKENDS)
+    p.add_argument("--overlap", action="store_true",
+                   help="scaling: also measure with the gradient all-reduce overlapped with the backward pass")
+    p.add_argument("--bucket-mb", type=real(0, 1 << 20, lo_open=True), default=25.0,
+                   help="size of a gradient bucket in MiB when overlapping (PyTorch's default: 25)")
+    p.add_argument("--bucket-sizes", type=real_list(0, lo_open=True, example="1,4,16,64"), default=None,
+                   help="buckets: the bucket sizes (MiB) to compare (default 1,4,16,64,256)")
+    p.add_argument("--csv", help="append scaling rows to this CSV (rank 0)")
+    p.add_argument("--json-out", help="write the digits results to this JSON file")
+    p.add_argument("--batches", type=count_list(1, 1 << 24, example="32,128"), default=None,
+                   help="sweep: global batches (default 32,128,512; 20,40 on the simulator)")
+    p.add_argument("--lrs", type=real_list(0, lo_open=True, example="1e-3,4e-3"), default=None,
+                   help="sweep: learning rates (default 1e-3,4e-3,1.6e-2; 2e-2,5e-2 on the simulator)")
+    p.add_argument("--epochs", type=count(1, None), default=None,
+                   help="sweep: epochs per run (default that of ddp-digits: 20; 1 on the simulator)")
+    args = p.parse_args(argv)
     if args.summarize:
         return summarize(args.summarize)
     return {"digits": digits_bench, "scaling": scaling, "sweep": sweep_bench, "buckets": buckets}[args.mode](args)

@@ -182,8 +182,7 @@ def throughput(args) -> int:
                 "algorithm with fewer multiplications (Winograd/FFT), not TF32")
     note = f"PyTorch {result['torch']}, cuDNN {result['cudnn']}" if "torch" in result else ""
     print(json.dumps({**result, "topic": "conv", "device_name": device, "note": note,
-                      "figures": throughput_figures(result)}))
-    sys.stdout.flush()
+                      "figures": throughput_figures(result)}), flush=True)
     lines = {f"ours {name}": v for name, v in result["ours"].items()}
     lines.update({label: result[label] for label in COMPARISONS if label in result})
     for name, v in lines.items():
@@ -238,8 +237,7 @@ def scaling(args) -> int:
                          "split_wall_s": split_wall})
         x = buffers = None                                    # freed before the next mode's
     if rank == 0:
-        print(json.dumps({"ranks": size, "device": identity()[0], "note": note5, "runs": rows}))
-        sys.stdout.flush()
+        print(json.dumps({"ranks": size, "device": identity()[0], "note": note5, "runs": rows}), flush=True)
     return 0
 
 

@@ -17,6 +17,7 @@ import datetime
 import json
 import re
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -44,8 +45,7 @@ def _shape(text: str) -> tuple[int, int, int]:
     parts = str(text).lower().split("x")
     if len(parts) not in (1, 3):
         raise argparse.ArgumentTypeError(f"{text!r} is neither N nor MxNxK (e.g. 4096 or 3000x5000x700)")
-    m, n, k = [count(1, 1 << 17)(p) for p in parts] * (3 // len(parts))
-    return m, n, k
+    return tuple([count(1, 1 << 17)(p) for p in parts] * (3 // len(parts)))
 
 
 def _sizes(text: str) -> tuple:
@@ -56,23 +56,6 @@ def _sizes(text: str) -> tuple:
 
 
 GPU_SIZES = ((4096,) * 3, (8192,) * 3, (4095,) * 3, (3000, 5000, 700))
-
-
-def shape_key(m: int, n: int, k: int) -> str:
-    return str(n) if m == n == k else f"{m}x{n}x{k}"
-
-
-def parse(argv):
-    p = Parser(prog="hpclab bench matmul", description=__doc__)
-    p.add_argument("--sizes", type=_sizes, default=None,
-                   help="comma-separated N or MxNxK (default 4096,8192,4095,3000x5000x700 on a GPU, "
-                        "32,33x20x17 on the simulator)")
-    p.add_argument("--repeats", type=count(1, 10**6), default=None,
-                   help="timed runs per kernel (median; default 20 at N <= 4096, else 10; naive 2, tiled 3)")
-    p.add_argument("--no-sweep", action="store_true", help="only the default fast configuration")
-    p.add_argument("--json", action="store_true", help="print one JSON line at the end")
-    p.add_argument("--out", default=None, help="also write the JSON to this file")
-    return p.parse_args(argv)
 
 
 def _attr(dev, name: str, default=None):
@@ -145,6 +128,14 @@ RESOURCES = {"regs_per_thread": "registers", "shared_bytes_per_block": "B", "loc
              "blocks_per_sm": "blocks", "warps_per_sm": "warps", "occupancy": "1"}
 
 
+def operands(cuda, m: int, n: int, k: int):
+    """(rng, A, B, A, B, C): uniform float32 A (m x k) and B (k x n) from seed n on the host, then A, B and an
+    empty C on the device; ``rng`` goes on (the NumPy check samples rows with it)."""
+    rng = np.random.default_rng(n)
+    a_h, b_h = (rng.uniform(-1, 1, shape).astype(np.float32) for shape in ((m, k), (k, n)))
+    return rng, a_h, b_h, cuda.to_device(a_h), cuda.to_device(b_h), cuda.device_array((m, n), dtype=np.float32)
+
+
 def figures(d: dict) -> list[dict]:
     """The run's figures (``hpclab.results.recorded.figure``): each kernel and tile shape against the cuBLAS
     timed in turns with it, and its resources and SASS counts."""
@@ -165,7 +156,16 @@ def figures(d: dict) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    args = parse(sys.argv[1:] if argv is None else argv)
+    p = Parser(prog="hpclab bench matmul", description=__doc__)
+    p.add_argument("--sizes", type=_sizes, default=None,
+                   help="comma-separated N or MxNxK (default 4096,8192,4095,3000x5000x700 on a GPU, "
+                        "32,33x20x17 on the simulator)")
+    p.add_argument("--repeats", type=count(1, 10**6), default=None,
+                   help="timed runs per kernel (median; default 20 at N <= 4096, else 10; naive 2, tiled 3)")
+    p.add_argument("--no-sweep", action="store_true", help="only the default fast configuration")
+    p.add_argument("--json", action="store_true", help="print one JSON line at the end")
+    p.add_argument("--out", default=None, help="also write the JSON to this file")
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
     backend.select()
     from hpclab.matmul import fast as mm, naive, tiled, warp     # loads numba.cuda: after the backend choice
 
@@ -197,20 +197,15 @@ def main(argv=None) -> int:
               "sizes": {}, "shapes": {}}   # square sizes (N), other shapes (MxNxK)
     smallest = min(sizes, key=lambda s: s[0] * s[1] * s[2])
     for m, n, k in sizes:
-        rng = np.random.default_rng(n)
-        a_h = rng.uniform(-1, 1, (m, k)).astype(np.float32)
-        b_h = rng.uniform(-1, 1, (k, n)).astype(np.float32)
-        a, b = cuda.to_device(a_h), cuda.to_device(b_h)
-        c = cuda.device_array((m, n), dtype=np.float32)
+        rng, a_h, b_h, a, b, c = operands(cuda, m, n, k)
         flop = mm.flops(m, k, n)
         reps = args.repeats or (2 if sim else (20 if flop <= mm.flops(4096, 4096, 4096) else 10))
         rows, reference, cublas_fn = [], None, None
         if cp is not None:
             a_cp, b_cp = cp.asarray(a), cp.asarray(b)
-            out_cp = cp.empty((m, n), dtype=cp.float32)
+            reference = out_cp = cp.empty((m, n), dtype=cp.float32)
             cublas_fn = lambda: cp.matmul(a_cp, b_cp, out=out_cp)  # noqa: E731
             t = median_time(cublas_fn, repeats=reps, warmup=2)
-            reference = out_cp
             rows.append({"kernel": "cublas", "config": "CuPy matmul (cuBLAS SGEMM)", "seconds": t,
                          "tflops": flop / t / 1e12})
         else:
@@ -268,7 +263,7 @@ def main(argv=None) -> int:
                             f"best_{kernel}_vs_cublas": best[kernel] and best[kernel].get("vs_cublas"),
                             f"default_{kernel}_vs_cublas": next((r.get("vs_cublas") for r in mine
                                                                  if r["config"] == cfg.label()), None)})
-        key = shape_key(m, n, k)
+        key = str(n) if m == n == k else f"{m}x{n}x{k}"
         record["sizes" if m == n == k else "shapes"][key] = summary
         print_table(key, rows, best)
         del a, b, c
@@ -277,13 +272,10 @@ def main(argv=None) -> int:
     record.update(all_correct=not wrong, topic="matmul", figures=figures(record))
     for n, kernel, config in wrong:
         print(f"WRONG RESULT: {n}, {kernel} {config} differs from the reference by more than {TOLERANCE}")
-    if args.json or args.out:
-        text = json.dumps(record, default=float)
-        if args.out:
-            with open(args.out, "w") as fh:
-                fh.write(text + "\n")
-        if args.json:
-            print(text)
+    if args.out:
+        Path(args.out).write_text(json.dumps(record, default=float) + "\n")
+    if args.json:
+        print(json.dumps(record, default=float))
     return 1 if wrong else 0
 
 
@@ -313,11 +305,7 @@ def measure(n: int, repeats: int = 3, kernels=("naive", "tiled", "fast", "warp")
     backend.select()
     from hpclab.matmul import fast as mm
 
-    rng = np.random.default_rng(n)
-    a_h = rng.uniform(-1, 1, (n, n)).astype(np.float32)
-    b_h = rng.uniform(-1, 1, (n, n)).astype(np.float32)
-    a, b = mm.cuda.to_device(a_h), mm.cuda.to_device(b_h)
-    c = mm.cuda.device_array((n, n), dtype=np.float32)
+    _, _, _, a, b, c = operands(mm.cuda, n, n, n)
     flop = mm.flops(n, n, n)
     out = {}
     for kernel in kernels:
