@@ -1,11 +1,9 @@
 """Command-line input, checked once and before any work.
 
-Every ``hpclab`` command builds its parser from :class:`Parser` and the types below. A bad value
-stops the command with ONE line naming the option, the value and what is allowed (argparse puts
-``argument --bins:`` before the type's message), exit status 2 and no traceback. ``count`` takes
-``1e10``, ``1_000_000`` and ``2**20``, not ``inf``, ``nan``, ``2.5`` or ``1e400``; the comma lists
-refuse empty items such as ``v1,``. Options that exclude each other go in argparse's mutually
-exclusive groups; help shows the defaults.
+Every ``hpclab`` command builds its parser from :class:`Parser` and the types below: a bad value stops
+it with ONE line naming the option, the value and what is allowed, exit status 2 and no traceback.
+``count`` takes ``1e10``, ``1_000_000`` and ``2**20``, not ``inf``, ``nan``, ``2.5`` or ``1e400``; the
+comma lists refuse empty items such as ``v1,``.
 """
 from __future__ import annotations
 

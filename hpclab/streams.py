@@ -1,12 +1,10 @@
 """CUDA streams beside the default one, made once per process; each function returns (stream, how),
-``how`` saying what was made, for reports. On the simulator they are ordinary streams (it runs
-everything synchronously).
+``how`` saying what was made. On the simulator they are ordinary streams (it runs everything in order).
 
 Numba launches kernels on the legacy default stream, which waits for (and holds up) every ordinary
-stream, so work meant to overlap with kernels goes on a non-blocking stream. The edge and comm
-streams also have the GPU's highest priority: while the bulk of the kernels fill every SM, the block
-scheduler hands freed SMs to them first, so a NCCL transfer or a boundary kernel starts within one
-block's time instead of after the whole interior.
+stream, so work meant to overlap goes on a non-blocking stream. The edge and comm streams also have the
+highest priority: the block scheduler hands freed SMs to them first, so a NCCL transfer or a boundary
+kernel starts within one block's time instead of after the whole interior.
 """
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from hpclab.ddp.data import digits
 from hpclab.ddp.model import MLP, count_parameters, init_parameters
 from hpclab.ddp.monitor import GPUMonitor, device_memory_used, memory_estimate_bytes
 from hpclab.ddp.sampler import DistributedSampler
-from hpclab.ddp.trainer import DDPTrainer
+from hpclab.ddp.trainer import DDPTrainer, replica_checksums
 from hpclab.timing import wall
 
 
@@ -90,7 +90,7 @@ def train_digits(comm, placement, cfg: DigitsConfig, say=print) -> dict:
                     f"| val loss {val[0]:.4f} acc {100 * val[1]:6.2f}% | {seconds:.2f} s")
 
     _, _, train_seconds = wall(epochs, comm)
-    identical = trainer.replicas()["identical"]
+    identical = replica_checksums(comm, model)["identical"]
     test_loss, test_acc = trainer.evaluate(*dev["test"])
     usage = monitor.stop() if monitor else None
     used_after = device_memory_used()

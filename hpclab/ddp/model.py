@@ -14,6 +14,7 @@ from hpclab.ddp import mlp as K
 
 cuda = K.cuda
 EXTRA_SLOTS = 2  # loss, correct predictions
+LOSSES = {"xent": K.softmax_cross_entropy, "mse": K.mean_squared_error}
 
 
 def count_parameters(sizes) -> int:
@@ -129,8 +130,7 @@ class MLP:
         work = self.workspace(n)
         logits = self.forward(n)
         dz = work["dz"][-1]
-        fn = K.softmax_cross_entropy if loss == "xent" else K.mean_squared_error
-        fn(logits, targets, dz, work["stats"], grad_scale, loss_scale)
+        LOSSES[loss](logits, targets, dz, work["stats"], grad_scale, loss_scale)
         K.col_sum(work["stats"], self.stat_slots)
         for i in reversed(range(len(self.layers))):
             w, _ = self.layers[i]
@@ -149,7 +149,6 @@ class MLP:
         work = self.workspace(n)
         K.cast(x.reshape(x.size), work["acts"][0].reshape(x.size))       # the rows, in the compute dtype
         logits = self.forward(n)
-        fn = K.softmax_cross_entropy if loss == "xent" else K.mean_squared_error
-        fn(logits, y, work["dz"][-1], work["stats"], 0.0, 1.0)
+        LOSSES[loss](logits, y, work["dz"][-1], work["stats"], 0.0, 1.0)
         totals = cuda.device_array(EXTRA_SLOTS, self.dtype)
         return K.col_sum(work["stats"], totals).copy_to_host().astype(np.float64)

@@ -14,7 +14,7 @@ from hpclab import comm as hcomm
 from hpclab.ddp.data import synthetic
 from hpclab.ddp.model import MLP, count_parameters, init_parameters
 from hpclab.ddp.sampler import DistributedSampler
-from hpclab.ddp.trainer import DDPTrainer
+from hpclab.ddp.trainer import DDPTrainer, replica_checksums
 
 
 @dataclass
@@ -75,7 +75,7 @@ def train_synthetic(comm, cfg: SyntheticConfig) -> dict:
         step_losses, _ = trainer.train_epoch(x_dev, y_dev, sampler, epoch)
         losses += step_losses
         epoch_losses.append(float(np.mean(step_losses)))
-        checks.append(trainer.replicas())   # once per epoch, on every rank
+        checks.append(replica_checksums(comm, model))   # once per epoch, on every rank
     learned = (epoch_losses[-1] < epoch_losses[0] if len(epoch_losses) > 1 else losses[-1] < losses[0])
     return {
         "losses": losses, "epoch_losses": epoch_losses, "replicas_identical": all(c["identical"] for c in checks),

@@ -238,9 +238,6 @@ class DDPTrainer:
         per = n if self.loss == "xent" else n * self.model.sizes[-1]
         return float(summed[0] / per), float(summed[1] / n)
 
-    def replicas(self) -> dict:
-        return replica_checksums(self.comm, self.model)
-
 
 def random_batch(comm, sizes, rows: int) -> list:
     """(inputs, class labels, row indices 0..rows-1) on the device, random per rank: for timing steps,
