@@ -97,19 +97,6 @@ def pack_halos(plans, x, rank, stream, get):
     return rounds
 
 
-def exchange_halos(be, rounds, work, p, stream, tl=OFF) -> None:
-    """Send/receive the packed rows through ``be.sendrecv`` and unpack them into ``work``; each exchange
-    runs behind ``stream`` (where the rows were packed) and returns when its rows have arrived."""
-    with tl.span("halo exchange", "comm", stream, "edge stream"):
-        for offset, send, recv, sbuf, rbuf in rounds:
-            be.sendrecv(sbuf, dest=be.rank + offset if send else MPI().PROC_NULL,
-                        source=be.rank - offset if recv else MPI().PROC_NULL, recvbuf=rbuf, stream=stream)
-    with tl.span("unpack", "copy", stream, "edge stream"):
-        for _, _, recv, _, rbuf in rounds:
-            if recv:
-                copy_rows(rbuf, 0, work, recv.start - p.have[0], recv.stop - recv.start, stream)
-
-
 def run_device(ops, x, comm, be=None, overlap: bool = True, phases: Phases | None = None,
                buffers: Buffers | None = None, height: int | None = None, timeline=None):
     """Forward the device band ``x`` (its kernels finished) through ``ops``; returns a device array.
@@ -157,8 +144,15 @@ def run_device(ops, x, comm, be=None, overlap: bool = True, phases: Phases | Non
                 with phases("compute"), tl.span("interior rows", "compute", stream, "compute stream"):
                     op.device_rows(work, out, p.pad_top, p.interior[0] - o0, p.interior[1] - o0, stream,
                                    buffers.compute)        # (phase: launch time only: the kernels run on)
-            with phases("halo"):
-                exchange_halos(be, rounds, work, p, edge, tl)
+            with phases("halo"):     # each exchange runs behind the packing and returns when its rows have arrived
+                with tl.span("halo exchange", "comm", edge, "edge stream"):
+                    for offset, send, recv, sbuf, rbuf in rounds:
+                        be.sendrecv(sbuf, dest=be.rank + offset if send else MPI().PROC_NULL,
+                                    source=be.rank - offset if recv else MPI().PROC_NULL, recvbuf=rbuf, stream=edge)
+                with tl.span("unpack", "copy", edge, "edge stream"):
+                    for _, _, recv, _, rbuf in rounds:
+                        if recv:
+                            copy_rows(rbuf, 0, work, recv.start - p.have[0], recv.stop - recv.start, edge)
             with phases("compute"):
                 if overlap:
                     own_rows_in.wait(edge)         # the boundary reads own rows too
