@@ -127,18 +127,13 @@ def sharing(comm=None) -> list[SharedGPU]:
     """The devices that more than one rank of ``comm`` uses (empty: one GPU per rank). Collective.
     Ranks are ``comm``'s own: two ranks of a four-rank job on different GPUs do not share, even if the job does."""
     comm = comm or world()
-    return shared_devices(comm.allgather(_this_device()))
-
-
-def _this_device() -> tuple[str, str, int, str]:
-    """(UUID, host, GPU index, name) of the device this process uses now; no communication, so it
-    is safe on any communicator, also where :func:`select_gpu` has not run (then: the default device)."""
-    if _placement is not None:
-        return _placement.gpu_uuid, _placement.host, _placement.gpu, _placement.gpu_name
-    cuda = backend.cuda()
-    name, uuid = identity()
-    gpu = 0 if backend.is_simulator() else cuda.get_current_device().id
-    return uuid, socket.gethostname(), gpu, name
+    p = _placement          # None where select_gpu has not run: then the default device
+    if p is not None:
+        mine = p.gpu_uuid, p.host, p.gpu, p.gpu_name
+    else:
+        name, uuid = identity()
+        mine = uuid, socket.gethostname(), 0 if backend.is_simulator() else backend.cuda().get_current_device().id, name
+    return shared_devices(comm.allgather(mine))
 
 
 def shared_devices(everyone: list[tuple[str, str, int, str]]) -> list[SharedGPU]:

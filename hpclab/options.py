@@ -95,15 +95,12 @@ def count(lo: int = 1, hi: int | None = (1 << 63) - 1):
             raise argparse.ArgumentTypeError(f"{text} is too large; give {span} below 1e100")
         return int(value)
 
-    parse.__name__ = "count"            # argparse names the type in some messages
     return parse
 
 
 def seed(hi: int = (1 << 64) - 1):
     """argparse type: a random seed, a whole number from 0 to ``hi``."""
-    parse = count(0, hi)
-    parse.__name__ = "seed"
-    return parse
+    return count(0, hi)
 
 
 def real(lo: float, hi: float | None = None, lo_open: bool = False, hi_open: bool = False):
@@ -125,7 +122,6 @@ def real(lo: float, hi: float | None = None, lo_open: bool = False, hi_open: boo
             raise argparse.ArgumentTypeError(f"{value:g} is out of range; give {span}")
         return value
 
-    parse.__name__ = "number"
     return parse
 
 
@@ -158,7 +154,6 @@ def _list_of(one, example: str):
                 raise argparse.ArgumentTypeError(f"in {text!r}: {exc}") from None
         return tuple(values)
 
-    parse.__name__ = "list"
     return parse
 
 
@@ -177,7 +172,6 @@ def choice_list(choices, alone: tuple[str, ...] = (), noun: str = "item"):
             raise argparse.ArgumentTypeError(f"unknown {noun} {', '.join(bad)}; give {hint}")
         return tuple(dict.fromkeys(items))
 
-    parse.__name__ = "list"
     return parse
 
 

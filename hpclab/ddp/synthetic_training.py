@@ -57,10 +57,8 @@ def train_synthetic(comm, cfg: SyntheticConfig) -> dict:
     with hcomm.step(comm, "input check"):
         global_batch = global_batch_for(cfg, size)
         sampler = DistributedSampler(cfg.samples, global_batch, rank, size, seed=cfg.seed)
-        if not cfg.lr > 0:
-            raise ValueError(f"--lr must be positive (got {cfg.lr})")
-        if cfg.epochs < 1:
-            raise ValueError(f"--epochs must be at least 1 (got {cfg.epochs})")
+        if not cfg.lr > 0 or cfg.epochs < 1:
+            raise ValueError(f"--lr must be positive and --epochs at least 1 (got {cfg.lr:g} and {cfg.epochs})")
         be = hcomm.get(cfg.comm, comm) if isinstance(cfg.comm, str) else cfg.comm
     x, y = synthetic(cfg.samples, seed=cfg.seed)
     with hcomm.step(comm, "model setup"):
