@@ -1,12 +1,10 @@
 """Which GPU each MPI rank uses, which ranks share one, and a table of the mapping.
 
-The GPU is chosen by the node-local rank (MPI's shared-memory split), not the global rank: rank 5 on
-nodes of four GPUs is local rank 1 of the second node, so it uses GPU 1 (fbpic #523, amrex #3382).
-Ranks share a GPU where a node runs more ranks than it has GPUs; that is decided by comparing device
-UUIDs, not indices (under Slurm's ``--gpus-per-task`` every rank sees its GPU as "GPU 0"). NCCL refuses
-two ranks of one communicator on one device, so the communication backends ask :func:`sharing` first.
-The simulator's one device per node is ``sim-<host>``: there the ranks of a node always share, which is
-how CI covers the shared-GPU path.
+The GPU is chosen by the node-local rank (MPI's shared-memory split), not the global rank: rank 5 on nodes
+of four GPUs is local rank 1 of the second node (fbpic #523, amrex #3382). Sharing is decided by device
+UUIDs, not indices (under Slurm's ``--gpus-per-task`` every rank sees its GPU as "GPU 0"); NCCL refuses two
+ranks of one communicator on one device, so the communication backends ask :func:`sharing` first. The
+simulator's one device per node is ``sim-<host>``: its ranks always share (how CI covers that path).
 """
 from __future__ import annotations
 

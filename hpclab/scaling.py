@@ -1,11 +1,10 @@
 """Strong and weak scaling sweeps of any ``hpclab run`` program, over rank counts.
 
-Two routes, one record format: ``sweep_mpiexec`` runs ``mpiexec -n N python -m hpclab run PROGRAM
-... --json`` per rank count and trial (``hpclab scaling``); ``sweep_engines`` splits a notebook's
-engines into sub-communicators of sizes 1..n and runs the program's ``run(args, ctx)`` on each.
-Both check every run's arguments first, as ``hpclab run`` does. A program reports
-``timings["wall_s"]`` (``timing.wall``); its work is the value of its size option
-(``Program.work``, or ``--work-arg``), which a weak sweep multiplies by the rank count.
+Two routes, one record format: ``sweep_mpiexec`` runs ``mpiexec -n N python -m hpclab run PROGRAM ...
+--json`` per rank count and trial (``hpclab scaling``); ``sweep_engines`` runs the program's ``run(args,
+ctx)`` on sub-communicators of a notebook's engines. Both check every run's arguments first. A program
+reports ``timings["wall_s"]``; its work is its size option's value (``Program.work``, or ``--work-arg``),
+which a weak sweep multiplies by the rank count.
 
 Strong: S(n) = T(1)/T(n), E(n) = S(n)/n, Amdahl's S(n) = 1 / (f + (1 - f)/n).
 Weak: E(n) = T(1)/T(n), scaled speedup n E(n), Gustafson's n E(n) = n - f (n - 1).
