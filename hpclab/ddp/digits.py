@@ -1,8 +1,7 @@
 """Exercise 6 without PyTorch: an MLP classifier for handwritten digits, data-parallel.
 
-The workshop trains a CNN on MNIST (60k images, a download); scikit-learn's bundled 8x8 digits need
-no download and are learned to >= 95 % by a small MLP in seconds on a GPU. The simulator runs a
-reduced configuration and says so.
+The workshop trains a CNN on MNIST (a download); scikit-learn's bundled 8x8 digits are learned to >= 95 %
+by a small MLP in seconds on a GPU. The simulator runs a reduced configuration and says so.
 """
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """An MLP whose parameters live in one flat device vector, and its gradients in another.
 
-Flat storage makes broadcasting the weights, all-reducing the gradients, checking replicas and the optimiser step
-one operation on one array each; each layer's W and b are views into it. The gradient vector (the "bucket") ends
-with two slots for the batch's loss and correct predictions, so one all-reduce per step carries all of them.
-``dtype`` is that of the master weights, gradients and optimiser state, ``compute_dtype`` that of the passes:
-float16 (mixed precision) keeps a float16 copy of the weights, refreshed after every update.
+Flat storage makes broadcasting the weights, all-reducing the gradients, checking replicas and the
+optimiser step one operation on one array each; each layer's W and b are views into it. The gradient
+vector (the "bucket") ends with two slots for the batch's loss and correct predictions, so one all-reduce
+per step carries all of them. ``dtype`` is that of the master weights, gradients and optimiser state,
+``compute_dtype`` that of the passes (float16: mixed precision, a copy refreshed after every update).
 """
 from __future__ import annotations
 

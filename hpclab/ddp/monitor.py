@@ -1,8 +1,7 @@
 """GPU memory and utilisation while training, and the slides' memory estimate.
 
-Utilisation is sampled by ``nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv -lms ...``
-(the multi-node training guide's command; it reads NVML) as it streams; memory in use on the device
-comes from the CUDA driver (cuMemGetInfo).
+Utilisation is sampled by ``nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv -lms ...`` (the
+multi-node training guide's command; it reads NVML); memory in use comes from the driver (cuMemGetInfo).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""NumPy versions of the MLP kernels: the answers the GPU kernels are tested against.
+"""NumPy versions of the MLP kernels, for clarity, not speed: the answers the GPU kernels are tested against.
 
-Written for clarity, not speed, in float64 unless the inputs say otherwise. :func:`mlp_loss_and_grads` is a whole
-forward and backward pass; the tests check it against finite differences, then check the GPU against it.
+:func:`mlp_loss_and_grads` is a whole forward and backward pass; the tests check it against finite
+differences, then check the GPU against it.
 """
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Exercise 5's training run as one function: the program and the notebook both call it.
 
-It runs on whatever communicator it is given, so a notebook can train on
-all its MPI engines and, for comparison, on a sub-communicator of one rank.
+It runs on the communicator it is given: a notebook trains on all its engines and on a sub-communicator of one.
 """
 from __future__ import annotations
 

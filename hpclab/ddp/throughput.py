@@ -1,8 +1,7 @@
 """Samples per second of data-parallel training steps, and how they scale with ranks.
 
-A step is timed as a whole (:func:`hpclab.timing.wall` around ``steps`` steps) and split into
-compute (forward and backward), comm (the gradient all-reduce) and update. ``scaling`` measures on
-the first k ranks for each k asked for: 1..n engines of one notebook session, no relaunch.
+A step is timed as a whole and split into compute (forward and backward), comm (the gradient all-reduce)
+and update; ``scaling`` measures on the first k ranks for each k: 1..n engines of one notebook, no relaunch.
 """
 from __future__ import annotations
 

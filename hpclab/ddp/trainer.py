@@ -1,11 +1,11 @@
 """Data-parallel training: the mechanism PyTorch's DDP hides, in four moves.
 
 1. Rank 0's initial weights are broadcast, so every replica starts the same.
-2. Each rank's gradient of its share of the global batch is scaled by 1/global_batch, so the sum
-   over ranks is the mean gradient over the global batch: what one GPU would compute.
-3. One all-reduce (sum) of the flat gradient bucket per step; the batch's loss rides in it. With
-   ``overlap=True``, as PyTorch's DDP does: buckets of about ``bucket_mb`` (:mod:`hpclab.ddp.buckets`),
-   each all-reduced on a stream of its own as soon as the backward pass has written it.
+2. Each rank's gradient of its share of the global batch is scaled by 1/global_batch, so the sum over
+   ranks is the mean gradient over the global batch: what one GPU would compute.
+3. One all-reduce (sum) of the flat gradient bucket per step, the batch's loss in it; with ``overlap``, as
+   PyTorch does, buckets of about ``bucket_mb`` (:mod:`hpclab.ddp.buckets`), each all-reduced on a stream
+   of its own as soon as the backward pass has written it.
 4. Every rank applies the same update, so the replicas stay identical (:func:`replica_checksums`).
 """
 from __future__ import annotations
