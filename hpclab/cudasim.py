@@ -42,9 +42,6 @@ def _install_shared_array() -> None:
         # and accepting it keeps kernels free of simulator branches.
         if isinstance(dtype, kernelapi.types.Type):
             dtype = kernelapi.numpy_support.as_dtype(dtype)
-        if shape == 0:                   # dynamic shared memory: one buffer for every call
-            return np.frombuffer(self._dynshared.data, dtype=dtype,
-                                 count=self._dynshared_size // dtype.itemsize)
         frame = sys._getframe(1)
         key = (frame.f_code.co_filename, frame.f_lineno)     # as the original: one array per line
         with _lock:

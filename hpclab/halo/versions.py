@@ -36,8 +36,7 @@ def digest(x, digits: int = DIGITS) -> str:
     """A 64-bit hash (BLAKE2) of the tensor's values rounded to ``digits`` significant digits, and its shape."""
     a = np.asarray(x, dtype=np.float64).ravel()
     mag = np.abs(a)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        exp = np.where(mag > 0, np.floor(np.log10(np.where(mag > 0, mag, 1.0))), 0.0)
+    exp = np.floor(np.log10(np.where(mag > 0, mag, 1.0)))          # 0 for zeros (and NaN)
     mant = np.round(a / 10.0 ** (exp - digits + 1)).astype(np.int64)
     words = np.concatenate([np.asarray(np.shape(x), dtype=np.int64),
                             np.stack([mant, exp.astype(np.int64)], axis=1).ravel()])
