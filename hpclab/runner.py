@@ -118,9 +118,7 @@ def main(name: str, argv: list[str]) -> int:
 
     from hpclab.mpi import MPIUnavailable, world
 
-    # MPI starts even when this rank's check failed: the other ranks may have passed theirs
-    # (an MPMD launch, an environment that differs between nodes) and must hear of it.
-    try:
+    try:                 # even where this rank's check failed: the others must hear of it
         comm = world()
     except MPIUnavailable as exc:
         print(problem or f"{prog}: error: {exc}", file=sys.stderr, flush=True)
@@ -164,10 +162,7 @@ def main(name: str, argv: list[str]) -> int:
         comm.Abort(1)
         return 1
     if rank == 0:
-        for line in lines:
-            if line:
-                print(line)
-        print()
+        print(*filter(None, lines), "", sep="\n")           # the rank lines, then a blank line
         final = [*report.final, ("Check", "PASSED" if report.passed else "FAILED")]
         width = max(len(k) for k, _ in final)
         print("\n".join(["===== FINAL RESULTS =====", *(f"{k:<{width}} = {v}" for k, v in final)]))

@@ -46,9 +46,7 @@ def supported(r: int, s: int, stride: int) -> str | None:
 def transforms(m: int, r: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(A^T, G, B^T) of F(m, r) in float64: shapes (m, alpha), (alpha, r), (alpha, alpha)."""
     alpha = m + r - 1
-    pts = POINTS[:alpha - 1]
-    if len(pts) != alpha - 1:
-        raise ValueError(f"F({m}, {r}) needs {alpha - 1} finite points; only {len(POINTS)} are defined")
+    pts = POINTS[:alpha - 1]                # too few for a larger F(m, r): the exactness check below says so
     at, g = np.zeros((m, alpha)), np.zeros((alpha, r))
     for j, p in enumerate(pts):
         at[:, j] = [p ** i for i in range(m)]
