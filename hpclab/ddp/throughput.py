@@ -17,13 +17,10 @@ from hpclab.timing import Phases, wall
 def measure(comm, sizes, global_batch: int, steps: int = 5, warmup: int = 2,
             precision: str = "fp32", comm_backend="auto", overlap: bool = False,
             bucket_mb: float = 25.0) -> dict:
-    """Time data-parallel steps of an MLP classifier with layer widths ``sizes`` on ``comm``, the global
-    batch split evenly among the ranks (it must divide), on random data; one row, the same on every rank.
-
-    With ``overlap`` the gradient buckets (``bucket_mb``) are all-reduced during the backward pass;
-    ``comm_s`` is then the all-reduce time left after the backward pass (not hidden), ``allreduce_s``
-    the time the all-reduces took and ``hidden_share`` the part of it hidden behind compute.
-    """
+    """Time data-parallel steps of an MLP classifier of widths ``sizes`` on random data, the global batch split
+    evenly among the ranks of ``comm``; one row, the same on every rank. With ``overlap`` (buckets of
+    ``bucket_mb``) ``comm_s`` is the all-reduce time left after the backward pass, ``allreduce_s`` the time the
+    all-reduces took and ``hidden_share`` the part of it hidden behind compute."""
     size = comm.size
     if global_batch % size:
         raise ValueError(f"global batch {global_batch} does not divide among {size} ranks")

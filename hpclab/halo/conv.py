@@ -69,9 +69,8 @@ def check_method(method: str | None) -> str:
 
 
 class ConvWeights:
-    """A layer's weights and bias on the device, in the layout each method reads:
-    (K, C, R, S) for the plain kernel, the same memory as a (K, C*R*S) matrix for
-    im2col + GEMM; the tiled kernel's and Winograd's layouts are made on first use."""
+    """A layer's weights and bias on the device, in the layout each method reads: (K, C, R, S), the same memory
+    as a (K, C*R*S) matrix for im2col + GEMM; the tiled kernel's and Winograd's made on first use."""
 
     def __init__(self, w, bias=None):
         # A copy, not ascontiguousarray: a view such as w[:, :, None, None] counts as contiguous

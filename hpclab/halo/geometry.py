@@ -115,12 +115,9 @@ def transfers(plans: list[BandPlan]) -> list[Transfer]:
 
 
 def schedule(moves: list[Transfer], size: int):
-    """Rounds of paired exchanges that cannot deadlock: (offset, {rank: (send | None, recv | None)}).
-
-    In the round for offset d every rank sends to rank + d and receives from rank - d, so every
-    Sendrecv has its partner in the same round. Offsets run +1, -1, +2, -2, ... as far as the
-    farthest message (1 unless bands are thinner than the halo).
-    """
+    """Rounds of paired exchanges that cannot deadlock: (offset, {rank: (send | None, recv | None)}). In round d
+    every rank sends to rank + d and receives from rank - d, so every Sendrecv has its partner in the same
+    round; offsets run +1, -1, +2, -2, ... as far as the farthest message (1 unless bands are thinner than the halo)."""
     reach = max((abs(t.dst - t.src) for t in moves), default=0)
     by_pair = {(t.src, t.dst): t for t in moves}
     for d in range(1, reach + 1):
