@@ -52,18 +52,15 @@ def memory_breakdown(sizes, batch: int, optimizer: str = "adam", dtype=np.float3
     """Bytes a model of these layer widths needs for training, by purpose (no allocation): master weights,
     a compute copy under mixed precision, gradients (the bucket), optimiser state (SGD's velocity or Adam's
     two moments) and one batch's activations (every layer's inputs and outputs, and their gradients)."""
-    dtype = np.dtype(dtype)
-    compute_dtype = np.dtype(compute_dtype or dtype)
-    sizes = [int(s) for s in sizes]
+    dtype, compute_dtype, sizes = np.dtype(dtype), np.dtype(compute_dtype or dtype), [int(s) for s in sizes]
     p, item, citem = count_parameters(sizes), dtype.itemsize, compute_dtype.itemsize
     states = {"sgd": 1, "adam": 2}.get(optimizer, 0)
-    acts = sum(sizes) * batch * citem + sum(sizes[1:]) * batch * citem
     return {
         "master_weights": p * item,
         "compute_copy": p * citem if compute_dtype != dtype else 0,
         "gradients": (p + EXTRA_SLOTS) * item,
         "optimizer_state": states * p * item,
-        "activations": acts + batch * EXTRA_SLOTS * item,
+        "activations": (sum(sizes) + sum(sizes[1:])) * batch * citem + batch * EXTRA_SLOTS * item,
     }
 
 
@@ -74,8 +71,7 @@ class MLP:
         if len(sizes) < 2 or any(int(s) <= 0 for s in sizes):
             raise ValueError(f"layer widths must be at least two positive numbers, got {list(sizes)}")
         self.sizes = [int(s) for s in sizes]
-        self.dtype = np.dtype(dtype)
-        self.compute_dtype = np.dtype(compute_dtype or dtype)
+        self.dtype, self.compute_dtype = np.dtype(dtype), np.dtype(compute_dtype or dtype)
         self.n_params = count_parameters(self.sizes)
         self.params = cuda.device_array(self.n_params, self.dtype)
         self.compute_params = (self.params if self.compute_dtype == self.dtype
