@@ -12,7 +12,7 @@ import numpy as np
 
 from hpclab import backend, comm as hcomm
 from hpclab.ddp.data import digits
-from hpclab.ddp.model import MLP, count_parameters, init_parameters
+from hpclab.ddp.model import MLP, init_parameters
 from hpclab.ddp.monitor import GPUMonitor, device_memory_used, memory_estimate_bytes
 from hpclab.ddp.sampler import DistributedSampler
 from hpclab.ddp.trainer import DDPTrainer, replica_checksums
@@ -57,7 +57,6 @@ def train_digits(comm, placement, cfg: DigitsConfig, say=print) -> dict:
         sampler = DistributedSampler(len(y_train), cfg.global_batch, rank, size, seed=cfg.seed)
         be = hcomm.get(cfg.comm, comm)
     sizes = [x_train.shape[1], *cfg.hidden, 10]
-    n_params = count_parameters(sizes)
     mixed = cfg.precision == "mixed"
     used_before = device_memory_used()
     with hcomm.step(comm, "model setup"):
@@ -94,7 +93,7 @@ def train_digits(comm, placement, cfg: DigitsConfig, say=print) -> dict:
     usage = monitor.stop() if monitor else None
     used_after = device_memory_used()
     return {
-        "config": asdict(cfg), "sizes": sizes, "parameters": n_params,
+        "config": asdict(cfg), "sizes": sizes, "parameters": model.n_params,
         "samples": {k: int(len(v[1])) for k, v in data.items()}, "history": history, "test_loss": test_loss,
         "test_accuracy": test_acc, "passed": bool(test_acc >= cfg.threshold and identical),
         "replicas_identical": bool(identical), "train_seconds": train_seconds,
@@ -104,7 +103,7 @@ def train_digits(comm, placement, cfg: DigitsConfig, say=print) -> dict:
         "phases_s": trainer.phases.max_over_ranks(comm), "comm": trainer.be.name,
         "samples_per_s": trainer.steps * cfg.global_batch / train_seconds,
         "memory": {
-            "estimate_14p_bytes": memory_estimate_bytes(n_params),
+            "estimate_14p_bytes": memory_estimate_bytes(model.n_params),
             "allocated_by_model_bytes": model.memory_bytes(sampler.per_rank, cfg.optimizer),
             "device_used_delta_bytes": None if used_before is None else used_after - used_before,
             "device_used_after_bytes": used_after,

@@ -119,10 +119,9 @@ class MLP:
         return acts[-1]
 
     def loss_and_gradients(self, n: int, targets, loss: str, grad_scale: float, loss_scale: float, on_ready=None):
-        """Forward, loss and backward for the n rows in the workspace: the gradients of ``grad_scale * sum
-        of per-row losses`` in the bucket, ``loss_scale * sum of losses`` and the number of correct
-        predictions in its last two slots. ``on_ready(i)`` is called as soon as layer i's gradients are
-        written (last layer first): where overlapped data parallelism starts that layer's all-reduce."""
+        """Forward, loss and backward for the n rows in the workspace: the gradients of ``grad_scale * sum of
+        per-row losses`` in the bucket, ``loss_scale * sum of losses`` and the correct predictions in its last
+        two slots. ``on_ready(i)`` as soon as layer i's gradients are written: its all-reduce may start."""
         work = self.workspace(n)
         logits = self.forward(n)
         dz = work["dz"][-1]

@@ -60,10 +60,9 @@ def replica_checksums(comm, model: MLP) -> dict:
 
 
 class LossScaler:
-    """Dynamic loss scaling for float16 gradients (PyTorch's GradScaler's scheme): the loss is multiplied
-    by ``scale`` so that small gradients survive float16, the gradients divided by it before the update.
-    A step whose gradients overflow is skipped and the scale halved; ``growth_interval`` good steps in a
-    row double it."""
+    """Dynamic loss scaling for float16 gradients (PyTorch's GradScaler's): the loss times ``scale``, so that
+    small gradients survive float16, the gradients divided by it before the update. A step whose gradients
+    overflow is skipped and the scale halved; ``growth_interval`` good steps in a row double it."""
 
     def __init__(self, scale: float = 2.0 ** 16, growth_interval: int = 200):
         self.scale, self.growth_interval = scale, growth_interval
