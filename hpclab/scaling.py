@@ -157,12 +157,9 @@ def scaled_args(argv: list[str], option: str | None, factor: int) -> tuple[list[
 
 
 def _work_plan(program, argv, ranks, weak, work_arg) -> dict:
-    """{ranks: (argv, work)} of a sweep, every run passing ``hpclab run``'s checks before the first starts.
-
-    The runs may land elsewhere (``--mpiexec srun`` from a login node): this is the lenient check
-    (GPU speed, no memory limit), and each run checks again where it runs. Where this node cannot
-    choose a backend (HPCLAB_BACKEND=gpu on a login node), only the options' types and ranges count.
-    """
+    """{ranks: (argv, work)} of a sweep, every run passing ``hpclab run``'s checks before the first starts: the
+    lenient check (GPU speed, no memory limit), for the runs may land elsewhere (``--mpiexec srun`` from a login
+    node) and check again there; where no backend can be chosen here, the options' types and ranges only."""
     option = work_arg_for(program, work_arg)
     if weak and not (option and _find_value(argv, option)):
         raise UsageError(f"hpclab scaling: error: a weak sweep scales the work with the ranks: give the "
