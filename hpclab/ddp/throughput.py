@@ -59,11 +59,9 @@ def scaling(comm, sizes, counts, global_batch: int | None = None,
     for k in counts:
         if not 1 <= k <= comm.size:
             raise ValueError(f"cannot use {k} ranks of {comm.size}")
+        batch = global_batch if global_batch is not None else per_gpu_batch * k
         with first_ranks(comm, k) as sub:
-            row = None
-            if sub is not None:
-                batch = global_batch if global_batch is not None else per_gpu_batch * k
-                row = measure(sub, sizes, batch, **kwargs)
+            row = measure(sub, sizes, batch, **kwargs) if sub is not None else None
         rows.append(comm.bcast(row, root=0))
     sweep = "strong" if global_batch is not None else "weak"
     for row, (s, e) in zip(rows, speedups([r["gpus"] for r in rows], [r["step_s"] for r in rows], sweep)):
