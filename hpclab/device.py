@@ -130,7 +130,8 @@ def sharing(comm=None) -> list[SharedGPU]:
         mine = p.gpu_uuid, p.host, p.gpu, p.gpu_name
     else:
         name, uuid = identity()
-        mine = uuid, socket.gethostname(), 0 if backend.is_simulator() else backend.cuda().get_current_device().id, name
+        gpu = 0 if backend.is_simulator() else backend.cuda().get_current_device().id
+        mine = uuid, socket.gethostname(), gpu, name
     return shared_devices(comm.allgather(mine))
 
 

@@ -169,12 +169,10 @@ def main(name: str, argv: list[str]) -> int:
         for note in report.notes:
             print(f"note: {note}")
         if args.json:
-            print(json.dumps({
-                "exercise": name, "ranks": comm.size, "backend": ctx.backend,
-                "ranks_per_gpu": ctx.placement.max_ranks_per_gpu,   # > 1: ranks took turns on a GPU
-                "result": report.result, "passed": bool(report.passed),
-                "timings": report.timings,
-            }, default=float))
+            print(json.dumps({"exercise": name, "ranks": comm.size, "backend": ctx.backend,
+                              "ranks_per_gpu": ctx.placement.max_ranks_per_gpu,   # > 1: ranks took turns on a GPU
+                              "result": report.result, "passed": bool(report.passed), "timings": report.timings},
+                             default=float))
         sys.stdout.flush()
     return 0 if report.passed else 1
 
