@@ -1,9 +1,8 @@
 """GPU or simulator: decided once per process, before ``numba.cuda`` is imported.
 
-Numba reads ``NUMBA_ENABLE_CUDASIM`` when ``numba.cuda`` is first imported (numba #3075), so every
-entry point (notebook, engine, ``hpclab`` command) calls :func:`select` before any kernel module
-loads, and kernel modules get ``numba.cuda`` from :func:`cuda`. ``HPCLAB_BACKEND=auto|gpu|sim``
-overrides the automatic choice.
+Numba reads ``NUMBA_ENABLE_CUDASIM`` when ``numba.cuda`` is first imported (numba #3075), so every entry
+point calls :func:`select` before any kernel module loads, and kernel modules get ``numba.cuda`` from
+:func:`cuda`. ``HPCLAB_BACKEND=auto|gpu|sim`` overrides the automatic choice.
 """
 from __future__ import annotations
 
@@ -57,11 +56,8 @@ def _decide(requested: str) -> str:
 
 
 def select(requested: str | None = None) -> str:
-    """Choose the backend for this process and prepare Numba for it: ``"gpu"`` or ``"sim"``.
-
-    Calling again returns the same answer; asking for another one after ``numba.cuda`` has
-    loaded is an error, because Numba cannot switch once imported.
-    """
+    """Choose the backend for this process, ``"gpu"`` or ``"sim"``, and prepare Numba for it; asking for
+    another one after ``numba.cuda`` has loaded is an error (Numba cannot switch once imported)."""
     global _selected
     requested = (requested or os.environ.get("HPCLAB_BACKEND") or "auto").strip().lower()
     if _selected is not None:

@@ -1,10 +1,9 @@
 """Refuse, before it starts, work that could not finish in a day or fit in memory.
 
 ``--samples 1e18`` parses as a fine number, then runs until killed; ``--n 1e6`` asks for terabytes. A
-program's input check estimates what its arguments cost and calls :func:`refuse_long` /
-:func:`refuse_large`, which raise a :class:`~hpclab.options.UsageError` giving the estimate and the
-limit. Time estimates are lower bounds: the work over the fastest rate per rank in :data:`FASTEST`
-(several times what hpclab has measured), so a refused run could not have finished anyway.
+program's input check estimates what its arguments cost and calls :func:`refuse_long` / :func:`refuse_large`.
+Time estimates are lower bounds, the work over a rate per rank (:data:`FASTEST`) several times what
+hpclab has measured: a refused run could not have finished anyway.
 """
 from __future__ import annotations
 

@@ -1,19 +1,16 @@
 """Two fixes to Numba's CUDA simulator (numba-cuda 0.30), installed by ``hpclab.backend.cuda()``.
 
-Shared arrays: the simulator runs each CUDA thread as a Python thread; the first to reach
-``cuda.shared.array(...)`` allocates the block's array and stores it under the caller's file and
-line, the others look it up. Lookup and store are not atomic (``FakeCUDAShared.array``): under load
-a second thread allocates an array of its own, and a block reduction returns ``np.empty``'s garbage
-(a Monte Carlo count with a fixed seed came out different, once in a while, in full test runs). Here
-they happen under a lock, the caller found from its frame (the original walks the whole stack on
-every call), and a GPU kernel's ``alignment`` is accepted (the original refuses it).
+Shared arrays: each CUDA thread is a Python thread; the first to reach ``cuda.shared.array(...)``
+allocates the block's array under the caller's file and line, the others look it up, not atomically
+(``FakeCUDAShared.array``): under load a thread got an array of its own, and a block reduction returned
+``np.empty``'s garbage. Here lookup and store happen under a lock, the caller is found from its frame
+(the original walks the whole stack per call), and a GPU kernel's ``alignment`` is accepted.
 
-Device calls: Numba swaps a module's ``cuda`` global for the launch's fake module on every device
-function call and back when the last caller leaves, under one lock per module (numba-cuda PR #690);
-with 32 threads calling per sample, that lock and the interpreter's convoy (one block counting 20,000
-Monte Carlo samples took 90 s instead of 0.5 s, at random). Here a module is swapped once per launch,
-at its first device call, and back when the launch ends: no lock, and no thread sees the real module
-mid-launch.
+Device calls: Numba swaps a module's ``cuda`` global for the fake module on every device function call,
+under one lock per module (numba-cuda PR #690): with 32 threads calling per sample, one block counting
+20,000 Monte Carlo samples took 90 s instead of 0.5 s, at random. Here a module is swapped once per
+launch, at its first device call, and back when the launch ends: no lock, and no thread sees the real
+module mid-launch.
 """
 from __future__ import annotations
 
@@ -45,9 +42,6 @@ def _install_shared_array() -> None:
         # and accepting it keeps kernels free of simulator branches.
         if isinstance(dtype, kernelapi.types.Type):
             dtype = kernelapi.numpy_support.as_dtype(dtype)
-        if shape == 0:                   # dynamic shared memory: one buffer for every call
-            return np.frombuffer(self._dynshared.data, dtype=dtype,
-                                 count=self._dynshared_size // dtype.itemsize)
         frame = sys._getframe(1)
         key = (frame.f_code.co_filename, frame.f_lineno)     # as the original: one array per line
         with _lock:

@@ -3,11 +3,8 @@ from __future__ import annotations
 
 
 def block_range(n: int, size: int, rank: int) -> tuple[int, int]:
-    """[start, stop) of rank's contiguous share of n items.
-
-    The first ``n % size`` ranks take one extra item, so shares differ by at
-    most one, and the union over ranks is exactly range(n).
-    """
+    """[start, stop) of rank's contiguous share of n items: the first ``n % size`` ranks take one extra
+    item, so shares differ by at most one, and the union over ranks is exactly range(n)."""
     if size <= 0 or not 0 <= rank < size:
         raise ValueError(f"rank {rank} is not in a communicator of size {size}")
     base, extra = divmod(n, size)

@@ -1,12 +1,10 @@
 """Which GPU each MPI rank uses, which ranks share one, and a table of the mapping.
 
-The GPU is chosen by the node-local rank (MPI's shared-memory split), not the global rank: rank 5 on
-nodes of four GPUs is local rank 1 of the second node, so it uses GPU 1 (fbpic #523, amrex #3382).
-Ranks share a GPU where a node runs more ranks than it has GPUs; that is decided by comparing device
-UUIDs, not indices (under Slurm's ``--gpus-per-task`` every rank sees its GPU as "GPU 0"). NCCL refuses
-two ranks of one communicator on one device, so the communication backends ask :func:`sharing` first.
-The simulator's one device per node is ``sim-<host>``: there the ranks of a node always share, which is
-how CI covers the shared-GPU path.
+The GPU is chosen by the node-local rank (MPI's shared-memory split), not the global rank: rank 5 on nodes
+of four GPUs is local rank 1 of the second node (fbpic #523, amrex #3382). Sharing is decided by device
+UUIDs, not indices (under Slurm's ``--gpus-per-task`` every rank sees its GPU as "GPU 0"); NCCL refuses two
+ranks of one communicator on one device, so the communication backends ask :func:`sharing` first. The
+simulator's one device per node is ``sim-<host>``: its ranks always share (how CI covers that path).
 """
 from __future__ import annotations
 
@@ -127,18 +125,14 @@ def sharing(comm=None) -> list[SharedGPU]:
     """The devices that more than one rank of ``comm`` uses (empty: one GPU per rank). Collective.
     Ranks are ``comm``'s own: two ranks of a four-rank job on different GPUs do not share, even if the job does."""
     comm = comm or world()
-    return shared_devices(comm.allgather(_this_device()))
-
-
-def _this_device() -> tuple[str, str, int, str]:
-    """(UUID, host, GPU index, name) of the device this process uses now; no communication, so it
-    is safe on any communicator, also where :func:`select_gpu` has not run (then: the default device)."""
-    if _placement is not None:
-        return _placement.gpu_uuid, _placement.host, _placement.gpu, _placement.gpu_name
-    cuda = backend.cuda()
-    name, uuid = identity()
-    gpu = 0 if backend.is_simulator() else cuda.get_current_device().id
-    return uuid, socket.gethostname(), gpu, name
+    p = _placement          # None where select_gpu has not run: then the default device
+    if p is not None:
+        mine = p.gpu_uuid, p.host, p.gpu, p.gpu_name
+    else:
+        name, uuid = identity()
+        gpu = 0 if backend.is_simulator() else backend.cuda().get_current_device().id
+        mine = uuid, socket.gethostname(), gpu, name
+    return shared_devices(comm.allgather(mine))
 
 
 def shared_devices(everyone: list[tuple[str, str, int, str]]) -> list[SharedGPU]:

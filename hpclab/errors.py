@@ -1,8 +1,7 @@
 """Raise one rank's exception on every rank, instead of leaving the others blocked in a collective (a hang).
 
-Work that can fail goes inside ``with step(comm, "what"):``; at the end of the block every rank meets
-in one ``allgather`` of outcomes, and if any rank failed, all raise :class:`RankError` naming the
-failing ranks and their messages.
+Work that can fail goes inside ``with step(comm, "what"):``; its end is one ``allgather`` of outcomes, and
+if any rank failed, all raise :class:`RankError` naming the failing ranks and their messages.
 """
 from __future__ import annotations
 

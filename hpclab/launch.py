@@ -40,10 +40,9 @@ MAX_THREADS = 1024          # CUDA's limit on threads per block
 
 
 def full_gpu(work: int, blocks: int | None = None, threads: int | None = None) -> tuple[int, int]:
-    """(blocks, threads) for a grid-stride kernel over ``work`` items that fills the GPU: the workshop's
-    1024 threads per block and 2 blocks per SM (one wave of 2048 threads per SM; of the shapes ``hpclab
-    bench pi`` scans, the fastest on an H200 for both pi kernels), fewer blocks for little work; on the
-    simulator 2 blocks of 32. ``threads`` must be a power of two: tree reductions over a block halve it."""
+    """(blocks, threads) for a grid-stride kernel over ``work`` items that fills the GPU: 1024 threads per block
+    and 2 blocks per SM (of the shapes ``hpclab bench pi`` scans, the fastest on an H200), fewer for little
+    work; on the simulator 2 blocks of 32. ``threads``: a power of two (tree reductions over a block halve it)."""
     if threads is None:
         threads = backend.auto_size(gpu=MAX_THREADS, sim=32)
     if threads < 1 or threads > MAX_THREADS or threads & (threads - 1):

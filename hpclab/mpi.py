@@ -53,8 +53,13 @@ def cuda_aware() -> tuple[bool, str]:
     forced = os.environ.get("HPCLAB_MPI_CUDA_AWARE")
     if forced in ("0", "1"):
         return forced == "1", "set by HPCLAB_MPI_CUDA_AWARE"
-    MPI()  # loads the MPI library into the process
-    for lib in [None, *_loaded_mpi_libraries()]:
+    MPI()  # loads the MPI library into the process; mpi4py may load it privately (RTLD_LOCAL): by path too
+    try:
+        with open("/proc/self/maps") as maps:
+            loaded = sorted({line.split()[-1] for line in maps if "libmpi" in line and " /" in line})
+    except OSError:
+        loaded = []
+    for lib in [None, *loaded]:
         try:
             query = ctypes.CDLL(lib).MPIX_Query_cuda_support
         except (OSError, AttributeError):
@@ -63,13 +68,3 @@ def cuda_aware() -> tuple[bool, str]:
         aware = bool(query())
         return aware, f"MPIX_Query_cuda_support() = {int(aware)}"
     return False, "this MPI has no MPIX_Query_cuda_support (taken as not CUDA-aware)"
-
-
-def _loaded_mpi_libraries() -> list[str]:
-    # mpi4py may load libmpi privately (RTLD_LOCAL); find it by path instead.
-    try:
-        with open("/proc/self/maps") as maps:
-            paths = {line.split()[-1] for line in maps if "libmpi" in line}
-    except OSError:
-        return []
-    return sorted(p for p in paths if p.startswith("/"))

@@ -1,11 +1,9 @@
 """Command-line input, checked once and before any work.
 
-Every ``hpclab`` command builds its parser from :class:`Parser` and the types below. A bad value
-stops the command with ONE line naming the option, the value and what is allowed (argparse puts
-``argument --bins:`` before the type's message), exit status 2 and no traceback. ``count`` takes
-``1e10``, ``1_000_000`` and ``2**20``, not ``inf``, ``nan``, ``2.5`` or ``1e400``; the comma lists
-refuse empty items such as ``v1,``. Options that exclude each other go in argparse's mutually
-exclusive groups; help shows the defaults.
+Every ``hpclab`` command builds its parser from :class:`Parser` and the types below: a bad value stops
+it with ONE line naming the option, the value and what is allowed, exit status 2 and no traceback.
+``count`` takes ``1e10``, ``1_000_000`` and ``2**20``, not ``inf``, ``nan``, ``2.5`` or ``1e400``; the
+comma lists refuse empty items such as ``v1,``.
 """
 from __future__ import annotations
 
@@ -97,15 +95,12 @@ def count(lo: int = 1, hi: int | None = (1 << 63) - 1):
             raise argparse.ArgumentTypeError(f"{text} is too large; give {span} below 1e100")
         return int(value)
 
-    parse.__name__ = "count"            # argparse names the type in some messages
     return parse
 
 
 def seed(hi: int = (1 << 64) - 1):
     """argparse type: a random seed, a whole number from 0 to ``hi``."""
-    parse = count(0, hi)
-    parse.__name__ = "seed"
-    return parse
+    return count(0, hi)
 
 
 def real(lo: float, hi: float | None = None, lo_open: bool = False, hi_open: bool = False):
@@ -127,7 +122,6 @@ def real(lo: float, hi: float | None = None, lo_open: bool = False, hi_open: boo
             raise argparse.ArgumentTypeError(f"{value:g} is out of range; give {span}")
         return value
 
-    parse.__name__ = "number"
     return parse
 
 
@@ -160,7 +154,6 @@ def _list_of(one, example: str):
                 raise argparse.ArgumentTypeError(f"in {text!r}: {exc}") from None
         return tuple(values)
 
-    parse.__name__ = "list"
     return parse
 
 
@@ -179,7 +172,6 @@ def choice_list(choices, alone: tuple[str, ...] = (), noun: str = "item"):
             raise argparse.ArgumentTypeError(f"unknown {noun} {', '.join(bad)}; give {hint}")
         return tuple(dict.fromkeys(items))
 
-    parse.__name__ = "list"
     return parse
 
 

@@ -1,9 +1,8 @@
 """Every `hpclab run` program and `hpclab bench` benchmark, and what the harness knows of each.
 
-The command line, the runner, scaling sweeps, the recorded results and benchmarks/record.py
-read this table only: adding a program is one line here and its module, which defines
-``HELP`` (one line), ``add_arguments(parser)``, ``validate(args, launch)`` (what the
-arguments cost for a launch: ``hpclab.budget``) and ``run(args, ctx) -> Report``.
+The command line, the runner, scaling sweeps, the recorded results and benchmarks/record.py read this
+table only: a program is one line here and a module defining ``HELP`` (one line), ``add_arguments(parser)``,
+``validate(args, launch)`` (what the arguments cost: ``hpclab.budget``) and ``run(args, ctx) -> Report``.
 """
 from __future__ import annotations
 

@@ -1,11 +1,10 @@
 """The roofline of the GPU in use, and where each kernel of a notebook sits under it.
 
-A kernel doing F floating-point operations and moving B bytes of device memory in T seconds has arithmetic
-intensity I = F / B and attains F / T, below min(P, I W): the peak rate P and the memory bandwidth W (the
-knee at I = P / W). Both roofs are measured beside the datasheet's: ``fma_kernel`` (CHAINS independent
-chains of fused multiply-adds per thread, STEPS written out per pass so that loop instructions take few
-issue slots) and ``copy_kernel`` (512 MiB read once, written once). A kernel's FLOPs and bytes are counted
-from its loops, assuming no cache (``roofline_points`` of the pi, matmul and halo benches);
+A kernel doing F floating-point operations on B bytes of device memory in T seconds has arithmetic
+intensity I = F / B and attains F / T, below min(P, I W) for peak rate P and bandwidth W. Both roofs are
+measured beside the datasheet's: ``fma_kernel`` (CHAINS independent chains of fused multiply-adds per thread,
+STEPS written out per pass so that loop instructions take few issue slots) and ``copy_kernel``. A kernel's
+FLOPs and bytes are counted from its loops, assuming no cache (the benches' ``roofline_points``);
 ``benchmarks/perf_record.py`` records them on a GPU into ``data/roofline.csv``, which the simulator shows.
 """
 from __future__ import annotations

@@ -1,14 +1,13 @@
 """Run one workshop program on every MPI rank (``hpclab run NAME``).
 
-A program is a module named in :data:`hpclab.programs.PROGRAMS`; around it the runner does the same for
-every program: input checks, backend and GPU selection, the per-rank lines in rank order, the FINAL
-RESULTS block (the workshop's format), the JSON line, and errors reported on every rank with a
-non-zero exit instead of a hang. Input is checked before any work by :func:`checked`, on both routes
-(here, and on notebook engines through ``scaling.engine_trial``): the parser's types, then the
-program's ``validate(args, launch)`` (what depends on the rank count, what the run would cost:
-``hpclab.budget``). MPI starts even where a rank's check failed, and one ``allgather`` of the outcomes
-follows: a rank whose environment or arguments differ (an MPMD launch, a node without a GPU) stops every
-rank with its message instead of leaving them waiting in their first collective. Bad input exits with 2.
+A program is a module named in :data:`hpclab.programs.PROGRAMS`; the runner does the rest for all of
+them: input checks, backend and GPU selection, the per-rank lines in rank order, the FINAL RESULTS block
+(the workshop's format), the JSON line, and errors reported on every rank with a non-zero exit instead of
+a hang. :func:`checked` checks input before any work on both routes (here, and on notebook engines through
+``scaling.engine_trial``): the parser's types, then the program's ``validate(args, launch)``. MPI starts
+even where a rank's check failed, and one ``allgather`` of the outcomes follows: a rank whose environment
+or arguments differ (an MPMD launch, a node without a GPU) stops every rank with its message instead of
+leaving them waiting in their first collective. Bad input exits with 2.
 """
 from __future__ import annotations
 
@@ -119,9 +118,7 @@ def main(name: str, argv: list[str]) -> int:
 
     from hpclab.mpi import MPIUnavailable, world
 
-    # MPI starts even when this rank's check failed: the other ranks may have passed theirs
-    # (an MPMD launch, an environment that differs between nodes) and must hear of it.
-    try:
+    try:                 # even where this rank's check failed: the others must hear of it
         comm = world()
     except MPIUnavailable as exc:
         print(problem or f"{prog}: error: {exc}", file=sys.stderr, flush=True)
@@ -165,22 +162,17 @@ def main(name: str, argv: list[str]) -> int:
         comm.Abort(1)
         return 1
     if rank == 0:
-        for line in lines:
-            if line:
-                print(line)
-        print()
+        print(*filter(None, lines), "", sep="\n")           # the rank lines, then a blank line
         final = [*report.final, ("Check", "PASSED" if report.passed else "FAILED")]
         width = max(len(k) for k, _ in final)
         print("\n".join(["===== FINAL RESULTS =====", *(f"{k:<{width}} = {v}" for k, v in final)]))
         for note in report.notes:
             print(f"note: {note}")
         if args.json:
-            print(json.dumps({
-                "exercise": name, "ranks": comm.size, "backend": ctx.backend,
-                "ranks_per_gpu": ctx.placement.max_ranks_per_gpu,   # > 1: ranks took turns on a GPU
-                "result": report.result, "passed": bool(report.passed),
-                "timings": report.timings,
-            }, default=float))
+            print(json.dumps({"exercise": name, "ranks": comm.size, "backend": ctx.backend,
+                              "ranks_per_gpu": ctx.placement.max_ranks_per_gpu,   # > 1: ranks took turns on a GPU
+                              "result": report.result, "passed": bool(report.passed), "timings": report.timings},
+                             default=float))
         sys.stdout.flush()
     return 0 if report.passed else 1
 

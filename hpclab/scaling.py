@@ -1,11 +1,10 @@
 """Strong and weak scaling sweeps of any ``hpclab run`` program, over rank counts.
 
-Two routes, one record format: ``sweep_mpiexec`` runs ``mpiexec -n N python -m hpclab run PROGRAM
-... --json`` per rank count and trial (``hpclab scaling``); ``sweep_engines`` splits a notebook's
-engines into sub-communicators of sizes 1..n and runs the program's ``run(args, ctx)`` on each.
-Both check every run's arguments first, as ``hpclab run`` does. A program reports
-``timings["wall_s"]`` (``timing.wall``); its work is the value of its size option
-(``Program.work``, or ``--work-arg``), which a weak sweep multiplies by the rank count.
+Two routes, one record format: ``sweep_mpiexec`` runs ``mpiexec -n N python -m hpclab run PROGRAM ...
+--json`` per rank count and trial (``hpclab scaling``); ``sweep_engines`` runs the program's ``run(args,
+ctx)`` on sub-communicators of a notebook's engines. Both check every run's arguments first. A program
+reports ``timings["wall_s"]``; its work is its size option's value (``Program.work``, or ``--work-arg``),
+which a weak sweep multiplies by the rank count.
 
 Strong: S(n) = T(1)/T(n), E(n) = S(n)/n, Amdahl's S(n) = 1 / (f + (1 - f)/n).
 Weak: E(n) = T(1)/T(n), scaled speedup n E(n), Gustafson's n E(n) = n - f (n - 1).
@@ -157,28 +156,23 @@ def scaled_args(argv: list[str], option: str | None, factor: int) -> tuple[list[
     return out, value
 
 
-def _work_plan(program, argv, ranks, weak, work_arg):
+def _work_plan(program, argv, ranks, weak, work_arg) -> dict:
+    """{ranks: (argv, work)} of a sweep, every run passing ``hpclab run``'s checks before the first starts: the
+    lenient check (GPU speed, no memory limit), for the runs may land elsewhere (``--mpiexec srun`` from a login
+    node) and check again there; where no backend can be chosen here, the options' types and ranges only."""
     option = work_arg_for(program, work_arg)
     if weak and not (option and _find_value(argv, option)):
         raise UsageError(f"hpclab scaling: error: a weak sweep scales the work with the ranks: give the "
                          f"per-rank work, e.g. {option or '--work-arg --size'} N (for pi-mc: --samples 1e9)")
-    return {n: scaled_args(argv, option, n if weak else 1) for n in ranks}
-
-
-def check_plan(program: str, plan: dict) -> None:
-    """Every run of the sweep passes ``hpclab run``'s checks before the first starts (both routes).
-
-    The runs may land elsewhere (``--mpiexec srun`` from a login node): this is the lenient check
-    (GPU speed, no memory limit), and each run checks again where it runs. Where this node cannot
-    choose a backend (HPCLAB_BACKEND=gpu on a login node), only the options' types and ranges count.
-    """
+    plan = {n: scaled_args(argv, option, n if weak else 1) for n in ranks}
     try:
         backend.select()
         lenient = True
     except backend.BackendError:
         lenient = False
-    for n, (argv, _) in plan.items():
-        runner.checked(program, argv, Launch(n, 1, "gpu", math.inf) if lenient else None)
+    for n, (args, _) in plan.items():
+        runner.checked(program, args, Launch(n, 1, "gpu", math.inf) if lenient else None)
+    return plan
 
 
 # ---------------------------------------------------------------- route 1: mpiexec
@@ -238,7 +232,6 @@ def sweep_mpiexec(program: str, argv: list[str], ranks: list[int], weak: bool = 
 
     mpiexec = launcher(mpiexec)
     plan = _work_plan(program, argv, ranks, weak, work_arg)
-    check_plan(program, plan)
     sweep = Sweep(program, "weak" if weak else "strong")
     steps = [(n, t) for n in ranks for t in range(trials)]
     for n, t in tqdm(steps, desc=f"{program} {sweep.mode} scaling", unit="run", disable=not progress):
@@ -291,8 +284,7 @@ def sweep_engines(view, program: str, argv: str, trials: int = 3) -> Sweep:
 
     n_engines = len(view.targets) if isinstance(view.targets, (list, tuple)) else len(view.client.ids)
     sizes = [2 ** k for k in range(n_engines.bit_length()) if 2 ** k < n_engines] + [n_engines]
-    plan = _work_plan(program, shlex.split(argv), sizes, False, None)
-    check_plan(program, plan)          # before anything is queued on the engines
+    plan = _work_plan(program, shlex.split(argv), sizes, False, None)     # before anything is queued
     jobs = [(n, t, view.apply_async(engine_trial, program, plan[n][0], n)) for n in sizes for t in range(trials)]
     everything = AsyncResult(view.client, [f for _, _, ar in jobs for f in ar._children],
                              fname=f"{program} strong scaling")

@@ -1,10 +1,9 @@
 """Per-rank timelines from CUDA events: what each stream of each rank did, and when.
 
 A :class:`Timeline` records an event on a stream where a piece of work begins and one where it ends,
-against an origin recorded just after a barrier (the ranks share a time zero, up to the barrier's skew).
-The DDP trainer and the halo exchange take one; ``spans`` brings every rank's to rank 0, ``figure`` draws
-a row per rank and stream. The simulator's events keep no time: there a mark is the host's clock, which
-keeps the order, not GPU time. ``benchmarks/perf_record.py timeline`` records them on GPUs.
+against an origin recorded just after a barrier (a time zero shared up to the barrier's skew); the DDP
+trainer and the halo exchange take one. The simulator's events keep no time: there a mark is the host's
+clock, which keeps the order, not GPU time. ``benchmarks/perf_record.py timeline`` records them on GPUs.
 """
 from __future__ import annotations
 

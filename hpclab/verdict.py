@@ -1,8 +1,6 @@
-"""Answer checks for exercises: say in words whether an answer is right and why not.
-
-Each check returns a :class:`Verdict` (truthy when right) and prints it, so a
-notebook cell ending in a check tells the learner what happened. One module
-per topic: ``hpclab.collectives.check``, ...
+"""Answer checks for exercises: each returns a :class:`Verdict` (truthy when right) and prints it, so a
+notebook cell ending in a check says in words whether the answer is right and why not. One module per
+topic: ``hpclab.collectives.check``, ...
 """
 from __future__ import annotations
 

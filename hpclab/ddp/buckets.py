@@ -1,11 +1,10 @@
 """Gradient buckets: which parts of the flat gradient vector are all-reduced together, and when.
 
-The backward pass writes gradients last layer first. PyTorch's DDP groups parameters into buckets of
-about ``bucket_cap_mb`` in that order and all-reduces each as soon as its last gradient is written,
-while the GPU goes on with the earlier layers: small buckets start sooner, but each all-reduce pays a
-fixed latency. Here a layer (its W and b) is the unit: layers join the current bucket, last layer
-first, until it holds at least ``bucket_bytes``. Each bucket is a contiguous range of the flat vector;
-the first also carries the loss slots at its end (ready before the backward pass starts).
+The backward pass writes gradients last layer first. PyTorch's DDP all-reduces buckets of about
+``bucket_cap_mb`` each as soon as its last gradient is written, while the GPU goes on with earlier layers:
+small buckets start sooner, but each all-reduce pays a fixed latency. Here layers (W and b) join the current
+bucket, last layer first, until it holds ``bucket_bytes``. Each bucket is a contiguous range of the flat
+vector; the first also carries the loss slots at its end (ready before the backward pass starts).
 """
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
 """Data-parallel training: the learner's gradient averaging, replicas, 1 vs n ranks.
 
-The exercise: every rank all-reduces its gradient bucket and divides, so that every rank holds the
-mean gradient over the global batch, what one GPU computes on the whole batch. The checks compare with
-that gradient and name the usual mistake when the answer is off by its factor. ``local`` says what
-each rank's gradient was: ``"sum"`` over its own samples (divide the all-reduced sum by the global
-batch B) or ``"mean"``, as PyTorch computes it (divide by the number of ranks N).
+Every rank all-reduces its gradient bucket and divides, so that it holds the mean gradient over the global
+batch, what one GPU computes; the checks compare with that and name the usual mistake when the answer is
+off by its factor. ``local`` says what each rank's gradient was: ``"sum"`` over its own samples (divide
+the all-reduced sum by the global batch B) or ``"mean"``, as PyTorch's (divide by the number of ranks N).
 """
 from __future__ import annotations
 

@@ -30,10 +30,9 @@ def split_sizes(subset: int | None = None, val_fraction: float = 0.15, test_frac
 
 
 def digits(seed: int = 0, subset: int | None = None, val_fraction: float = 0.15, test_fraction: float = 0.15):
-    """scikit-learn's bundled 8x8 handwritten digits (1797 images, no download), split train / validation
-    / test with every digit in the same proportion in each part (``subset``: that many images first,
-    stratified too), standardised with the training part's mean and standard deviation. Returns
-    {part: (float32 features, (n, 1) int32 labels)}."""
+    """{part: (float32 features, (n, 1) int32 labels)} of scikit-learn's bundled 8x8 digits (no download),
+    split train / validation / test with every digit in the same proportion in each (``subset``: that many
+    images first, stratified too), standardised with the training part's mean and standard deviation."""
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 

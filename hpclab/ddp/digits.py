@@ -1,8 +1,7 @@
 """Exercise 6 without PyTorch: an MLP classifier for handwritten digits, data-parallel.
 
-The workshop trains a CNN on MNIST (60k images, a download); scikit-learn's bundled 8x8 digits need
-no download and are learned to >= 95 % by a small MLP in seconds on a GPU. The simulator runs a
-reduced configuration and says so.
+The workshop trains a CNN on MNIST (a download); scikit-learn's bundled 8x8 digits are learned to >= 95 %
+by a small MLP in seconds on a GPU. The simulator runs a reduced configuration and says so.
 """
 from __future__ import annotations
 
@@ -13,10 +12,10 @@ import numpy as np
 
 from hpclab import backend, comm as hcomm
 from hpclab.ddp.data import digits
-from hpclab.ddp.model import MLP, count_parameters, init_parameters
+from hpclab.ddp.model import MLP, init_parameters
 from hpclab.ddp.monitor import GPUMonitor, device_memory_used, memory_estimate_bytes
 from hpclab.ddp.sampler import DistributedSampler
-from hpclab.ddp.trainer import DDPTrainer
+from hpclab.ddp.trainer import DDPTrainer, replica_checksums
 from hpclab.timing import wall
 
 
@@ -58,7 +57,6 @@ def train_digits(comm, placement, cfg: DigitsConfig, say=print) -> dict:
         sampler = DistributedSampler(len(y_train), cfg.global_batch, rank, size, seed=cfg.seed)
         be = hcomm.get(cfg.comm, comm)
     sizes = [x_train.shape[1], *cfg.hidden, 10]
-    n_params = count_parameters(sizes)
     mixed = cfg.precision == "mixed"
     used_before = device_memory_used()
     with hcomm.step(comm, "model setup"):
@@ -90,12 +88,12 @@ def train_digits(comm, placement, cfg: DigitsConfig, say=print) -> dict:
                     f"| val loss {val[0]:.4f} acc {100 * val[1]:6.2f}% | {seconds:.2f} s")
 
     _, _, train_seconds = wall(epochs, comm)
-    identical = trainer.replicas()["identical"]
+    identical = replica_checksums(comm, model)["identical"]
     test_loss, test_acc = trainer.evaluate(*dev["test"])
     usage = monitor.stop() if monitor else None
     used_after = device_memory_used()
     return {
-        "config": asdict(cfg), "sizes": sizes, "parameters": n_params,
+        "config": asdict(cfg), "sizes": sizes, "parameters": model.n_params,
         "samples": {k: int(len(v[1])) for k, v in data.items()}, "history": history, "test_loss": test_loss,
         "test_accuracy": test_acc, "passed": bool(test_acc >= cfg.threshold and identical),
         "replicas_identical": bool(identical), "train_seconds": train_seconds,
@@ -105,7 +103,7 @@ def train_digits(comm, placement, cfg: DigitsConfig, say=print) -> dict:
         "phases_s": trainer.phases.max_over_ranks(comm), "comm": trainer.be.name,
         "samples_per_s": trainer.steps * cfg.global_batch / train_seconds,
         "memory": {
-            "estimate_14p_bytes": memory_estimate_bytes(n_params),
+            "estimate_14p_bytes": memory_estimate_bytes(model.n_params),
             "allocated_by_model_bytes": model.memory_bytes(sampler.per_rank, cfg.optimizer),
             "device_used_delta_bytes": None if used_before is None else used_after - used_before,
             "device_used_after_bytes": used_after,

@@ -1,14 +1,10 @@
 """GPU kernels for training a multilayer perceptron: everything one step needs.
 
-A dense layer is ``Y = act(X @ W + b)`` with ``X`` (batch, in), ``W`` (in, out), ``b`` (out,). Its
-backward pass is three products and a column sum::
-
-    dZ = dY * act'(Z)      grad W = X^T dZ      grad b = sum over rows of dZ      grad X = dZ W^T
-
-The products go through :func:`gemm`, the workbook's matrix multiply (:mod:`hpclab.matmul.fast`). The
-kernels accumulate in float32 (float64 for float64 data) and store in the output's dtype: float64 for
-exact comparisons between rank counts, float32, float16 for mixed precision. Grid-stride loops make
-any launch shape compute the same answer.
+A dense layer is ``Y = act(X @ W + b)``, X (batch, in), W (in, out), b (out,); backward, from
+``dZ = dY * act'(Z)``: grad W = X^T dZ, grad b = column sums of dZ, grad X = dZ W^T, the products by
+:func:`gemm` (:mod:`hpclab.matmul.fast`). Kernels accumulate in float32 (float64 for float64 data) and
+store in the output's dtype: float64 for exact comparisons between rank counts, float32, float16 for
+mixed precision. Grid-stride loops make any launch shape compute the same answer.
 """
 from __future__ import annotations
 
@@ -36,9 +32,8 @@ WIDEN = np.float32(0)
 
 # -- matrix multiply ----------------------------------------------------------------
 def gemm_kernel(dtype) -> str:
-    """The matmul kernel the dense layers use: the fast one, except on the simulator for float32 and
-    float64, where each of its barriers is a round of Python thread switches and the naive kernel trains
-    5 to 20 times faster (float16 needs the fast kernel: it multiplies float16 in float32)."""
+    """The fast matmul kernel, except on the simulator for float32 and float64: there each barrier is a round
+    of Python thread switches and the naive kernel trains 5 to 20 times faster (float16 needs the fast one)."""
     return "naive" if backend.is_simulator() and np.dtype(dtype) != mm.HALF else "fast"
 
 
@@ -174,10 +169,9 @@ def mse_kernel(pred, target, dpred, stats, grad_scale, loss_scale):
 
 
 def softmax_cross_entropy(logits, labels, dlogits, stats, grad_scale: float, loss_scale: float):
-    """Softmax cross-entropy of each row against integer labels ((n, 1) int32): the gradient of
-    ``sum(losses) * grad_scale`` into dlogits, per row ``(loss * loss_scale, 1 if right)`` into stats (n, 2).
-    With both scales 1/global_batch, stats summed over rows and ranks are the global batch's mean loss
-    and accuracy."""
+    """Softmax cross-entropy of each row against (n, 1) int32 labels: the gradient of ``sum(losses) *
+    grad_scale`` into dlogits, per row ``(loss * loss_scale, 1 if right)`` into stats (n, 2). With both
+    scales 1/global_batch, stats summed over rows and ranks are the batch's mean loss and accuracy."""
     softmax_xent_kernel[launch_1d(logits.shape[0])](logits, labels, dlogits, stats, grad_scale, loss_scale)
     return dlogits
 

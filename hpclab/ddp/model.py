@@ -1,10 +1,10 @@
 """An MLP whose parameters live in one flat device vector, and its gradients in another.
 
-Flat storage makes broadcasting the weights, all-reducing the gradients, checking replicas and the optimiser step
-one operation on one array each; each layer's W and b are views into it. The gradient vector (the "bucket") ends
-with two slots for the batch's loss and correct predictions, so one all-reduce per step carries all of them.
-``dtype`` is that of the master weights, gradients and optimiser state, ``compute_dtype`` that of the passes:
-float16 (mixed precision) keeps a float16 copy of the weights, refreshed after every update.
+Flat storage makes broadcasting the weights, all-reducing the gradients, checking replicas and the
+optimiser step one operation on one array each; each layer's W and b are views into it. The gradient
+vector (the "bucket") ends with two slots for the batch's loss and correct predictions, so one all-reduce
+per step carries all of them. ``dtype`` is that of the master weights, gradients and optimiser state,
+``compute_dtype`` that of the passes (float16: mixed precision, a copy refreshed after every update).
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from hpclab.ddp import mlp as K
 
 cuda = K.cuda
 EXTRA_SLOTS = 2  # loss, correct predictions
+LOSSES = {"xent": K.softmax_cross_entropy, "mse": K.mean_squared_error}
 
 
 def count_parameters(sizes) -> int:
@@ -51,18 +52,15 @@ def memory_breakdown(sizes, batch: int, optimizer: str = "adam", dtype=np.float3
     """Bytes a model of these layer widths needs for training, by purpose (no allocation): master weights,
     a compute copy under mixed precision, gradients (the bucket), optimiser state (SGD's velocity or Adam's
     two moments) and one batch's activations (every layer's inputs and outputs, and their gradients)."""
-    dtype = np.dtype(dtype)
-    compute_dtype = np.dtype(compute_dtype or dtype)
-    sizes = [int(s) for s in sizes]
+    dtype, compute_dtype, sizes = np.dtype(dtype), np.dtype(compute_dtype or dtype), [int(s) for s in sizes]
     p, item, citem = count_parameters(sizes), dtype.itemsize, compute_dtype.itemsize
     states = {"sgd": 1, "adam": 2}.get(optimizer, 0)
-    acts = sum(sizes) * batch * citem + sum(sizes[1:]) * batch * citem
     return {
         "master_weights": p * item,
         "compute_copy": p * citem if compute_dtype != dtype else 0,
         "gradients": (p + EXTRA_SLOTS) * item,
         "optimizer_state": states * p * item,
-        "activations": acts + batch * EXTRA_SLOTS * item,
+        "activations": (sum(sizes) + sum(sizes[1:])) * batch * citem + batch * EXTRA_SLOTS * item,
     }
 
 
@@ -73,8 +71,7 @@ class MLP:
         if len(sizes) < 2 or any(int(s) <= 0 for s in sizes):
             raise ValueError(f"layer widths must be at least two positive numbers, got {list(sizes)}")
         self.sizes = [int(s) for s in sizes]
-        self.dtype = np.dtype(dtype)
-        self.compute_dtype = np.dtype(compute_dtype or dtype)
+        self.dtype, self.compute_dtype = np.dtype(dtype), np.dtype(compute_dtype or dtype)
         self.n_params = count_parameters(self.sizes)
         self.params = cuda.device_array(self.n_params, self.dtype)
         self.compute_params = (self.params if self.compute_dtype == self.dtype
@@ -122,15 +119,13 @@ class MLP:
         return acts[-1]
 
     def loss_and_gradients(self, n: int, targets, loss: str, grad_scale: float, loss_scale: float, on_ready=None):
-        """Forward, loss and backward for the n rows in the workspace: the gradients of ``grad_scale * sum
-        of per-row losses`` in the bucket, ``loss_scale * sum of losses`` and the number of correct
-        predictions in its last two slots. ``on_ready(i)`` is called as soon as layer i's gradients are
-        written (last layer first): where overlapped data parallelism starts that layer's all-reduce."""
+        """Forward, loss and backward for the n rows in the workspace: the gradients of ``grad_scale * sum of
+        per-row losses`` in the bucket, ``loss_scale * sum of losses`` and the correct predictions in its last
+        two slots. ``on_ready(i)`` as soon as layer i's gradients are written: its all-reduce may start."""
         work = self.workspace(n)
         logits = self.forward(n)
         dz = work["dz"][-1]
-        fn = K.softmax_cross_entropy if loss == "xent" else K.mean_squared_error
-        fn(logits, targets, dz, work["stats"], grad_scale, loss_scale)
+        LOSSES[loss](logits, targets, dz, work["stats"], grad_scale, loss_scale)
         K.col_sum(work["stats"], self.stat_slots)
         for i in reversed(range(len(self.layers))):
             w, _ = self.layers[i]
@@ -149,7 +144,6 @@ class MLP:
         work = self.workspace(n)
         K.cast(x.reshape(x.size), work["acts"][0].reshape(x.size))       # the rows, in the compute dtype
         logits = self.forward(n)
-        fn = K.softmax_cross_entropy if loss == "xent" else K.mean_squared_error
-        fn(logits, y, work["dz"][-1], work["stats"], 0.0, 1.0)
+        LOSSES[loss](logits, y, work["dz"][-1], work["stats"], 0.0, 1.0)
         totals = cuda.device_array(EXTRA_SLOTS, self.dtype)
         return K.col_sum(work["stats"], totals).copy_to_host().astype(np.float64)

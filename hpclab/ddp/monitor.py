@@ -1,15 +1,13 @@
 """GPU memory and utilisation while training, and the slides' memory estimate.
 
-Utilisation is sampled by ``nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv -lms ...``
-(the multi-node training guide's command; it reads NVML) as it streams; memory in use on the device
-comes from the CUDA driver (cuMemGetInfo).
+Utilisation is sampled by ``nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv -lms ...`` (the
+multi-node training guide's command; it reads NVML); memory in use comes from the driver (cuMemGetInfo).
 """
 from __future__ import annotations
 
 import shutil
 import subprocess
-import threading
-import time
+import tempfile
 
 from hpclab import backend
 
@@ -29,13 +27,11 @@ def device_memory_used() -> int | None:
 
 
 class GPUMonitor:
-    """Samples one GPU's utilisation (%) and memory used (bytes) in a background thread."""
+    """Samples one GPU's utilisation (%) and memory used (MiB) every 50 ms: nvidia-smi writes its lines into
+    a temporary file, read at :meth:`stop` (no reader thread, and no pipe to fill up during a long run)."""
 
-    def __init__(self, uuid: str | None, interval_s: float = 0.05):
-        self.uuid, self.interval = uuid, interval_s
-        self.samples: list[tuple[float, float, float]] = []   # (t, util %, memory bytes)
-        self.source, self.why = None, ""
-        self._proc = self._thread = None
+    def __init__(self, uuid: str | None):
+        self.uuid, self.source, self.why, self._proc = uuid, None, "", None
 
     def start(self) -> "GPUMonitor":
         smi = shutil.which("nvidia-smi")
@@ -43,35 +39,31 @@ class GPUMonitor:
             self.why = ("the simulator has no GPU to monitor" if backend.is_simulator() else
                         "nvidia-smi is not on PATH: no utilisation samples")
             return self
-        self.source = "nvidia-smi"
+        self.source, self._lines = "nvidia-smi", tempfile.TemporaryFile("w+")
         self._proc = subprocess.Popen(
-            [smi, f"--id={self.uuid}", "--query-gpu=utilization.gpu,memory.used",
-             "--format=csv,noheader,nounits", f"-lms={max(50, int(self.interval * 1000))}"],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
+            [smi, f"--id={self.uuid}", "--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits",
+             "-lms=50"], stdout=self._lines, stderr=subprocess.DEVNULL, text=True)
         return self
 
-    def _read(self) -> None:
-        for line in self._proc.stdout:           # until stop() ends nvidia-smi
-            try:
-                util, mem_mib = (float(v) for v in line.split(","))
-            except ValueError:
-                continue
-            self.samples.append((time.perf_counter(), util, mem_mib * 2 ** 20))
-
     def stop(self) -> dict:
+        samples = []                             # (util %, memory MiB)
         if self._proc is not None:
             self._proc.terminate()
             try:
                 self._proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 self._proc.kill()
-            self._thread.join(timeout=5)
-        if not self.samples:
+            self._lines.seek(0)
+            for line in self._lines:
+                try:
+                    util, mem_mib = (float(v) for v in line.split(","))
+                except ValueError:
+                    continue
+                samples.append((util, mem_mib))
+        if not samples:
             return {"source": self.source, "samples": 0,
                     "note": self.why or "no samples (the run was shorter than one interval)"}
-        utils = [u for _, u, _ in self.samples]
-        return {"source": self.source, "samples": len(self.samples),
+        utils = [u for u, _ in samples]
+        return {"source": self.source, "samples": len(samples),
                 "util_mean_pct": sum(utils) / len(utils), "util_max_pct": max(utils),
-                "memory_used_max_bytes": max(m for _, _, m in self.samples)}
+                "memory_used_max_bytes": max(m for _, m in samples) * 2 ** 20}

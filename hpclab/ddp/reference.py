@@ -1,7 +1,7 @@
-"""NumPy versions of the MLP kernels: the answers the GPU kernels are tested against.
+"""NumPy versions of the MLP kernels, for clarity, not speed: the answers the GPU kernels are tested against.
 
-Written for clarity, not speed, in float64 unless the inputs say otherwise. :func:`mlp_loss_and_grads` is a whole
-forward and backward pass; the tests check it against finite differences, then check the GPU against it.
+:func:`mlp_loss_and_grads` is a whole forward and backward pass; the tests check it against finite
+differences, then check the GPU against it.
 """
 from __future__ import annotations
 
@@ -53,12 +53,8 @@ def adam(p, g, m, v, step, lr, beta1=0.9, beta2=0.999, eps=1e-8):
 
 
 def mlp_loss_and_grads(params, x, y, loss: str = "xent", scale: float | None = None):
-    """Loss of an MLP (ReLU between layers, none after the last) and its gradients.
-
-    ``params`` is [(W0, b0), (W1, b1), ...]; ``loss`` is "xent" (y: integer
-    labels) or "mse" (y: targets). The loss is ``scale * sum of per-row
-    losses`` (default scale 1/rows). Returns (loss, [(dW0, db0), ...]).
-    """
+    """(loss, [(dW0, db0), ...]) of an MLP (ReLU between layers, none after the last) with ``params``
+    [(W0, b0), ...]: ``scale * sum of per-row losses`` (default 1/rows), "xent" (y: integer labels) or "mse"."""
     scale = 1.0 / len(x) if scale is None else scale
     acts = [x]
     for i, (w, b) in enumerate(params):

@@ -1,8 +1,8 @@
 """Which samples each rank trains on: one shuffled order per epoch, shared by all ranks.
 
-Every rank draws the same permutation (seeded by seed and epoch), cuts it into global batches and takes its own
-contiguous slice of each: the slices together are the global batch, so the averaged gradient is what one GPU
-computes on it. Samples left after the last full global batch are skipped that epoch (a different set each epoch).
+Every rank draws the same permutation (seeded by seed and epoch), cuts it into global batches and takes its
+own contiguous slice of each, so the averaged gradient is what one GPU computes on the global batch. Samples
+after the last full global batch are skipped that epoch (a different set each epoch).
 """
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Exercise 5's training run as one function: the program and the notebook both call it.
 
-It runs on whatever communicator it is given, so a notebook can train on
-all its MPI engines and, for comparison, on a sub-communicator of one rank.
+It runs on the communicator it is given: a notebook trains on all its engines and on a sub-communicator of one.
 """
 from __future__ import annotations
 
@@ -14,7 +13,7 @@ from hpclab import comm as hcomm
 from hpclab.ddp.data import synthetic
 from hpclab.ddp.model import MLP, count_parameters, init_parameters
 from hpclab.ddp.sampler import DistributedSampler
-from hpclab.ddp.trainer import DDPTrainer
+from hpclab.ddp.trainer import DDPTrainer, replica_checksums
 
 
 @dataclass
@@ -57,10 +56,8 @@ def train_synthetic(comm, cfg: SyntheticConfig) -> dict:
     with hcomm.step(comm, "input check"):
         global_batch = global_batch_for(cfg, size)
         sampler = DistributedSampler(cfg.samples, global_batch, rank, size, seed=cfg.seed)
-        if not cfg.lr > 0:
-            raise ValueError(f"--lr must be positive (got {cfg.lr})")
-        if cfg.epochs < 1:
-            raise ValueError(f"--epochs must be at least 1 (got {cfg.epochs})")
+        if not cfg.lr > 0 or cfg.epochs < 1:
+            raise ValueError(f"--lr must be positive and --epochs at least 1 (got {cfg.lr:g} and {cfg.epochs})")
         be = hcomm.get(cfg.comm, comm) if isinstance(cfg.comm, str) else cfg.comm
     x, y = synthetic(cfg.samples, seed=cfg.seed)
     with hcomm.step(comm, "model setup"):
@@ -75,7 +72,7 @@ def train_synthetic(comm, cfg: SyntheticConfig) -> dict:
         step_losses, _ = trainer.train_epoch(x_dev, y_dev, sampler, epoch)
         losses += step_losses
         epoch_losses.append(float(np.mean(step_losses)))
-        checks.append(trainer.replicas())   # once per epoch, on every rank
+        checks.append(replica_checksums(comm, model))   # once per epoch, on every rank
     learned = (epoch_losses[-1] < epoch_losses[0] if len(epoch_losses) > 1 else losses[-1] < losses[0])
     return {
         "losses": losses, "epoch_losses": epoch_losses, "replicas_identical": all(c["identical"] for c in checks),

@@ -1,8 +1,7 @@
 """Samples per second of data-parallel training steps, and how they scale with ranks.
 
-A step is timed as a whole (:func:`hpclab.timing.wall` around ``steps`` steps) and split into
-compute (forward and backward), comm (the gradient all-reduce) and update. ``scaling`` measures on
-the first k ranks for each k asked for: 1..n engines of one notebook session, no relaunch.
+A step is timed as a whole and split into compute (forward and backward), comm (the gradient all-reduce)
+and update; ``scaling`` measures on the first k ranks for each k: 1..n engines of one notebook, no relaunch.
 """
 from __future__ import annotations
 
@@ -18,13 +17,10 @@ from hpclab.timing import Phases, wall
 def measure(comm, sizes, global_batch: int, steps: int = 5, warmup: int = 2,
             precision: str = "fp32", comm_backend="auto", overlap: bool = False,
             bucket_mb: float = 25.0) -> dict:
-    """Time data-parallel steps of an MLP classifier with layer widths ``sizes`` on ``comm``, the global
-    batch split evenly among the ranks (it must divide), on random data; one row, the same on every rank.
-
-    With ``overlap`` the gradient buckets (``bucket_mb``) are all-reduced during the backward pass;
-    ``comm_s`` is then the all-reduce time left after the backward pass (not hidden), ``allreduce_s``
-    the time the all-reduces took and ``hidden_share`` the part of it hidden behind compute.
-    """
+    """Time data-parallel steps of an MLP classifier of widths ``sizes`` on random data, the global batch split
+    evenly among the ranks of ``comm``; one row, the same on every rank. With ``overlap`` (buckets of
+    ``bucket_mb``) ``comm_s`` is the all-reduce time left after the backward pass, ``allreduce_s`` the time the
+    all-reduces took and ``hidden_share`` the part of it hidden behind compute."""
     size = comm.size
     if global_batch % size:
         raise ValueError(f"global batch {global_batch} does not divide among {size} ranks")
@@ -63,11 +59,9 @@ def scaling(comm, sizes, counts, global_batch: int | None = None,
     for k in counts:
         if not 1 <= k <= comm.size:
             raise ValueError(f"cannot use {k} ranks of {comm.size}")
+        batch = global_batch if global_batch is not None else per_gpu_batch * k
         with first_ranks(comm, k) as sub:
-            row = None
-            if sub is not None:
-                batch = global_batch if global_batch is not None else per_gpu_batch * k
-                row = measure(sub, sizes, batch, **kwargs)
+            row = measure(sub, sizes, batch, **kwargs) if sub is not None else None
         rows.append(comm.bcast(row, root=0))
     sweep = "strong" if global_batch is not None else "weak"
     for row, (s, e) in zip(rows, speedups([r["gpus"] for r in rows], [r["step_s"] for r in rows], sweep)):

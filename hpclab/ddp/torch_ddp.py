@@ -15,10 +15,10 @@ import sys
 
 import numpy as np
 
-from hpclab import comm as hcomm
 from hpclab.ddp import mlp as K
 from hpclab.ddp.data import digits, synthetic
 from hpclab.ddp.model import MLP, init_parameters, unflatten
+from hpclab.ddp.trainer import DDPTrainer
 from hpclab.decomp import block_range
 from hpclab.device import local_rank, select_gpu
 from hpclab.mpi import MPI, world
@@ -112,24 +112,22 @@ def compare_gradients(info: dict, comm, steps: int = 3, global_batch: int = 32, 
     sampler.set_epoch(0)
     mine, opt = list(sampler), torch.optim.SGD(ddp.parameters(), lr=lr)
 
-    be, model = hcomm.get("auto", comm), MLP(sizes, np.float64)
+    model = MLP(sizes, np.float64)
     model.load(flat)
-    x_dev, y_dev, velocity = K.cuda.to_device(x), K.cuda.to_device(y), K.cuda.to_device(np.zeros(model.n_params))
-    targets, worst, scale = K.cuda.device_array((per_rank, 2), np.float64), 0.0, 1 / (2 * per_rank * comm.size)
+    trainer = DDPTrainer(model, comm, "auto", lr=lr, loss="mse")       # plain SGD, mean squared error, as here
+    x_dev, y_dev, worst = K.cuda.to_device(x), K.cuda.to_device(y), 0.0
     for step, (xb, yb) in zip(range(steps), loader):
         opt.zero_grad()
         torch.nn.functional.mse_loss(ddp(xb.to(dev)), yb.to(dev)).backward()      # DDP all-reduces here
         theirs = np.concatenate([g.grad.cpu().numpy().T.ravel() for g in net.parameters()])
         opt.step()
         idx = K.cuda.to_device(np.array(mine[step * per_rank:(step + 1) * per_rank], np.int32))   # the same rows
-        K.take_rows(x_dev, idx, model.workspace(per_rank)["acts"][0])
-        K.take_rows(y_dev, idx, targets)
-        reduced = be.allreduce(model.loss_and_gradients(per_rank, targets, "mse", scale, scale), op="sum")
-        ours = reduced.copy_to_host()[:model.n_params]
-        K.sgd_update(model.params, reduced[:model.n_params], velocity, lr=lr)
+        trainer.step(x_dev, y_dev, idx, per_rank * comm.size)
+        ours = trainer.summed.copy_to_host()[:model.n_params]             # the all-reduced gradient
         worst = max(worst, float(np.abs(theirs - ours).max() / np.abs(ours).max()))
     worst = comm.allreduce(worst, op=MPI().MAX)
-    return {"steps": steps, "ranks": comm.size, "max_rel_diff": worst, "passed": worst <= GRAD_RTOL, "via": be.name}
+    return {"steps": steps, "ranks": comm.size, "max_rel_diff": worst, "passed": worst <= GRAD_RTOL,
+            "via": trainer.be.name}
 
 
 def digits_cnn():

@@ -1,11 +1,11 @@
 """Data-parallel training: the mechanism PyTorch's DDP hides, in four moves.
 
 1. Rank 0's initial weights are broadcast, so every replica starts the same.
-2. Each rank's gradient of its share of the global batch is scaled by 1/global_batch, so the sum
-   over ranks is the mean gradient over the global batch: what one GPU would compute.
-3. One all-reduce (sum) of the flat gradient bucket per step; the batch's loss rides in it. With
-   ``overlap=True``, as PyTorch's DDP does: buckets of about ``bucket_mb`` (:mod:`hpclab.ddp.buckets`),
-   each all-reduced on a stream of its own as soon as the backward pass has written it.
+2. Each rank's gradient of its share of the global batch is scaled by 1/global_batch, so the sum over
+   ranks is the mean gradient over the global batch: what one GPU would compute.
+3. One all-reduce (sum) of the flat gradient bucket per step, the batch's loss in it; with ``overlap``, as
+   PyTorch does, buckets of about ``bucket_mb`` (:mod:`hpclab.ddp.buckets`), each all-reduced on a stream
+   of its own as soon as the backward pass has written it.
 4. Every rank applies the same update, so the replicas stay identical (:func:`replica_checksums`).
 """
 from __future__ import annotations
@@ -60,10 +60,9 @@ def replica_checksums(comm, model: MLP) -> dict:
 
 
 class LossScaler:
-    """Dynamic loss scaling for float16 gradients (PyTorch's GradScaler's scheme): the loss is multiplied
-    by ``scale`` so that small gradients survive float16, the gradients divided by it before the update.
-    A step whose gradients overflow is skipped and the scale halved; ``growth_interval`` good steps in a
-    row double it."""
+    """Dynamic loss scaling for float16 gradients (PyTorch's GradScaler's): the loss times ``scale``, so that
+    small gradients survive float16, the gradients divided by it before the update. A step whose gradients
+    overflow is skipped and the scale halved; ``growth_interval`` good steps in a row double it."""
 
     def __init__(self, scale: float = 2.0 ** 16, growth_interval: int = 200):
         self.scale, self.growth_interval = scale, growth_interval
@@ -237,9 +236,6 @@ class DDPTrainer:
         self.comm.Allreduce(totals, summed, op=MPI().SUM)
         per = n if self.loss == "xent" else n * self.model.sizes[-1]
         return float(summed[0] / per), float(summed[1] / n)
-
-    def replicas(self) -> dict:
-        return replica_checksums(self.comm, self.model)
 
 
 def random_batch(comm, sizes, rows: int) -> list:

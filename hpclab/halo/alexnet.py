@@ -73,10 +73,8 @@ def dense_ops(features: int, scale: int = 1, seed: int = 0) -> list[Dense]:
 
 def layer_table(ops, in_shape, batch: int = 1, ranks: int = 1, dense=()) -> list[dict]:
     """Shapes, FLOPs, bytes (float32 input + output + weights) and halo rows per rank."""
-    rows, cur = [], tuple(in_shape)
-    for op, nxt in zip(ops, shapes(ops, in_shape)):
-        c, h, w = cur
-        k, ho, wo = nxt
+    rows, outs = [], shapes(ops, in_shape)
+    for op, (c, h, w), (k, ho, wo) in zip(ops, [tuple(in_shape), *outs], outs):
         weights = 0
         if isinstance(op, Conv):
             _, _, r, s = op.w.shape
@@ -86,15 +84,12 @@ def layer_table(ops, in_shape, batch: int = 1, ranks: int = 1, dense=()) -> list
             flops = batch * k * ho * wo * (op.size * op.size - 1)     # comparisons
         else:
             flops = batch * c * h * w * (2 * op.size + 6)             # squares, sums, scale, power
-        halos = []
-        if op.window is not None and ho >= ranks:
-            kernel, stride, pad = op.window
-            halos = [(p.halo_above, p.halo_below) for p in plan_bands(h, kernel, stride, pad, ranks)]
+        halos = ([(p.halo_above, p.halo_below) for p in plan_bands(h, *op.window, ranks)]
+                 if op.window is not None and ho >= ranks else [])
         rows.append({"layer": op.name, "op": op.describe(), "input": [batch, c, h, w],
                      "output": [batch, k, ho, wo], "flops": int(flops),
                      "bytes": int(4 * (batch * (c * h * w + k * ho * wo) + weights)),
                      "halo_rows": halos})
-        cur = nxt
     for op in dense:
         m, d = op.w.shape
         rows.append({"layer": op.name, "op": op.describe(), "input": [batch, d], "output": [batch, m],

@@ -11,9 +11,8 @@ GEOMETRIES = [(227, 11, 4, 0), (27, 5, 1, 2), (13, 3, 1, 1), (55, 3, 2, 0), (20,
 
 
 def halo_extents(fn, quiet: bool = False) -> Verdict:
-    """``fn(height, kernel, stride, pad, size, rank)`` must return
-    (o0, o1, lo, hi): the output rows [o0, o1) of the rank's band and the
-    input rows [lo, hi) they read, clipped to the image."""
+    """``fn(height, kernel, stride, pad, size, rank)`` must return (o0, o1, lo, hi): the output rows [o0, o1)
+    of the rank's band and the input rows [lo, hi) they read, clipped to the image."""
     cases = [(geometry, size, rank) for geometry in GEOMETRIES for size in range(1, 6) for rank in range(size)]
     for (height, kernel, stride, pad), size, rank in cases:
         p = plan_band(height, kernel, stride, pad, size, rank)

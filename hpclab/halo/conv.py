@@ -1,14 +1,10 @@
 """The GPU kernels of an AlexNet block: convolution, max-pooling, local response normalisation.
 
-``conv2d_kernel`` is the convolution to read: one thread per output value,
-
-  out[n, k, oh, ow] = bias[k] + sum over (c, r, s) of w[k, c, r, s] * x[n, c, oh*stride - pad + r, ow*stride - pad + s]
-
-with every input and weight read from global memory. The faster ways (``METHODS``) are the
-topic's advanced part: ``conv_tiled`` (direct, tiled), ``conv_gemm`` (im2col + GEMM, the default
-on a GPU) and ``conv_winograd`` (fewer multiplications; a value depends on where its tile starts,
-so it is never the default). Every other method sums each output value in an order that does not
-depend on the band of rows, so a band computed on one rank is bit for bit those rows of the whole.
+``conv2d_kernel`` is the convolution to read: one thread per output value, every input and weight
+read from global memory (the sum is :mod:`hpclab.halo.reference`'s). The faster ``METHODS`` are the
+topic's advanced part: ``conv_tiled``, ``conv_gemm`` (the default on a GPU) and ``conv_winograd``
+(never the default: a value depends on where its tile starts). The others sum each output value in an
+order that does not depend on the band, so a band on one rank is bit for bit those rows of the whole.
 
 Rows: the kernels compute output rows [oh_begin, oh_end) of a band whose input row
 ``oh * stride - pad_top + r`` is local row index; rows outside the band are zero (padding, or
@@ -73,9 +69,8 @@ def check_method(method: str | None) -> str:
 
 
 class ConvWeights:
-    """A layer's weights and bias on the device, in the layout each method reads:
-    (K, C, R, S) for the plain kernel, the same memory as a (K, C*R*S) matrix for
-    im2col + GEMM; the tiled kernel's and Winograd's layouts are made on first use."""
+    """A layer's weights and bias on the device, in the layout each method reads: (K, C, R, S), the same memory
+    as a (K, C*R*S) matrix for im2col + GEMM; the tiled kernel's and Winograd's made on first use."""
 
     def __init__(self, w, bias=None):
         # A copy, not ascontiguousarray: a view such as w[:, :, None, None] counts as contiguous
@@ -99,8 +94,8 @@ class ConvWeights:
 def conv_rows_device(x, weights: ConvWeights, out, stride: int, pad_top: int, pad_w: int, oh_begin: int,
                      oh_end: int, relu: bool = False, stream=0, method: str | None = None, workspace=None,
                      config=None) -> None:
-    """Output rows [oh_begin, oh_end) of ``out`` (N, K, Ho, Wo) from the band ``x`` (device arrays);
-    ``workspace``: scratch of the GEMM and Winograd paths; ``config``: the tiled kernel's launch shape."""
+    """Output rows [oh_begin, oh_end) of ``out`` from the band ``x`` (device arrays); ``workspace``: GEMM and
+    Winograd scratch; ``config``: the tiled kernel's launch shape."""
     if oh_end <= oh_begin:
         return
     method = check_method(method)

@@ -1,16 +1,12 @@
 """Convolution as a matrix product: im2col + the register-blocked GEMM.
 
-For output rows [t0, t1) of a band and a group of images, the input patches are unrolled into a
-matrix (``im2col``), zero outside the band or the image,
-
-    col[(c, r, s), (n, t, q)] = x[n, c, t*stride - pad_top + r, q*stride - pad_w + s]
-
-so the convolution is one product out_mat[K, N*rows*Wo] = W[K, C*R*S] @ col, computed by
-``hpclab.matmul.fast``'s kernel; a small kernel adds the bias, applies ReLU and writes it into the
-(N, K, Ho, Wo) output. The buffers cost 4 (C*R*S + K) bytes per output pixel, so a layer runs in
-chunks of images (or rows of one image) under ``max_bytes()``. Every output element is the same
-dot product summed in the same order whatever its chunk or band: a band computed on one rank is
-bit for bit those rows of the whole image.
+For output rows [t0, t1) of a band and a group of images, the input patches are unrolled into a matrix,
+``col[(c, r, s), (n, t, q)] = x[n, c, t*stride - pad_top + r, q*stride - pad_w + s]`` (zero outside the
+band or the image), so the convolution is one product W[K, C*R*S] @ col by ``hpclab.matmul.fast``'s
+kernel; a small kernel adds the bias, applies ReLU and writes the (N, K, Ho, Wo) output. The buffers cost
+4 (C*R*S + K) bytes per output pixel, so a layer runs in chunks of images (or rows of one image) under
+``max_bytes()``. Every output is the same dot product summed in the same order whatever its chunk or band:
+a band computed on one rank is bit for bit those rows of the whole image.
 """
 from __future__ import annotations
 

@@ -1,14 +1,12 @@
 """The direct convolution, tiled: shared memory and register blocking (``method="direct"``).
 
-The plain kernel's sum (:mod:`hpclab.halo.conv`), arranged for speed: a block computes a tile of
-output pixels (TH rows x TW columns of one image) for BM output channels; the reduction runs over
-chunks of CC input channels x one kernel row, whose input rows (the tile plus its halo,
-(TW-1)*stride + S columns) and weights [CC, S, BM] the block stages in shared memory; each thread
-keeps PX pixels x KX output channels of sums in registers, so every value read from shared memory
-feeds several multiply-adds. Lanes of a warp take consecutive pixels (coalesced, conflict-free)
-and share their output channels (weight reads are broadcasts). The kernel is built per layer
-geometry so that its inner loops unroll and the sums stay in registers. Every output value is
-summed in the same order whatever the tile or band: a band is bit for bit those rows of the whole.
+The plain kernel's sum, arranged for speed: a block computes TH x TW output pixels of one image for BM
+output channels; the reduction runs over chunks of CC input channels x one kernel row, whose input rows
+(the tile and its halo, (TW-1)*stride + S columns) and weights [CC, S, BM] the block stages in shared
+memory; each thread keeps PX pixels x KX channels of sums in registers, so every value read from shared
+memory feeds several multiply-adds. A warp's lanes take consecutive pixels (coalesced, conflict-free) and
+share their output channels (weight reads are broadcasts). The kernel is built per layer geometry so that
+its inner loops unroll. Every output is summed in the same order whatever the tile or band.
 """
 from __future__ import annotations
 

@@ -1,28 +1,18 @@
-"""Winograd convolution F(m x m, r x r): the same layer with fewer multiplications.
+"""Winograd convolution F(m x m, r x r) (Lavin and Gray, CVPR 2016): stride-1 layers, fewer multiplications.
 
-Lavin and Gray (CVPR 2016, "Fast Algorithms for Convolutional Neural Networks") apply Winograd's
-minimal filtering algorithm to stride-1 layers. For a tile of m x m outputs, with alpha = m + r - 1,
+A tile of m x m outputs is Y = A^T [(G g G^T) * (B^T d B)] A, with d the alpha x alpha input patch
+(alpha = m + r - 1), g the r x r filter and * the element-wise product: alpha^2 multiplications instead
+of m^2 r^2 (F(3x3, 5x5): 49 instead of 225). Summed over input channels, each of the alpha^2 positions is
+a matrix product M[xi] (K x tiles) = U[xi] (K x C) @ V[xi] (C x tiles): the filters are transformed once
+(host, float64), the input patches by one kernel, the alpha^2 products in one launch of
+:func:`hpclab.matmul.fast.launch_batched`, and the result back with bias and ReLU by another. A^T and G
+come from Toom-Cook interpolation at 0, 1, -1, 2, -2, 1/2, -1/2 (the first alpha - 1) and infinity, B^T
+solved so that the formula is exact.
 
-    Y = A^T [ (G g G^T) * (B^T d B) ] A
-
-where d is the alpha x alpha input patch, g the r x r filter and * the element-wise product:
-alpha^2 multiplications per tile instead of m^2 r^2 (F(3x3, 5x5): 49 instead of 225). Summed over
-input channels, each of the alpha^2 positions is a matrix product
-
-    M[xi] (K x tiles) = U[xi] (K x C) @ V[xi] (C x tiles)
-
-so a layer is: the filters transformed once (host, float64), the input patches transformed (one
-kernel), alpha^2 products in one launch of the register-blocked GEMM
-(:func:`hpclab.matmul.fast.launch_batched`), transformed back with bias and ReLU (one kernel).
-The matrices come from Toom-Cook interpolation at the points 0, 1, -1, 2, -2, 1/2, -1/2 (the
-first alpha - 1) and infinity: A^T and G from the points, B^T solved so that the formula is exact.
-
-A larger m needs fewer multiplications per output but rounds worse: for C2 at batch 32 on one H200
-(``hpclab bench conv throughput``), errors against float64 of 5.6e-6 (m = 2), 8.4e-6 (3) and 7.5e-6
-(4), and m = 4 slower than m = 3 though it needs fewer products (its batched GEMMs are narrower: 1,568
-tiles against 2,592; not analysed further). ``TILES`` holds the choice. A value depends on where its
-tile starts, so a band split at a row that is not a multiple of m is not bit for bit the whole image:
-the halo versions, which compare digests, use direct or GEMM.
+``TILES`` holds m: for C2 at batch 32 on one H200 (``hpclab bench conv throughput``) errors against
+float64 were 5.6e-6 (m = 2), 8.4e-6 (3), 7.5e-6 (4), and m = 4 was slower than 3 (narrower batched
+GEMMs). A value depends on where its tile starts, so bands are not bit for bit the whole image: the
+halo versions, which compare digests, use direct or GEMM.
 """
 from __future__ import annotations
 
@@ -56,9 +46,7 @@ def supported(r: int, s: int, stride: int) -> str | None:
 def transforms(m: int, r: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(A^T, G, B^T) of F(m, r) in float64: shapes (m, alpha), (alpha, r), (alpha, alpha)."""
     alpha = m + r - 1
-    pts = POINTS[:alpha - 1]
-    if len(pts) != alpha - 1:
-        raise ValueError(f"F({m}, {r}) needs {alpha - 1} finite points; only {len(POINTS)} are defined")
+    pts = POINTS[:alpha - 1]                # too few for a larger F(m, r): the exactness check below says so
     at, g = np.zeros((m, alpha)), np.zeros((alpha, r))
     for j, p in enumerate(pts):
         at[:, j] = [p ** i for i in range(m)]

@@ -1,16 +1,11 @@
-"""Run a chain of layers on height bands: on CPUs (NumPy) or GPUs, one rank or many.
+"""Run a chain of layers on height bands, one rank or many: ``run_host`` on CPUs (NumPy bands, halos by
+mpi4py ``Isend``/``Irecv`` while the interior is computed: V1, V2), ``run_device`` on GPUs (halos packed by
+a kernel and exchanged by a communication backend's ``sendrecv`` on a high-priority stream while the
+interior is computed on another: V3, V4, V5). With one rank both are the serial code.
 
-- ``run_host``: NumPy bands, halos sent with mpi4py ``Isend``/``Irecv`` while the interior is
-  computed (V1 with one rank, V2).
-- ``run_device``: device bands, halos packed by a kernel and exchanged with a communication
-  backend's ``sendrecv`` (host-staged MPI, CUDA-aware MPI or NCCL) on a high-priority stream
-  while the interior is computed on another (V3 with one rank, V4, V5).
-
-Both add their seconds per phase ("compute", "halo") to a :class:`hpclab.timing.Phases`. With
-``Phases(sync=True)`` the device executor does not overlap and synchronises the GPU at every
-phase boundary, so the phases add up to the wall time of that pass (the measured time split);
-otherwise kernels run asynchronously and a phase's seconds are only the host's time in it.
-With one rank both are the serial code: every version runs the same path.
+Both add seconds per phase ("compute", "halo") to a :class:`hpclab.timing.Phases`. With
+``Phases(sync=True)`` the device executor does not overlap and synchronises at every phase boundary,
+so the phases add up to that pass's wall time; otherwise a phase's seconds are the host's time in it.
 """
 from __future__ import annotations
 
@@ -78,8 +73,7 @@ def run_host(ops, x: np.ndarray, comm, overlap: bool = True, phases: Phases | No
 
 class Buffers:
     """Device buffers kept between calls of ``run_device`` (allocation synchronises the GPU): the layers'
-    working, output and halo buffers, and the GEMM/Winograd scratch of each stream (used at the same
-    time). The output ``run_device`` returns lives here: the next call with the same buffers overwrites it."""
+    bands, and each stream's GEMM/Winograd scratch. The next call with the same buffers overwrites its output."""
 
     def __init__(self):
         self.bands, self.compute, self.edge = Workspace(), Workspace(), Workspace()
@@ -103,29 +97,14 @@ def pack_halos(plans, x, rank, stream, get):
     return rounds
 
 
-def exchange_halos(be, rounds, work, p, stream, tl=OFF) -> None:
-    """Send/receive the packed rows through ``be.sendrecv`` and unpack them into ``work``; each exchange
-    runs behind ``stream`` (where the rows were packed) and returns when its rows have arrived."""
-    with tl.span("halo exchange", "comm", stream, "edge stream"):
-        for offset, send, recv, sbuf, rbuf in rounds:
-            be.sendrecv(sbuf, dest=be.rank + offset if send else MPI().PROC_NULL,
-                        source=be.rank - offset if recv else MPI().PROC_NULL, recvbuf=rbuf, stream=stream)
-    with tl.span("unpack", "copy", stream, "edge stream"):
-        for _, _, recv, _, rbuf in rounds:
-            if recv:
-                copy_rows(rbuf, 0, work, recv.start - p.have[0], recv.stop - recv.start, stream)
-
-
 def run_device(ops, x, comm, be=None, overlap: bool = True, phases: Phases | None = None,
                buffers: Buffers | None = None, height: int | None = None, timeline=None):
-    """Forward the device band ``x`` (complete: its kernels finished) through ``ops``; returns a device array.
+    """Forward the device band ``x`` (its kernels finished) through ``ops``; returns a device array.
 
-    Per windowed layer, on two streams (:mod:`hpclab.streams`): the compute stream copies own rows into
-    the working buffer, then computes the interior rows; the edge stream (high priority) packs the rows
-    to send, exchanges them (the host waits for this stream only), unpacks the halo and, once the own
-    rows are in place, computes the boundary rows. So the boundary runs beside the interior, not after
-    it, and a NCCL transfer does not queue behind it. Without overlap (or with ``Phases(sync=True)``)
-    every row is computed after the exchange. ``timeline`` (:mod:`hpclab.timeline`) records each piece.
+    Per windowed layer (:mod:`hpclab.streams`): the compute stream copies own rows into the working
+    buffer, then computes the interior; the edge stream (high priority) packs, exchanges (the host waits
+    for it only), unpacks the halo and then computes the boundary rows, beside the interior, not after it,
+    and a NCCL transfer does not queue behind it. Without overlap every row is computed after the exchange.
     """
     phases = phases or Phases(sync=False)
     overlap = overlap and not phases.sync
@@ -165,8 +144,15 @@ def run_device(ops, x, comm, be=None, overlap: bool = True, phases: Phases | Non
                 with phases("compute"), tl.span("interior rows", "compute", stream, "compute stream"):
                     op.device_rows(work, out, p.pad_top, p.interior[0] - o0, p.interior[1] - o0, stream,
                                    buffers.compute)        # (phase: launch time only: the kernels run on)
-            with phases("halo"):
-                exchange_halos(be, rounds, work, p, edge, tl)
+            with phases("halo"):     # each exchange runs behind the packing and returns when its rows have arrived
+                with tl.span("halo exchange", "comm", edge, "edge stream"):
+                    for offset, send, recv, sbuf, rbuf in rounds:
+                        be.sendrecv(sbuf, dest=be.rank + offset if send else MPI().PROC_NULL,
+                                    source=be.rank - offset if recv else MPI().PROC_NULL, recvbuf=rbuf, stream=edge)
+                with tl.span("unpack", "copy", edge, "edge stream"):
+                    for _, _, recv, _, rbuf in rounds:
+                        if recv:
+                            copy_rows(rbuf, 0, work, recv.start - p.have[0], recv.stop - recv.start, edge)
             with phases("compute"):
                 if overlap:
                     own_rows_in.wait(edge)         # the boundary reads own rows too

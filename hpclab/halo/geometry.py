@@ -1,14 +1,10 @@
-"""Height-wise domain decomposition of windowed layers, with halo exchange.
+"""Height-wise domain decomposition of windowed layers, with halo exchange: the same on every rank.
 
-Every rank owns a contiguous band of OUTPUT rows of a layer (``block_range``). Output rows
-[o0, o1) of a layer with kernel height R, stride s and padding p read input rows
-
-    [o0*s - p, (o1 - 1)*s - p + R)
-
-clipped to the image [0, H) (rows outside are zero padding). The input is split the same way,
-so the rows a rank reads but does not own, its halo, live on other ranks and are exchanged;
-rows far enough from the band's edge (the interior) need only own rows and are computed while
-the halo is in flight. Plain geometry, computed the same way on every rank.
+Every rank owns a contiguous band of OUTPUT rows of a layer (``block_range``). Output rows [o0, o1) of a
+layer with kernel height R, stride s and padding p read input rows [o0*s - p, (o1 - 1)*s - p + R),
+clipped to the image [0, H) (rows outside are zero padding). The input is split the same way, so the rows
+a rank reads but does not own, its halo, live on other ranks and are exchanged; rows far enough from the
+band's edge (the interior) need only own rows and are computed while the halo is in flight.
 """
 from __future__ import annotations
 
@@ -119,12 +115,9 @@ def transfers(plans: list[BandPlan]) -> list[Transfer]:
 
 
 def schedule(moves: list[Transfer], size: int):
-    """Rounds of paired exchanges that cannot deadlock: (offset, {rank: (send | None, recv | None)}).
-
-    In the round for offset d every rank sends to rank + d and receives from rank - d, so every
-    Sendrecv has its partner in the same round. Offsets run +1, -1, +2, -2, ... as far as the
-    farthest message (1 unless bands are thinner than the halo).
-    """
+    """Rounds of paired exchanges that cannot deadlock: (offset, {rank: (send | None, recv | None)}). In round d
+    every rank sends to rank + d and receives from rank - d, so every Sendrecv has its partner in the same
+    round; offsets run +1, -1, +2, -2, ... as far as the farthest message (1 unless bands are thinner than the halo)."""
     reach = max((abs(t.dst - t.src) for t in moves), default=0)
     by_pair = {(t.src, t.dst): t for t in moves}
     for d in range(1, reach + 1):

@@ -33,8 +33,7 @@ class Conv:
     window = property(lambda self: (self.w.shape[2], self.stride, self.pad))
 
     def out_shape(self, c, h, w):
-        ho, wo = ref.check_conv((c, h, w), self.w.shape, self.stride, self.pad)
-        return self.w.shape[0], ho, wo
+        return self.w.shape[0], *ref.check_conv((c, h, w), self.w.shape, self.stride, self.pad)
 
     def describe(self) -> str:
         k, c, r, s = self.w.shape
@@ -62,8 +61,7 @@ class Pool:
     window = property(lambda self: (self.size, self.stride, 0))
 
     def out_shape(self, c, h, w):
-        ref.check_window(h, w, self.size, self.size, self.stride, 0, what="pooling window")
-        return c, ref.output_size(h, self.size, self.stride, 0), ref.output_size(w, self.size, self.stride, 0)
+        return c, *ref.check_window(h, w, self.size, self.size, self.stride, 0, what="pooling window")
 
     def describe(self) -> str:
         return f"max-pool {self.size}x{self.size}/{self.stride}"

@@ -21,8 +21,8 @@ def output_size(n: int, kernel: int, stride: int, pad: int) -> int:
     return (n + 2 * pad - kernel) // stride + 1
 
 
-def check_window(h: int, w: int, r: int, s: int, stride: int, pad: int, what: str = "kernel") -> None:
-    """ValueError naming the problem and the fix for a bad window geometry."""
+def check_window(h: int, w: int, r: int, s: int, stride: int, pad: int, what: str = "kernel") -> tuple[int, int]:
+    """The output (height, width), or a ValueError naming the problem and the fix for a bad window geometry."""
     for name, value in (("stride", stride), ("padding", pad)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
             raise ValueError(f"{name} must be a whole number, got {value!r}")
@@ -34,6 +34,7 @@ def check_window(h: int, w: int, r: int, s: int, stride: int, pad: int, what: st
         raise ValueError(
             f"{what} {r}x{s} is larger than the padded input {h + 2 * pad}x{w + 2 * pad} "
             f"(input {h}x{w} with padding {pad}); use a smaller {what}, more padding or a larger input")
+    return output_size(h, r, stride, pad), output_size(w, s, stride, pad)
 
 
 def check_conv(x_shape, w_shape, stride: int, pad: int) -> tuple[int, int]:
@@ -50,8 +51,7 @@ def check_conv(x_shape, w_shape, stride: int, pad: int) -> tuple[int, int]:
             f"is (K, C, R, S)); give weights with C = {c}")
     if min(x_shape) < 1 or min(w_shape) < 1:
         raise ValueError(f"empty input {tuple(x_shape)} or weights {tuple(w_shape)}")
-    check_window(h, w, r, s, stride, pad)
-    return output_size(h, r, stride, pad), output_size(w, s, stride, pad)
+    return check_window(h, w, r, s, stride, pad)
 
 
 def as_batch(x: np.ndarray) -> tuple[np.ndarray, bool]:

@@ -5,11 +5,9 @@ V3 one GPU (rank 0)               V4 MPI + GPU, halos staged through host memory
 V5 MPI + GPU, GPU-to-GPU halos (NCCL or CUDA-aware MPI; host-staged where neither exists,
    e.g. where ranks share a GPU: NCCL needs one per rank, and the answer is V4's either way)
 
-Checks: max error relative to V1 (float32 sums in another order on the GPU),
-and a digest — a 64-bit BLAKE2 hash of the values rounded to 5 significant digits —
-which must be identical between a distributed version and its serial twin
-on the same kind of processor (V2 = V1, V4 = V5 = V3): the band code sums
-in exactly the serial order, so distribution must not change a single bit.
+Checks: max error relative to V1 (the GPU sums float32 in another order), and a digest (``digest``)
+identical between a distributed version and its serial twin on the same kind of processor (V2 = V1,
+V4 = V5 = V3): the bands sum in exactly the serial order, so distribution must not change a bit.
 """
 from __future__ import annotations
 
@@ -38,8 +36,7 @@ def digest(x, digits: int = DIGITS) -> str:
     """A 64-bit hash (BLAKE2) of the tensor's values rounded to ``digits`` significant digits, and its shape."""
     a = np.asarray(x, dtype=np.float64).ravel()
     mag = np.abs(a)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        exp = np.where(mag > 0, np.floor(np.log10(np.where(mag > 0, mag, 1.0))), 0.0)
+    exp = np.floor(np.log10(np.where(mag > 0, mag, 1.0)))          # 0 for zeros (and NaN)
     mant = np.round(a / 10.0 ** (exp - digits + 1)).astype(np.int64)
     words = np.concatenate([np.asarray(np.shape(x), dtype=np.int64),
                             np.stack([mant, exp.astype(np.int64)], axis=1).ravel()])
@@ -95,8 +92,7 @@ def with_twins(wanted) -> list[str]:
 
 
 def _on_root(comm, what: str, fn, elsewhere):
-    """``fn()`` on rank 0 alone; the other ranks get ``elsewhere``. An error on rank 0 is
-    raised on every rank: the others would otherwise wait for it in the next collective."""
+    """``fn()`` on rank 0 alone, ``elsewhere`` on the others; an error on rank 0 is raised on every rank."""
     result = elsewhere
     with hcomm.step(comm, what):
         if comm.rank == 0:
@@ -116,8 +112,8 @@ def _dense(version, dense, x, phases):
 
 
 def _forward(version, ops, shape, seed, comm, be, overlap, phases, buffers):
-    """This rank's input band -> (the output gathered on rank 0, wall seconds from the input band on the
-    host, made outside the timed region, to the output band on the host, max over ranks)."""
+    """(the output gathered on rank 0, wall seconds from this rank's input band on the host, made before
+    the timed region, to its output band on the host, max over ranks)."""
     n, c, h, w = shape
     with phases("input_generation"):
         r0, r1 = hcomm.block_range(h, comm.size, comm.rank)
