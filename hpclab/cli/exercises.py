@@ -1,14 +1,12 @@
 """Build ``exercises/`` from ``solutions/``, check that it is current, link solution cells to lessons.
 
-A solution's answer sits inside a code cell between ``### BEGIN SOLUTION`` and ``### END SOLUTION``
-lines; the exercise keeps everything else, puts a line raising ``NotImplementedError`` at the answer's
-indentation, and drops outputs. ``copy`` puts the exercises into ``my-work/`` (ignored by git), never
-overwriting a notebook already there.
+An exercise is its solution without outputs, each answer (a code cell's lines between ``### BEGIN
+SOLUTION`` and ``### END SOLUTION``) replaced by a line raising ``NotImplementedError``. ``copy`` puts
+the exercises into ``my-work/`` (ignored by git), never overwriting a notebook already there.
 
 One source per cell: a solution cell that repeats a cell of its lesson (``notebooks/`` notebook of the
 same name) carries that cell's id in its metadata, ``{"hpclab": {"from": "<cell id>"}}``; ``build`` fills
-it from the lesson and ``check`` fails on a copy that differs. ``link`` adds the metadata to the cells
-identical to a lesson cell (giving the lesson's cells ids, nbformat 4.5, where they have none).
+it from the lesson and ``check`` fails on a copy that differs. ``link`` adds the metadata.
 
 Not nbgrader: its ClearSolutions preprocessor clears the same markers, but it comes with a grading system
 (a database, Jupyter server extensions) for what :func:`strip_solution` does in twenty lines.

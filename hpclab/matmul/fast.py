@@ -1,17 +1,13 @@
 """3 · Register blocking, and the entry point programs and training multiply through.
 
-A block computes a BM x BN tile of C; each thread accumulates a TM x TN micro-tile in registers,
-reading TM + TN values from shared memory for TM * TN fused multiply-adds. A's tiles are stored
-transposed (k-major) so both operands are read along rows; the shared tiles are padded against
-bank conflicts and double-buffered, the next tile prefetched into registers while the current one
-is used. :func:`fast_kernel` builds it for a dtype, a tile shape (``FAST_CONFIG``), a pair of
-transposes (``trans_a``: ``a`` is stored K x M and ``a.T`` used, read in place, as a dense layer's
-backward pass needs) and batching; float16 inputs are multiplied and accumulated in float32.
+Each thread accumulates a TM x TN micro-tile of the block's BM x BN tile of C in registers, reading
+TM + TN shared values for TM * TN fused multiply-adds. A's tiles are stored transposed (k-major) so
+both operands are read along rows; shared tiles are padded against bank conflicts and double-buffered,
+the next tile prefetched into registers while the current one is used. float16 inputs are multiplied
+and accumulated in float32; ``trans_a`` reads ``a.T`` in place (a dense layer's backward pass).
 
-``matmul(a, b, kernel=...)`` runs any of the four kernels (:mod:`.naive`, :mod:`.tiled`, this one,
-:mod:`.warp`) on NumPy arrays (returns NumPy) or Numba device arrays (returns a device array).
-The naive and tiled kernels read a transposed operand through ``x.T`` (a view on the simulator, a
-transposed copy on a GPU).
+``matmul(a, b, kernel=...)`` runs any of the four kernels on NumPy arrays (returns NumPy) or device
+arrays (returns a device array); naive and tiled read a transposed operand through ``x.T``.
 """
 from __future__ import annotations
 

@@ -1,17 +1,11 @@
-"""The source tutorial's MPI + CUDA program, done right, plus its "how to improve" table.
+"""The source tutorial's MPI + CUDA program, done right: every rank fills A (N x N) with 1 + rank and
+B with 0.5, multiplies them on its GPU (a dense layer's forward pass), sums C on the host and
+MPI-reduces the sums to rank 0: N^3 / 2 x (1 + 2 + ... + P) (:func:`closed_form_sum`), 25165824 for
+N = 256 on 2 ranks, where the tutorial printed 8388608, rank 0's share alone.
 
-Every rank fills A (N x N) with 1 + rank and B with 0.5, multiplies them on its GPU (a dense
-layer's forward pass), sums C on the host and MPI-reduces the sums to rank 0. Every element of
-C_r is (1 + r) * 0.5 * N, so rank r's sum is (1 + r) N^3 / 2, and over P ranks
-
-    global sum = N^3 / 2 * (1 + 2 + ... + P) = N^3 * P (P + 1) / 4.
-
-For N = 256 and 2 ranks that is 25165824; the tutorial printed 8388608, rank 0's share alone.
-
-``--iterations K`` makes it a small data-parallel training loop: per iteration each rank runs the
-forward pass on its batch A_r, reports the loss (the tutorial's reduction), computes the gradient
-of loss = mean(C) with respect to the shared weights B (A_r^T @ dC), all-reduces it and takes a
-step, timing compute, host<->device transfer and communication separately.
+``--iterations K`` makes it a small data-parallel training loop: the forward pass, the loss reduced
+(the tutorial's reduction), the gradient of mean(C) with respect to the shared B (A_r^T @ dC)
+all-reduced, a step; compute, host<->device transfer and communication timed apart.
 """
 from __future__ import annotations
 
