@@ -74,46 +74,37 @@ def _count(shares, args, on_gpus: bool):
         return list(pool.map(one, range(len(shares))))
 
 
-def _nccl_all_gpus(shares, args, nccl):
-    """The real thing: initAll, counts on every GPU at once, one grouped all-reduce of them."""
+def _all_gpus(shares, args, nccl):
+    """initAll, counts on every GPU at once, one grouped all-reduce of them; without ``nccl`` (the
+    simulator, one device) the shares are counted one after another and the host adds them."""
     cuda, ndev = backend.cuda(), len(shares)
     t0 = time.perf_counter()
-    comms = nccl.NcclCommunicator.initAll(list(range(ndev)))
+    comms = nccl.NcclCommunicator.initAll(list(range(ndev))) if nccl else []
     t1 = time.perf_counter()
-    counted = _count(shares, args, on_gpus=True)
+    counted = _count(shares, args, on_gpus=nccl is not None)
     t2 = time.perf_counter()
-    nccl.groupStart()  # one call per communicator, launched together
-    try:
+    if nccl is None:
+        totals, how = [sum(h for h, *_ in counted)] * ndev, "host sum (simulator: no NCCL)"
+    else:
+        nccl.groupStart()  # one call per communicator, launched together
+        try:
+            for d, (_, _, (buf, stream)) in enumerate(counted):
+                with cuda.gpus[d]:
+                    comms[d].allReduce(pointer(buf), pointer(buf), 1, nccl.NCCL_INT64, nccl.NCCL_SUM,
+                                       stream_handle(stream))
+        finally:
+            nccl.groupEnd()
+        totals = []
         for d, (_, _, (buf, stream)) in enumerate(counted):
             with cuda.gpus[d]:
-                comms[d].allReduce(pointer(buf), pointer(buf), 1, nccl.NCCL_INT64, nccl.NCCL_SUM,
-                                   stream_handle(stream))
-    finally:
-        nccl.groupEnd()
-    totals = []
-    for d, (_, _, (buf, stream)) in enumerate(counted):
-        with cuda.gpus[d]:
-            stream.synchronize()
-            totals.append(int(buf.copy_to_host()[0]))
+                stream.synchronize()
+                totals.append(int(buf.copy_to_host()[0]))
+        how = f"NCCL all-reduce (NCCL {version_string(nccl)}, ncclCommInitAll over {ndev} GPUs)"
     t3 = time.perf_counter()
     for c in comms:
         c.destroy()
-    combined = f"NCCL all-reduce (NCCL {version_string(nccl)}, ncclCommInitAll over {ndev} GPUs)"
-    return counted, totals, combined, {"init_s": t1 - t0, "compute_s": t2 - t1, "allreduce_s": t3 - t2,
-                                       "total_s": t3 - t1}
-
-
-def _simulated(shares, args, notes):
-    """Same decomposition on the single simulated device; the host adds the counts."""
-    notes.append("Exercise 3 needs real GPUs and NCCL (ncclCommInitAll); on the Numba CUDA simulator "
-                 "the shares are counted one after another on its single device and added on the host.")
-    t0 = time.perf_counter()
-    counted = _count(shares, args, on_gpus=False)
-    t1 = time.perf_counter()
-    total = int(np.sum(np.array([h for h, *_ in counted], dtype=np.int64)))
-    t2 = time.perf_counter()
-    times = {"init_s": 0.0, "compute_s": t1 - t0, "allreduce_s": t2 - t1, "total_s": t2 - t0}
-    return counted, [total] * len(shares), "host sum (simulator: no NCCL)", times
+    return counted, totals, how, {"init_s": t1 - t0, "compute_s": t2 - t1, "allreduce_s": t3 - t2,
+                                  "total_s": t3 - t1}
 
 
 def run(args, ctx) -> Report:
@@ -121,19 +112,18 @@ def run(args, ctx) -> Report:
     samples = args.samples or default_samples()
     ndev = args.gpus or (2 if sim else len(backend.cuda().gpus))    # validate() checked it against them
     shares = [block_range(samples, ndev, d) for d in range(ndev)]
-    notes: list[str] = []
     with step(ctx.comm, "input check"):
         nccl = None if sim else load()      # fails here, naming NCCL, if CuPy's NCCL is missing
     with step(ctx.comm, "pi on every GPU"):
-        if sim:
-            counted, totals, combined_by, times = _simulated(shares, args, notes)
-        else:
-            counted, totals, combined_by, times = _nccl_all_gpus(shares, args, nccl)
+        counted, totals, combined_by, times = _all_gpus(shares, args, nccl)
     hits = [h for h, *_ in counted]
     report = combined(totals, hits, samples, args.seed, "the all-reduce", "Total time", times["total_s"])
     report.rank_line = "\n".join(f"GPU {d}/{ndev} | samples={hi - lo} | local hits={h} | time = {s:.6f} s"
                                  for d, ((lo, hi), (h, s, _)) in enumerate(zip(shares, counted)))
-    report.notes[:0] = notes
+    if sim:
+        report.notes.insert(0, "Exercise 3 needs real GPUs and NCCL (ncclCommInitAll); on the Numba CUDA "
+                            "simulator the shares are counted one after another on its single device and "
+                            "added on the host.")
     report.final += [("GPUs", str(ndev)), ("Combined by", combined_by)]
     report.result.update(gpus=ndev, per_gpu_hits=hits, combined_by=combined_by)
     report.timings = times

@@ -89,13 +89,6 @@ def acc_dtype(dtype) -> np.dtype:
     return np.dtype(np.float32) if np.dtype(dtype) == HALF else np.dtype(dtype)
 
 
-def _converter(nbt):
-    """Widens a loaded element to the accumulator type: Numba's type on a GPU
-    (a no-op for float32/float64 inputs); on the simulator, where a kernel is
-    plain Python, NumPy's scalar type does the same far more cheaply."""
-    return np.dtype(str(nbt)).type if backend.is_simulator() else nbt
-
-
 @lru_cache(maxsize=None)
 def fast_kernel(dtype, config: FastConfig, trans_a: bool = False, trans_b: bool = False,
                 batched: bool = False):
@@ -106,7 +99,9 @@ def fast_kernel(dtype, config: FastConfig, trans_a: bool = False, trans_b: bool 
     if bad:
         raise ValueError(f"fast kernel configuration {config.label()} cannot be built: {'; '.join(bad)}")
     nbt = numba.from_dtype(acc_dtype(dtype))       # what products accumulate in
-    conv = _converter(nbt)
+    # Widens a loaded element to nbt (a no-op for float32/float64 inputs); on the simulator, where a
+    # kernel is plain Python, NumPy's scalar type does the same far more cheaply.
+    conv = np.dtype(str(nbt)).type if backend.is_simulator() else nbt
     u = numba.uint64
     # Index arithmetic is unsigned 64-bit throughout: Numba guards every signed index against
     # negative values (Python's a[-1]); unsigned ones need no guard, so the compiler can fold the

@@ -86,14 +86,13 @@ def run(args, ctx) -> Report:
         rng = np.random.default_rng(args.seed)
         a, b = (rng.uniform(-1, 1, (n, n)).astype(dtype) for _ in range(2))
 
-    best, best_phases, c = None, None, None
+    runs = []
     for _ in range(args.repeats):
         phases = Phases()
         with hcomm.step(comm, f"distributed matmul ({args.kernel} kernel)"):
             c, _, wall_s = wall(lambda: distributed_matmul(a, b, n, dtype, args.kernel, comm, phases), comm)
-        over_ranks = phases.max_over_ranks(comm)        # a collective: every rank, every time
-        if best is None or wall_s < best:
-            best, best_phases = wall_s, over_ranks
+        runs.append((wall_s, phases.max_over_ranks(comm)))     # a collective: every rank, every time
+    best, best_phases = min(runs, key=lambda r: r[0])
 
     my_rows = hcomm.block_range(n, size, rank)
     report = Report(
