@@ -18,7 +18,7 @@ from importlib.metadata import distributions
 import numpy as np
 
 from hpclab import backend, mpi
-from hpclab.comm.nccl import version_string
+from hpclab.comm.nccl import available as nccl_available, version_string
 from hpclab.comm.select import BACKENDS
 from hpclab.device import describe_sharing, identity, select_gpu, sharing
 from hpclab.errors import RankError, step
@@ -327,7 +327,8 @@ def info() -> int:
         rows.append(("MPI", f"not available: {exc}"))
     if comm is not None and choice is not None:
         rows += _placement_rows(comm)
-    rows.append(("NCCL", _nccl_status()))
+    nccl_ok, nccl_why = nccl_available()          # NCCL x.y.z, or why not and the fix
+    rows.append(("NCCL", f"cupy.cuda.nccl, {nccl_why}" if nccl_ok else nccl_why))
     rows += [(pkg, _version(pkg) or "not installed") for pkg in ("numba", "numba_cuda", "numpy", "mpi4py",
                                                                  "ipyparallel")]
     width = max(len(k) for k, _ in rows)
@@ -362,14 +363,3 @@ def _placement_rows(comm) -> list[tuple[str, str]]:
     head = (f"{len(devices)} GPU(s) used by {comm.size} rank(s)"
             + (f", up to {most} ranks per GPU" if most > 1 else ", one rank per GPU"))
     return [("ranks per GPU", head), *rows, ("comm backend (auto)", f"{choice}: {why}")]
-
-
-def _nccl_status() -> str:
-    try:
-        from cupy.cuda import nccl
-    except Exception as exc:  # noqa: BLE001 - ImportError or a CUDA library missing
-        return f"not importable (cupy.cuda.nccl: {type(exc).__name__}); pip install 'hpclab[gpu]'"
-    try:
-        return f"cupy.cuda.nccl, NCCL {version_string(nccl)}"
-    except Exception:  # noqa: BLE001
-        return "cupy.cuda.nccl importable"
