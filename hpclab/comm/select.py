@@ -21,9 +21,8 @@ _announced = False
 
 def decide(shared, simulator: bool, nccl_ok: bool | None = None, nccl_why: str = "",
            aware: bool | None = None, how: str = "") -> tuple[str, str]:
-    """(backend, why) from what every rank reported, the same answer everywhere: ``shared``, the devices
-    several ranks use (:func:`hpclab.device.sharing`); ``nccl_ok``/``aware``: NCCL importable / MPI
-    CUDA-aware on every rank."""
+    """(backend, why) from what every rank reported, the same answer everywhere: ``shared``, the devices several ranks
+    use (:func:`hpclab.device.sharing`); ``nccl_ok``/``aware``: NCCL importable / MPI CUDA-aware on every rank."""
     if shared:
         why = f"{describe_sharing(shared)}, and {NEEDS_OWN_GPU}"
         if simulator:

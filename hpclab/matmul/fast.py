@@ -33,11 +33,10 @@ HALF = np.dtype(np.float16)       # accepted as input by the fast kernel: accumu
 
 @dataclass(frozen=True)
 class FastConfig:
-    """Tile shape of the register-blocked kernel: bm x bn, the block's tile of C; bk, the depth of one
-    shared-memory step; tm x tn, each thread's micro-tile (bm/tm * bn/tn threads); vec, a thread's rows
-    and columns come in runs of ``vec`` adjacent elements, ``vec * threads`` apart (4: a run is one
-    16-byte shared load; 1: neighbouring threads read neighbouring words); pad, extra elements per
-    shared-memory row, against bank conflicts."""
+    """Tile shape of the register-blocked kernel: bm x bn, the block's tile of C; bk, the depth of one shared-memory
+    step; tm x tn, each thread's micro-tile (bm/tm * bn/tn threads); vec, a thread's rows and columns come in runs of
+    ``vec`` adjacent elements, ``vec * threads`` apart (4: a run is one 16-byte shared load; 1: neighbouring threads
+    read neighbouring words); pad, extra elements per shared-memory row, against bank conflicts."""
 
     bm: int = 128
     bn: int = 128

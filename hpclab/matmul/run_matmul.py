@@ -1,9 +1,8 @@
 """Distributed matrix multiply C = A @ B over MPI ranks, one GPU each.
 
-Rank 0 makes A and B (N x N). A's rows are scattered (the first N % P ranks take one row more), B is
-broadcast whole, every rank multiplies its rows on its GPU, and the blocks of C are gathered to rank 0,
-which checks C against NumPy. Communication is O(N^2) per rank, compute O(N^3 / P): the bigger N, the
-better this scales.
+Rank 0 makes A and B (N x N). A's rows are scattered (the first N % P ranks take one row more), B is broadcast whole,
+every rank multiplies its rows on its GPU, and the blocks of C are gathered to rank 0, which checks C against NumPy.
+Communication is O(N^2) per rank, compute O(N^3 / P): the bigger N, the better this scales.
 """
 from __future__ import annotations
 
