@@ -115,12 +115,11 @@ def communicator(comm):
     ``hpclab.device.select_gpu`` chose); made once, collectively, then reused."""
     if id(comm) in _communicators:
         return _communicators[id(comm)][1:]
-    cuda = backend.cuda()
     with step(comm, "NCCL availability"):
         nccl = load()
         from cupy.cuda import runtime
 
-        device = cuda.get_current_device().id
+        device = backend.cuda().get_current_device().id
         runtime.setDevice(device)  # NCCL creates the communicator on the runtime's current device
     uid = unique_id(comm)
     with step(comm, "NCCL communicator creation"):

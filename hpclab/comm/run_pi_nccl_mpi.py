@@ -61,8 +61,7 @@ def run(args, ctx) -> Report:
     with step(comm, "hit counting"):
         hits, t_local, t_compute = wall(
             lambda: count_hits(lo, hi - lo, args.seed, blocks=args.blocks, threads=args.threads), comm)
-    cuda = backend.cuda()
-    mine = cuda.to_device(np.array([hits], dtype=np.int64))
+    mine = backend.cuda().to_device(np.array([hits], dtype=np.int64))
     be.allreduce(mine)  # warm up the path (first NCCL call sets up its channels)
     total_dev, _, t_reduce = wall(lambda: be.allreduce(mine), comm)
     total = int(total_dev.copy_to_host()[0])
@@ -70,23 +69,20 @@ def run(args, ctx) -> Report:
     # Checking only, after the fact: every rank's local count and total to rank 0.
     everyone = comm.gather((hits, total), root=0)
     t_wall = t_compute + t_reduce
-    p = ctx.placement
     shape = (f"blocks = {args.blocks or 'auto'} | threads/block = {args.threads or 'auto'}"
              + (f" | total threads = {args.blocks * args.threads}" if args.blocks and args.threads else ""))
     report = Report(
-        rank_line=(f"{p.label()} | samples = {hi - lo} | {shape} | hits = {hits} "
-                   f"| time = {t_local:.6f} s"),
+        rank_line=f"{ctx.placement.label()} | samples = {hi - lo} | {shape} | hits = {hits} | time = {t_local:.6f} s",
         timings={"compute_s": t_compute, "allreduce_s": t_reduce, "wall_s": t_wall},
         notes=notes,
     )
-    ok = None
     if rank == 0:
         local = [h for h, _ in everyone]
         summary = combined([t for _, t in everyone], local, samples, args.seed, f"{be.name} all-reduce",
                            "Wall time", t_wall)
-        ok = summary.passed
+        report.passed = summary.passed
         report.notes += summary.notes
         report.final = [*summary.final, ("Combined by", be.describe())]
         report.result = {**summary.result, "ranks": size, "per_rank_hits": local, "comm_backend": be.name}
-    report.passed = comm.bcast(ok, root=0)
+    report.passed = comm.bcast(report.passed, root=0)     # the exit status is the same on every rank
     return report
