@@ -76,10 +76,11 @@ def require_one_gpu_per_rank(comm) -> None:
 
 
 def available() -> tuple[bool, str]:
-    """Whether NCCL can be used in this process (never raises)."""
+    """Whether NCCL can be used in this process (never raises: ``hpclab info`` reports it even where no
+    backend can be chosen)."""
     try:
         nccl = load()
-    except NcclUnavailable as exc:
+    except (NcclUnavailable, backend.BackendError) as exc:
         return False, str(exc)
     return True, f"NCCL {version_string(nccl)}"
 
