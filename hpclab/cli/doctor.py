@@ -18,6 +18,7 @@ from importlib.metadata import distributions
 import numpy as np
 
 from hpclab import backend, mpi
+from hpclab.comm.nccl import available as nccl_available, version_string
 from hpclab.comm.select import BACKENDS
 from hpclab.device import describe_sharing, identity, select_gpu, sharing
 from hpclab.errors import RankError, step
@@ -41,10 +42,6 @@ class Line:
 
 def _version(dist: str) -> str | None:
     return next((d.version for d in distributions(name=dist)), None)
-
-
-def _nccl(version: int) -> str:
-    return f"NCCL {version // 10000}.{version // 100 % 100}.{version % 100}"
 
 
 def _first(exc: Exception) -> str:
@@ -167,10 +164,10 @@ def nccl_line(simulator: bool, asked: bool, driver) -> Line:
         cuda.synchronize()
         if not np.array_equal(data.copy_to_host(), np.arange(1.0, 5.0)):
             raise RuntimeError("a one-rank all-reduce changed the data")
-        v = nccl.get_version()
+        v = version_string(nccl)
     except Exception as exc:  # noqa: BLE001
         return Line("FAIL", "NCCL", _first(exc), install)
-    return Line("PASS", "NCCL", f"{_nccl(v)} through cupy.cuda.nccl all-reduced on this rank's GPU")
+    return Line("PASS", "NCCL", f"NCCL {v} through cupy.cuda.nccl all-reduced on this rank's GPU")
 
 
 def mpi_line(library: str, launcher: str | None, launcher_version: str) -> Line:
@@ -330,7 +327,8 @@ def info() -> int:
         rows.append(("MPI", f"not available: {exc}"))
     if comm is not None and choice is not None:
         rows += _placement_rows(comm)
-    rows.append(("NCCL", _nccl_status()))
+    nccl_ok, nccl_why = nccl_available()          # NCCL x.y.z, or why not and the fix
+    rows.append(("NCCL", f"cupy.cuda.nccl, {nccl_why}" if nccl_ok else nccl_why))
     rows += [(pkg, _version(pkg) or "not installed") for pkg in ("numba", "numba_cuda", "numpy", "mpi4py",
                                                                  "ipyparallel")]
     width = max(len(k) for k, _ in rows)
@@ -365,14 +363,3 @@ def _placement_rows(comm) -> list[tuple[str, str]]:
     head = (f"{len(devices)} GPU(s) used by {comm.size} rank(s)"
             + (f", up to {most} ranks per GPU" if most > 1 else ", one rank per GPU"))
     return [("ranks per GPU", head), *rows, ("comm backend (auto)", f"{choice}: {why}")]
-
-
-def _nccl_status() -> str:
-    try:
-        from cupy.cuda import nccl
-    except Exception as exc:  # noqa: BLE001 - ImportError or a CUDA library missing
-        return f"not importable (cupy.cuda.nccl: {type(exc).__name__}); pip install 'hpclab[gpu]'"
-    try:
-        return f"cupy.cuda.nccl, {_nccl(nccl.get_version())}"
-    except Exception:  # noqa: BLE001
-        return "cupy.cuda.nccl importable"

@@ -1,14 +1,12 @@
 """Build ``exercises/`` from ``solutions/``, check that it is current, link solution cells to lessons.
 
-A solution's answer sits inside a code cell between ``### BEGIN SOLUTION`` and ``### END SOLUTION``
-lines; the exercise keeps everything else, puts a line raising ``NotImplementedError`` at the answer's
-indentation, and drops outputs. ``copy`` puts the exercises into ``my-work/`` (ignored by git), never
-overwriting a notebook already there.
+An exercise is its solution without outputs, each answer (a code cell's lines between ``### BEGIN
+SOLUTION`` and ``### END SOLUTION``) replaced by a line raising ``NotImplementedError``. ``copy`` puts
+the exercises into ``my-work/`` (ignored by git), never overwriting a notebook already there.
 
 One source per cell: a solution cell that repeats a cell of its lesson (``notebooks/`` notebook of the
 same name) carries that cell's id in its metadata, ``{"hpclab": {"from": "<cell id>"}}``; ``build`` fills
-it from the lesson and ``check`` fails on a copy that differs. ``link`` adds the metadata to the cells
-identical to a lesson cell (giving the lesson's cells ids, nbformat 4.5, where they have none).
+it from the lesson and ``check`` fails on a copy that differs. ``link`` adds the metadata.
 
 Not nbgrader: its ClearSolutions preprocessor clears the same markers, but it comes with a grading system
 (a database, Jupyter server extensions) for what :func:`strip_solution` does in twenty lines.
@@ -113,19 +111,14 @@ def filled(solution: Path, root: Path) -> nbformat.NotebookNode:
     return nb
 
 
-def render(solution: Path, root: Path) -> str:
-    return nbformat.writes(exercise_notebook(filled(solution, root), solution.name)) + "\n"
-
-
 def check_root(root: Path, source: str = "solutions") -> Path:
     """The project root given by --root must hold ``source``/ (solutions/ to build or check,
     exercises/ to copy): say so before doing anything."""
+    hint = "give the project root (the folder with solutions/ and exercises/)"
     if not root.is_dir():
-        raise UsageError(f"hpclab exercises: error: --root {root}: no such folder; give the project root "
-                         "(the folder with solutions/ and exercises/)")
+        raise UsageError(f"hpclab exercises: error: --root {root}: no such folder; {hint}")
     if not (root / source).is_dir():
-        raise UsageError(f"hpclab exercises: error: --root {root} has no {source}/ folder; give the project "
-                         "root (the folder with solutions/ and exercises/)")
+        raise UsageError(f"hpclab exercises: error: --root {root} has no {source}/ folder; {hint}")
     if not any((root / source).glob("*.ipynb")):
         raise UsageError(f"hpclab exercises: error: --root {root}: {source}/ holds no notebooks")
     return root
@@ -139,14 +132,12 @@ def build(root: Path) -> list[Path]:
     folder.mkdir(exist_ok=True)
     written = []
     for solution, exercise in _pairs(root):
-        text = nbformat.writes(filled(solution, root)) + "\n"
-        if solution.read_text() != text:
-            solution.write_text(text)
-            written.append(solution)
-        text = render(solution, root)
-        if not exercise.exists() or exercise.is_dir() or exercise.read_text() != text:
-            exercise.write_text(text)
-            written.append(exercise)
+        nb = filled(solution, root)
+        for path, text in ((solution, nbformat.writes(nb) + "\n"),
+                           (exercise, nbformat.writes(exercise_notebook(nb, solution.name)) + "\n")):
+            if not path.is_file() or path.read_text() != text:
+                path.write_text(text)
+                written.append(path)
     known = {s.name for s, _ in _pairs(root)}
     for stale in (root / "exercises").glob("*.ipynb"):
         if stale.name not in known:
@@ -159,8 +150,12 @@ def check(root: Path) -> list[str]:
     """Problems that make exercises/ differ from what build() would write."""
     problems = []
     for solution, exercise in _pairs(root):
-        problems += _drift(solution, root)
-        expected = render(solution, root)     # an unreadable solution stops the check: nothing to compare
+        nb, want = _read(solution), filled(solution, root)    # unreadable: the check stops, nothing to compare
+        lesson = root / LESSONS / solution.name           # linked cells edited by hand differ from their lesson
+        problems += [f"{solution} cell {index} differs from cell {source_of(cell)!r} of {lesson}, its source: "
+                     "edit the lesson notebook, then build"
+                     for index, (cell, origin) in enumerate(zip(nb.cells, want.cells)) if cell.source != origin.source]
+        expected = nbformat.writes(exercise_notebook(want, solution.name)) + "\n"
         if BEGIN not in solution.read_text():
             problems.append(f"{solution} has no {BEGIN} marker: nothing for the learner to write")
         if not exercise.is_file():
@@ -174,14 +169,6 @@ def check(root: Path) -> list[str]:
         problems += [f"{p} has no solution" for p in (root / "exercises").glob("*.ipynb")
                      if p.name not in known]
     return problems
-
-
-def _drift(solution: Path, root: Path) -> list[str]:
-    """Linked solution cells whose source differs from their lesson cell (a copy edited by hand)."""
-    nb, want = _read(solution), filled(solution, root)
-    return [f"{solution} cell {index} differs from cell {source_of(cell)!r} of {root / LESSONS / solution.name}, "
-            "its source: edit the lesson notebook, then build"
-            for index, (cell, lesson) in enumerate(zip(nb.cells, want.cells)) if cell.source != lesson.source]
 
 
 def link(solution: Path, root: Path, write: bool = True) -> list[tuple[int, str, int]]:

@@ -20,19 +20,16 @@ def ring_allreduce(data: np.ndarray, comm) -> tuple[np.ndarray, int]:
     chunk = [slice(*block_range(data.size, n, i)) for i in range(n)]
     recv = np.empty(max(s.stop - s.start for s in chunk), dtype=data.dtype)
     sent = 0
-    # Reduce-scatter: after N-1 steps rank r holds the full sum of chunk (r+1) % N.
-    for step in range(n - 1):
+    # Steps 0..N-2 reduce-scatter (then rank r holds the full sum of chunk (r+1) % N); steps N-1..2N-3
+    # all-gather, passing the finished chunks around the ring. Step s sends chunk r - s, receives r - s - 1.
+    for step in range(2 * (n - 1)):
         out, into = chunk[(rank - step) % n], chunk[(rank - step - 1) % n]
         length = into.stop - into.start
         comm.Sendrecv(data[out], dest=right, recvbuf=recv[:length], source=left)
-        data[into] += recv[:length]
-        sent += data[out].nbytes
-    # All-gather: pass the finished chunks around the ring.
-    for step in range(n - 1):
-        out, into = chunk[(rank + 1 - step) % n], chunk[(rank - step) % n]
-        length = into.stop - into.start
-        comm.Sendrecv(data[out], dest=right, recvbuf=recv[:length], source=left)
-        data[into] = recv[:length]
+        if step < n - 1:
+            data[into] += recv[:length]
+        else:
+            data[into] = recv[:length]
         sent += data[out].nbytes
     return data, sent
 

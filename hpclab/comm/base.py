@@ -1,10 +1,9 @@
 """What every communication backend offers, and the checks they share.
 
-The operations are MPI's, under its names: ``allreduce``, ``reduce``, ``bcast``, ``scatter``,
-``gather``, ``allgather``, ``reduce_scatter`` and ``sendrecv``. They take Numba device arrays (or
-NumPy arrays, copied to the device first) and return device arrays; ``op`` is ``"sum"``, ``"max"``
-or ``"min"``. ``allreduce(buf, op, out=None, check=True)`` writes into ``out`` when given;
-``check=False`` skips the cross-rank check, for loops that checked their buffers once.
+The operations are MPI's, under its names: ``allreduce``, ``reduce``, ``bcast``, ``scatter``, ``gather``,
+``allgather``, ``reduce_scatter`` and ``sendrecv``, on Numba device arrays (NumPy arrays are copied to the
+device first), returning device arrays; ``op`` is ``"sum"``, ``"max"`` or ``"min"``. ``allreduce(buf,
+op, out=None, check=True)``: ``check=False`` skips the cross-rank check, for loops that checked their buffers once.
 """
 from __future__ import annotations
 

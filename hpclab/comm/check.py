@@ -1,11 +1,9 @@
-"""Checks for notebook 05: the NCCL bootstrap written by the learner.
+"""Checks for notebook 05: the NCCL bootstrap written by the learner (rank 0's unique id, broadcast
+over MPI; every rank's communicator made with (number of ranks, that id, its rank)).
 
-The bootstrap: rank 0 asks NCCL for a unique id, MPI broadcasts it, and every rank creates its
-communicator with (number of ranks, that id, its rank). On GPUs the learner's function runs
-against ``cupy.cuda.nccl``, and the communicator it returns must all-reduce correctly. Where NCCL
-cannot run (the simulator; ranks sharing a GPU, which NCCL refuses) the function gets
-:class:`StandInNccl`, which offers the same two calls and records them, so the check still
-judges the bootstrap itself.
+On GPUs the communicator the learner's function returns must all-reduce correctly. Where NCCL cannot
+run (the simulator; ranks sharing a GPU) the function gets :class:`StandInNccl`, which offers the same
+two calls and records them, so the check still judges the bootstrap itself.
 """
 from __future__ import annotations
 

@@ -1,19 +1,15 @@
-"""The two MPI backends: host-staged MPI and CUDA-aware MPI, the same MPI calls on different memory.
+"""The two MPI backends, the same MPI calls on different memory.
 
-- ``mpi-host`` (:class:`HostStagedMPI`): device -> (pinned) host -> MPI -> host -> device. Works
-  with any MPI and on the simulator; every message crosses PCIe twice, which CUDA-aware MPI and
-  NCCL avoid.
-- ``mpi-cuda`` (:class:`CudaAwareMPI`): the device arrays themselves (mpi4py's upper-case methods
-  pass a ``__cuda_array_interface__`` pointer to MPI). An MPI that is *not* CUDA-aware treats the
-  pointer as host memory and segfaults (mpi4py #115), so awareness is asked first, on every rank
-  (:func:`hpclab.mpi.cuda_aware`). On the simulator device memory is host memory, so with
-  ``HPCLAB_MPI_CUDA_AWARE=1`` this backend runs its real code path there too.
+- ``mpi-host``: device -> (pinned) host -> MPI -> host -> device. Works with any MPI and on the
+  simulator; every message crosses PCIe twice, which CUDA-aware MPI and NCCL avoid.
+- ``mpi-cuda``: the device arrays themselves (a ``__cuda_array_interface__`` pointer). An MPI that is
+  *not* CUDA-aware treats it as host memory and segfaults (mpi4py #115), so every rank is asked first.
+  On the simulator device memory is host memory: with ``HPCLAB_MPI_CUDA_AWARE=1`` the real code path runs there.
 
-A subclass says which memory through hooks: ``_outgoing(dbuf, slot, stream)`` (memory holding a
-device array's data, for MPI to read), ``_incoming(shape, dtype, slot, out)`` (memory for MPI to
-write into), ``_arrived(recv, out, stream)`` (the device array holding what MPI wrote), ``_mpi``
-(what mpi4py is handed) and ``_before`` (CUDA-aware MPI synchronises there: MPI knows nothing of
-CUDA streams). ``stream``: the stream whose work produced the data (0: the whole device).
+A subclass says which memory through hooks: ``_outgoing`` (memory MPI reads a device array's data
+from), ``_incoming`` (memory MPI writes into), ``_arrived`` (the device array holding what MPI wrote),
+``_mpi`` (what mpi4py is handed) and ``_before`` (CUDA-aware MPI synchronises there: MPI knows nothing
+of CUDA streams). ``stream``: the stream whose work produced the data (0: the whole device).
 """
 from __future__ import annotations
 

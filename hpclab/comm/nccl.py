@@ -1,19 +1,12 @@
-"""NCCL: GPU-to-GPU collectives, with MPI used only to start them.
+"""NCCL: GPU-to-GPU collectives; MPI only starts them (:func:`communicator`: Exercise 4's bootstrap).
 
-Bootstrap (the workshop's Exercise 4): rank 0 asks NCCL for a unique id, MPI broadcasts it, and
-every rank creates its communicator with that id, its rank and the number of ranks, on the GPU it
-selected (``hpclab.device``). After that, MPI carries no data.
+The binding is ``cupy.cuda.nccl``: it takes raw device pointers and stream handles, so Numba arrays
+work through their pointers. NVIDIA's ``nccl4py`` infers the device itself, and rejected a Numba array
+allocated after ``cuda.select_device(1)`` ("sendbuf is on device 0, but communicator is on device 1").
 
-The binding is ``cupy.cuda.nccl``: it takes raw device pointers and stream handles, so Numba
-arrays work through their pointers, with no guessing of which device a buffer lives on (checked
-on H200s). NVIDIA's ``nccl4py`` infers the device itself, and rejected a Numba array allocated
-after ``cuda.select_device(1)`` ("sendbuf is on device 0, but communicator is on device 1").
-
-Every call is enqueued on Numba's default stream, behind the kernels that produced the data, and
-waits for it: a result is complete when a method returns, as with the MPI backends. ``sendrecv``
-takes the stream that wrote its buffer instead, so a halo exchange can run on a high-priority
-stream beside busy kernels (``hpclab.streams``). The hot path (``allreduce(buf, out=out,
-check=False)``) is one NCCL call and one stream synchronisation.
+Every call is enqueued on Numba's default stream, behind the kernels that produced the data, and waits
+for it, as the MPI backends do; ``sendrecv`` takes the stream that wrote its buffer instead, so a halo
+exchange can run on a high-priority stream beside busy kernels (``hpclab.streams``).
 """
 from __future__ import annotations
 
@@ -83,10 +76,11 @@ def require_one_gpu_per_rank(comm) -> None:
 
 
 def available() -> tuple[bool, str]:
-    """Whether NCCL can be used in this process (never raises)."""
+    """Whether NCCL can be used in this process (never raises: ``hpclab info`` reports it even where no
+    backend can be chosen)."""
     try:
         nccl = load()
-    except NcclUnavailable as exc:
+    except (NcclUnavailable, backend.BackendError) as exc:
         return False, str(exc)
     return True, f"NCCL {version_string(nccl)}"
 
@@ -122,12 +116,11 @@ def communicator(comm):
     ``hpclab.device.select_gpu`` chose); made once, collectively, then reused."""
     if id(comm) in _communicators:
         return _communicators[id(comm)][1:]
-    cuda = backend.cuda()
     with step(comm, "NCCL availability"):
         nccl = load()
         from cupy.cuda import runtime
 
-        device = cuda.get_current_device().id
+        device = backend.cuda().get_current_device().id
         runtime.setDevice(device)  # NCCL creates the communicator on the runtime's current device
     uid = unique_id(comm)
     with step(comm, "NCCL communicator creation"):

@@ -1,12 +1,8 @@
-"""Workshop Exercise 4: one MPI rank per GPU; MPI starts NCCL, NCCL adds the hits.
+"""Workshop Exercise 4: one MPI rank per GPU; MPI starts NCCL (its only job), NCCL adds the hits.
 
-MPI's only job is the bootstrap (``hpclab.comm.get("nccl")``: rank 0's unique id broadcast, a
-communicator on every rank's GPU). Each rank counts the hits of its contiguous share of the
-samples, and NCCL all-reduces the counts from GPU memory. Without NCCL (the simulator) or where
-ranks share a GPU (NCCL refuses two ranks of one communicator on one device) host-staged MPI adds
-them by default, with a note saying why; an explicit ``--backend nccl`` is then refused on every
-rank. The count for a sample depends only on its global index: the total is the same on any
-number of ranks.
+Each rank counts the hits of its share of the samples, and NCCL all-reduces the counts from GPU
+memory. Without NCCL (the simulator) or where ranks share a GPU, host-staged MPI adds them by default,
+with a note saying why; an explicit ``--backend nccl`` is then refused on every rank.
 """
 from __future__ import annotations
 
@@ -20,8 +16,7 @@ from hpclab.comm.nccl import NEEDS_OWN_GPU
 from hpclab.device import describe_sharing, sharing
 from hpclab.runner import Report
 from hpclab.timing import wall
-from hpclab.pi.check import estimate
-from hpclab.pi.program import add_launch_arguments, add_sample_arguments, check_work, final_lines
+from hpclab.pi.program import add_launch_arguments, add_sample_arguments, check_work, combined
 
 HELP = ("Workshop Exercise 4: Monte Carlo pi with one MPI rank per GPU; MPI only bootstraps NCCL, "
         "and the hit counts are all-reduced by NCCL (host-staged MPI on the simulator, or where "
@@ -66,8 +61,7 @@ def run(args, ctx) -> Report:
     with step(comm, "hit counting"):
         hits, t_local, t_compute = wall(
             lambda: count_hits(lo, hi - lo, args.seed, blocks=args.blocks, threads=args.threads), comm)
-    cuda = backend.cuda()
-    mine = cuda.to_device(np.array([hits], dtype=np.int64))
+    mine = backend.cuda().to_device(np.array([hits], dtype=np.int64))
     be.allreduce(mine)  # warm up the path (first NCCL call sets up its channels)
     total_dev, _, t_reduce = wall(lambda: be.allreduce(mine), comm)
     total = int(total_dev.copy_to_host()[0])
@@ -75,31 +69,20 @@ def run(args, ctx) -> Report:
     # Checking only, after the fact: every rank's local count and total to rank 0.
     everyone = comm.gather((hits, total), root=0)
     t_wall = t_compute + t_reduce
-    p = ctx.placement
     shape = (f"blocks = {args.blocks or 'auto'} | threads/block = {args.threads or 'auto'}"
              + (f" | total threads = {args.blocks * args.threads}" if args.blocks and args.threads else ""))
     report = Report(
-        rank_line=(f"{p.label()} | samples = {hi - lo} | {shape} | hits = {hits} "
-                   f"| time = {t_local:.6f} s"),
+        rank_line=f"{ctx.placement.label()} | samples = {hi - lo} | {shape} | hits = {hits} | time = {t_local:.6f} s",
         timings={"compute_s": t_compute, "allreduce_s": t_reduce, "wall_s": t_wall},
         notes=notes,
     )
-    ok = None
     if rank == 0:
         local = [h for h, _ in everyone]
-        e = estimate(total, samples)
-        consistent = all(t == total for _, t in everyone) and total == sum(local)
-        if not consistent:
-            report.notes.append(f"{be.name} all-reduce gave {[t for _, t in everyone]} but the local hits "
-                                f"sum to {sum(local)}: the reduction is wrong")
-        if not e["within_5_sigma"]:
-            report.notes.append(f"pi estimate {e['pi']:.8f} is more than 5 sigma ({5 * e['sigma']:.2e}) "
-                                "from pi: the hit counter is wrong")
-        ok = bool(consistent and e["within_5_sigma"])
-        report.final = [*final_lines(total, samples, "Wall time", t_wall),
-                        ("Combined by", be.describe())]
-        report.result = {"pi": e["pi"], "hits": total, "samples": samples, "ranks": size,
-                         "seed": args.seed, "per_rank_hits": local, "comm_backend": be.name,
-                         "abs_error": e["abs_error"], "sigma": e["sigma"]}
-    report.passed = comm.bcast(ok, root=0)
+        summary = combined([t for _, t in everyone], local, samples, args.seed, f"{be.name} all-reduce",
+                           "Wall time", t_wall)
+        report.passed = summary.passed
+        report.notes += summary.notes
+        report.final = [*summary.final, ("Combined by", be.describe())]
+        report.result = {**summary.result, "ranks": size, "per_rank_hits": local, "comm_backend": be.name}
+    report.passed = comm.bcast(report.passed, root=0)     # the exit status is the same on every rank
     return report

@@ -1,14 +1,9 @@
-"""Workshop Exercise 3: one process drives every GPU of the node; NCCL adds the hits.
+"""Workshop Exercise 3: one process, no MPI, drives every GPU of the node; NCCL adds the hits.
 
-One process, no MPI: ``ncclCommInitAll`` (CuPy's ``NcclCommunicator.initAll``) makes one
-communicator per GPU at once. Each GPU counts the hits of its contiguous share of the samples
-(one host thread per GPU, so the GPUs work at the same time), then one NCCL group all-reduces
-the per-GPU counts, GPU to GPU. One process holds every communicator, so ranks never share a GPU
-here; under mpiexec with several ranks it refuses (that is Exercise 4), on every rank.
-
-On the simulator (one simulated device, no NCCL) the same shares are counted one after another
-and added on the host. The count for a sample depends only on its global index
-(``hpclab.pi.fast.count_hits``), so the total is the same for any number of GPUs.
+``ncclCommInitAll`` (CuPy's ``NcclCommunicator.initAll``) makes one communicator per GPU at once; each
+GPU counts the hits of its share of the samples (one host thread per GPU, so they work at the same
+time), then one NCCL group all-reduces the counts, GPU to GPU. A sample's count depends only on its
+global index, so the total is the same for any number of GPUs.
 """
 from __future__ import annotations
 
@@ -24,8 +19,7 @@ from hpclab.decomp import block_range
 from hpclab.errors import step
 from hpclab.options import UsageError, count
 from hpclab.runner import Report
-from hpclab.pi.check import estimate
-from hpclab.pi.program import add_launch_arguments, add_sample_arguments, check_work, final_lines
+from hpclab.pi.program import add_launch_arguments, add_sample_arguments, check_work, combined
 
 HELP = ("Workshop Exercise 3: Monte Carlo pi with ONE process driving all GPUs of the node; "
         "the per-GPU hit counts are combined by an NCCL all-reduce (ncclCommInitAll).")
@@ -80,46 +74,37 @@ def _count(shares, args, on_gpus: bool):
         return list(pool.map(one, range(len(shares))))
 
 
-def _nccl_all_gpus(shares, args, nccl):
-    """The real thing: initAll, counts on every GPU at once, one grouped all-reduce of them."""
+def _all_gpus(shares, args, nccl):
+    """initAll, counts on every GPU at once, one grouped all-reduce of them; without ``nccl`` (the
+    simulator, one device) the shares are counted one after another and the host adds them."""
     cuda, ndev = backend.cuda(), len(shares)
     t0 = time.perf_counter()
-    comms = nccl.NcclCommunicator.initAll(list(range(ndev)))
+    comms = nccl.NcclCommunicator.initAll(list(range(ndev))) if nccl else []
     t1 = time.perf_counter()
-    counted = _count(shares, args, on_gpus=True)
+    counted = _count(shares, args, on_gpus=nccl is not None)
     t2 = time.perf_counter()
-    nccl.groupStart()  # one call per communicator, launched together
-    try:
+    if nccl is None:
+        totals, how = [sum(h for h, *_ in counted)] * ndev, "host sum (simulator: no NCCL)"
+    else:
+        nccl.groupStart()  # one call per communicator, launched together
+        try:
+            for d, (_, _, (buf, stream)) in enumerate(counted):
+                with cuda.gpus[d]:
+                    comms[d].allReduce(pointer(buf), pointer(buf), 1, nccl.NCCL_INT64, nccl.NCCL_SUM,
+                                       stream_handle(stream))
+        finally:
+            nccl.groupEnd()
+        totals = []
         for d, (_, _, (buf, stream)) in enumerate(counted):
             with cuda.gpus[d]:
-                comms[d].allReduce(pointer(buf), pointer(buf), 1, nccl.NCCL_INT64, nccl.NCCL_SUM,
-                                   stream_handle(stream))
-    finally:
-        nccl.groupEnd()
-    totals = []
-    for d, (_, _, (buf, stream)) in enumerate(counted):
-        with cuda.gpus[d]:
-            stream.synchronize()
-            totals.append(int(buf.copy_to_host()[0]))
+                stream.synchronize()
+                totals.append(int(buf.copy_to_host()[0]))
+        how = f"NCCL all-reduce (NCCL {version_string(nccl)}, ncclCommInitAll over {ndev} GPUs)"
     t3 = time.perf_counter()
     for c in comms:
         c.destroy()
-    combined = f"NCCL all-reduce (NCCL {version_string(nccl)}, ncclCommInitAll over {ndev} GPUs)"
-    return counted, totals, combined, {"init_s": t1 - t0, "compute_s": t2 - t1, "allreduce_s": t3 - t2,
-                                       "total_s": t3 - t1}
-
-
-def _simulated(shares, args, notes):
-    """Same decomposition on the single simulated device; the host adds the counts."""
-    notes.append("Exercise 3 needs real GPUs and NCCL (ncclCommInitAll); on the Numba CUDA simulator "
-                 "the shares are counted one after another on its single device and added on the host.")
-    t0 = time.perf_counter()
-    counted = _count(shares, args, on_gpus=False)
-    t1 = time.perf_counter()
-    total = int(np.sum(np.array([h for h, *_ in counted], dtype=np.int64)))
-    t2 = time.perf_counter()
-    times = {"init_s": 0.0, "compute_s": t1 - t0, "allreduce_s": t2 - t1, "total_s": t2 - t0}
-    return counted, [total] * len(shares), "host sum (simulator: no NCCL)", times
+    return counted, totals, how, {"init_s": t1 - t0, "compute_s": t2 - t1, "allreduce_s": t3 - t2,
+                                  "total_s": t3 - t1}
 
 
 def run(args, ctx) -> Report:
@@ -127,31 +112,19 @@ def run(args, ctx) -> Report:
     samples = args.samples or default_samples()
     ndev = args.gpus or (2 if sim else len(backend.cuda().gpus))    # validate() checked it against them
     shares = [block_range(samples, ndev, d) for d in range(ndev)]
-    notes: list[str] = []
     with step(ctx.comm, "input check"):
         nccl = None if sim else load()      # fails here, naming NCCL, if CuPy's NCCL is missing
     with step(ctx.comm, "pi on every GPU"):
-        if sim:
-            counted, totals, combined, times = _simulated(shares, args, notes)
-        else:
-            counted, totals, combined, times = _nccl_all_gpus(shares, args, nccl)
-    hits, total = [h for h, *_ in counted], totals[0]
-    e = estimate(total, samples)
-    consistent = all(t == total for t in totals) and total == sum(hits)
-    if not consistent:
-        notes.append(f"the all-reduced totals {totals} do not all equal the sum of the local "
-                     f"hits {sum(hits)}: the reduction is wrong")
-    if not e["within_5_sigma"]:
-        notes.append(f"pi estimate {e['pi']:.8f} is more than 5 sigma ({5 * e['sigma']:.2e}) "
-                     "from pi: the hit counter is wrong")
-    lines = [f"GPU {d}/{ndev} | samples={hi - lo} | local hits={h} | time = {s:.6f} s"
-             for d, ((lo, hi), (h, s, _)) in enumerate(zip(shares, counted))]
-    return Report(
-        rank_line="\n".join(lines), notes=notes, passed=bool(consistent and e["within_5_sigma"]),
-        final=[*final_lines(total, samples, "Total time", times["total_s"]), ("GPUs", str(ndev)),
-               ("Combined by", combined)],
-        result={"pi": e["pi"], "hits": total, "samples": samples, "gpus": ndev, "seed": args.seed,
-                "per_gpu_hits": hits, "combined_by": combined, "abs_error": e["abs_error"],
-                "sigma": e["sigma"]},
-        timings=times,
-    )
+        counted, totals, combined_by, times = _all_gpus(shares, args, nccl)
+    hits = [h for h, *_ in counted]
+    report = combined(totals, hits, samples, args.seed, "the all-reduce", "Total time", times["total_s"])
+    report.rank_line = "\n".join(f"GPU {d}/{ndev} | samples={hi - lo} | local hits={h} | time = {s:.6f} s"
+                                 for d, ((lo, hi), (h, s, _)) in enumerate(zip(shares, counted)))
+    if sim:
+        report.notes.insert(0, "Exercise 3 needs real GPUs and NCCL (ncclCommInitAll); on the Numba CUDA "
+                            "simulator the shares are counted one after another on its single device and "
+                            "added on the host.")
+    report.final += [("GPUs", str(ndev)), ("Combined by", combined_by)]
+    report.result.update(gpus=ndev, per_gpu_hits=hits, combined_by=combined_by)
+    report.timings = times
+    return report

@@ -1,10 +1,9 @@
 """Choosing a communication backend by name: ``get("auto" | "mpi-host" | "mpi-cuda" | "nccl")``.
 
-``auto`` takes the fastest that works on every rank: NCCL on GPUs (with one rank too, so that a
-one-GPU baseline does not pay for a trip through host memory that multi-GPU runs do not make),
-else CUDA-aware MPI, else host staging (the only one on the simulator). Ranks that share a GPU
-never get NCCL: it refuses two ranks of one communicator on one device. Rank 0 says the choice
-and its reason once, in one line.
+``auto`` takes the fastest that works on every rank: NCCL on GPUs (with one rank too, so that a one-GPU
+baseline does not pay for a trip through host memory that multi-GPU runs do not make), else CUDA-aware
+MPI, else host staging (the only one on the simulator). Ranks that share a GPU never get NCCL (it refuses
+them). Rank 0 says the choice and its reason once, in one line.
 """
 from __future__ import annotations
 
@@ -22,9 +21,8 @@ _announced = False
 
 def decide(shared, simulator: bool, nccl_ok: bool | None = None, nccl_why: str = "",
            aware: bool | None = None, how: str = "") -> tuple[str, str]:
-    """(backend, why) from what every rank reported, the same answer everywhere: ``shared``, the devices
-    several ranks use (:func:`hpclab.device.sharing`); ``nccl_ok``/``aware``: NCCL importable / MPI
-    CUDA-aware on every rank."""
+    """(backend, why) from what every rank reported, the same answer everywhere: ``shared``, the devices several ranks
+    use (:func:`hpclab.device.sharing`); ``nccl_ok``/``aware``: NCCL importable / MPI CUDA-aware on every rank."""
     if shared:
         why = f"{describe_sharing(shared)}, and {NEEDS_OWN_GPU}"
         if simulator:

@@ -1,4 +1,3 @@
-"""Matrix multiply (notebook 04), kernels in teaching order: naive.py (one thread per element of
-C), tiled.py (shared-memory tiles), fast.py (register blocking: the general kernel, and the
-matmul()/launch() entry point for all three); run_reduce.py and run_matmul.py (`hpclab run
-matmul-reduce`, `matmul`), check.py (the exercise's checks), bench.py (`hpclab bench matmul`)."""
+"""Matrix multiply (notebook 04), kernels in teaching order: naive.py, tiled.py (shared-memory tiles),
+fast.py (register blocking: the general kernel, and the matmul()/launch() entry point for all three);
+run_reduce.py and run_matmul.py (`hpclab run matmul-reduce`, `matmul`), check.py, bench.py."""

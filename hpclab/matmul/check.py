@@ -1,10 +1,8 @@
 """Checks for the matrix-multiply exercises: is C = A @ B, and if not, what went wrong.
 
-A wrong product usually has a recognisable shape: the transpose of the
-answer (rows and columns swapped), right everywhere except the last partial
-tile (edge handling), only the first k-tile summed (accumulation), the last
-partial k-tile missing, results that change from run to run (a missing
-``cuda.syncthreads()``), or nothing written at all.
+A wrong product usually has a recognisable shape: the transpose of the answer (rows and columns swapped), right except
+in the last partial tile (edge handling), only the first k-tile summed (accumulation), the last partial k-tile
+missing, results that change from run to run (a missing ``cuda.syncthreads()``), or nothing written at all.
 """
 from __future__ import annotations
 

@@ -1,17 +1,13 @@
 """3 · Register blocking, and the entry point programs and training multiply through.
 
-A block computes a BM x BN tile of C; each thread accumulates a TM x TN micro-tile in registers,
-reading TM + TN values from shared memory for TM * TN fused multiply-adds. A's tiles are stored
-transposed (k-major) so both operands are read along rows; the shared tiles are padded against
-bank conflicts and double-buffered, the next tile prefetched into registers while the current one
-is used. :func:`fast_kernel` builds it for a dtype, a tile shape (``FAST_CONFIG``), a pair of
-transposes (``trans_a``: ``a`` is stored K x M and ``a.T`` used, read in place, as a dense layer's
-backward pass needs) and batching; float16 inputs are multiplied and accumulated in float32.
+Each thread accumulates a TM x TN micro-tile of the block's BM x BN tile of C in registers, reading
+TM + TN shared values for TM * TN fused multiply-adds. A's tiles are stored transposed (k-major) so
+both operands are read along rows; shared tiles are padded against bank conflicts and double-buffered,
+the next tile prefetched into registers while the current one is used. float16 inputs are multiplied
+and accumulated in float32; ``trans_a`` reads ``a.T`` in place (a dense layer's backward pass).
 
-``matmul(a, b, kernel=...)`` runs any of the four kernels (:mod:`.naive`, :mod:`.tiled`, this one,
-:mod:`.warp`) on NumPy arrays (returns NumPy) or Numba device arrays (returns a device array).
-The naive and tiled kernels read a transposed operand through ``x.T`` (a view on the simulator, a
-transposed copy on a GPU).
+``matmul(a, b, kernel=...)`` runs any of the four kernels on NumPy arrays (returns NumPy) or device
+arrays (returns a device array); naive and tiled read a transposed operand through ``x.T``.
 """
 from __future__ import annotations
 
@@ -37,11 +33,10 @@ HALF = np.dtype(np.float16)       # accepted as input by the fast kernel: accumu
 
 @dataclass(frozen=True)
 class FastConfig:
-    """Tile shape of the register-blocked kernel: bm x bn, the block's tile of C; bk, the depth of one
-    shared-memory step; tm x tn, each thread's micro-tile (bm/tm * bn/tn threads); vec, a thread's rows
-    and columns come in runs of ``vec`` adjacent elements, ``vec * threads`` apart (4: a run is one
-    16-byte shared load; 1: neighbouring threads read neighbouring words); pad, extra elements per
-    shared-memory row, against bank conflicts."""
+    """Tile shape of the register-blocked kernel: bm x bn, the block's tile of C; bk, the depth of one shared-memory
+    step; tm x tn, each thread's micro-tile (bm/tm * bn/tn threads); vec, a thread's rows and columns come in runs of
+    ``vec`` adjacent elements, ``vec * threads`` apart (4: a run is one 16-byte shared load; 1: neighbouring threads
+    read neighbouring words); pad, extra elements per shared-memory row, against bank conflicts."""
 
     bm: int = 128
     bn: int = 128
@@ -93,13 +88,6 @@ def acc_dtype(dtype) -> np.dtype:
     return np.dtype(np.float32) if np.dtype(dtype) == HALF else np.dtype(dtype)
 
 
-def _converter(nbt):
-    """Widens a loaded element to the accumulator type: Numba's type on a GPU
-    (a no-op for float32/float64 inputs); on the simulator, where a kernel is
-    plain Python, NumPy's scalar type does the same far more cheaply."""
-    return np.dtype(str(nbt)).type if backend.is_simulator() else nbt
-
-
 @lru_cache(maxsize=None)
 def fast_kernel(dtype, config: FastConfig, trans_a: bool = False, trans_b: bool = False,
                 batched: bool = False):
@@ -110,7 +98,9 @@ def fast_kernel(dtype, config: FastConfig, trans_a: bool = False, trans_b: bool 
     if bad:
         raise ValueError(f"fast kernel configuration {config.label()} cannot be built: {'; '.join(bad)}")
     nbt = numba.from_dtype(acc_dtype(dtype))       # what products accumulate in
-    conv = _converter(nbt)
+    # Widens a loaded element to nbt (a no-op for float32/float64 inputs); on the simulator, where a
+    # kernel is plain Python, NumPy's scalar type does the same far more cheaply.
+    conv = np.dtype(str(nbt)).type if backend.is_simulator() else nbt
     u = numba.uint64
     # Index arithmetic is unsigned 64-bit throughout: Numba guards every signed index against
     # negative values (Python's a[-1]); unsigned ones need no guard, so the compiler can fold the

@@ -1,9 +1,8 @@
 """1 · Naive: one thread per element of C, every operand read from global memory.
 
-The source tutorial's kernel. Thread (x, y) of the grid computes C[y, x], the dot product of
-row y of A and column x of B; x runs along C's columns, so that the threads of a warp read
-adjacent elements of B and write adjacent elements of C. Each multiply-add loads two numbers
-from global memory: the kernel waits on memory, not on arithmetic.
+The source tutorial's kernel. Thread (x, y) of the grid computes C[y, x], the dot product of row y of A and column x
+of B; x runs along C's columns, so that the threads of a warp read adjacent elements of B and write adjacent elements
+of C. Each multiply-add loads two numbers from global memory: the kernel waits on memory, not on arithmetic.
 """
 from __future__ import annotations
 

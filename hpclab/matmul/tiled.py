@@ -1,10 +1,9 @@
 """2 · Shared-memory tiles: a block of TILE x TILE threads computes a TILE x TILE tile of C.
 
-At each step over k the block's threads copy a TILE x TILE tile of A and one of B into shared
-memory, one element each, wait for one another, and multiply the two tiles from there. Every
-element of A and B is then read from global memory once per block instead of once per
-thread: TILE times fewer global loads than the naive kernel. Elements outside A or B are
-loaded as zeros, so any shape works and the inner loop needs no bounds check.
+At each step over k the block's threads copy a TILE x TILE tile of A and one of B into shared memory,
+one element each, wait for one another, and multiply the two tiles from there: every element of A and B
+is read from global memory once per block instead of once per thread, TILE times fewer global loads than
+the naive kernel. Elements outside A or B are loaded as zeros: any shape works, no bounds check inside.
 """
 from __future__ import annotations
 

@@ -1,24 +1,17 @@
 """4 · Warp tiling: the register-blocked kernel with its threads grouped the way the hardware runs them.
 
-A block computes a BM x BN tile of C, as in :mod:`.fast`, split once more into one WM x WN tile
-per warp, whose 32 lanes form an LM x LN grid. Each lane owns MI x NI sub-tiles of 4 x 4 outputs,
-LM * 4 rows and LN * 4 columns apart, so at every step of k the lanes of a warp read few distinct
-values from shared memory (most reads are broadcasts of one word to several lanes), each run of
-four in one 16-byte load. What else changes from ``fast``, and why:
+A block's BM x BN tile of C (as in :mod:`.fast`) is split into one WM x WN tile per warp, whose 32 lanes
+form an LM x LN grid; each lane owns MI x NI sub-tiles of 4 x 4 outputs, LM * 4 rows and LN * 4 columns
+apart, so at every step of k a warp reads few distinct shared words (mostly broadcasts), four per 16-byte
+load. Also unlike ``fast``:
 
-- Any M, N, K (float32, untransposed), with bounds checks at the edges only: sizes that divide the
-  tiles get a kernel built without any; otherwise a block tests once whether its tile lies inside
-  C and each tile of k whether it is whole, so only edge tiles take guarded loads.
-- A tile's steps of k are written out, not looped over, so the compiler loads the next steps'
-  values from shared memory while the current products run.
-- B's tile is copied four columns at a time: one 16-byte global load and one 16-byte shared store
-  (:mod:`.wide`) instead of four of each (four 4-byte loads when B's rows do not start on 16-byte
-  boundaries, e.g. N = 4095). A's tile is stored transposed, so its four values go to four shared
-  rows: loading them as one 16-byte run cost registers (143 instead of 123, one block per SM
-  instead of two) and was slower on an H200, so A is copied one value at a time.
+- Any M, N, K (float32, untransposed), bounds checked at the edges only: a block tests once whether its
+  tile lies inside C, and each tile of k whether it is whole; sizes that divide the tiles need no test.
+- B's tile is copied four columns at a time, one 16-byte global load and shared store (:mod:`.wide`).
+  A's tile is stored transposed, its four values in four shared rows: as one 16-byte run they cost
+  registers (143 instead of 123, one block per SM instead of two) and were slower on an H200.
 
-Tile shapes are a :class:`WarpConfig`; ``warp_kernel(config)`` builds the kernel (its constants
-must be known before Numba compiles). ``hpclab bench matmul`` sweeps several; ``CONFIG`` is the one used.
+``warp_kernel(WarpConfig)`` builds it; ``hpclab bench matmul`` sweeps several shapes, ``CONFIG`` is the one used.
 """
 from __future__ import annotations
 

@@ -1,12 +1,10 @@
 """Four float32 values in one 16-byte memory access, which Numba does not emit by itself.
 
-``x[i, j]`` in a Numba kernel is a 4-byte load. The compiler merges four loads from *shared* memory
-into one 16-byte load when it can prove the address a multiple of 16 (``cuda.shared.array(...,
-alignment=16)``), but it knows nothing of a global array's alignment. ``load4`` and ``store4`` are
-Numba intrinsics that state it (``align=16`` on one ``<4 x float>`` access): one LDG.128 or STS.128
-instruction instead of four. The caller guarantees it: ``j`` (or ``i``) a multiple of 4 and the
-array's rows starting on 16-byte boundaries. The simulator runs kernels as Python, not LLVM code:
-there the two are plain device functions doing the same four accesses.
+The compiler merges four 4-byte *shared* loads into one when it can prove the address a multiple of 16
+(``cuda.shared.array(..., alignment=16)``), but it knows nothing of a global array's alignment.
+``load4`` and ``store4`` state it (``align=16`` on one ``<4 x float>`` access): one LDG.128 or STS.128
+instead of four instructions. The caller guarantees it: ``j`` (or ``i``) a multiple of 4 and the array's
+rows starting on 16-byte boundaries. On the simulator (Python, not LLVM) they are plain device functions.
 """
 from __future__ import annotations
 

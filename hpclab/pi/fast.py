@@ -1,16 +1,14 @@
 """The pi kernels that ``hpclab run pi-midpoint|pi-mc`` and ``hpclab bench pi`` time: the sums of
 :mod:`hpclab.pi.midpoint` and :mod:`hpclab.pi.mc`, faster on a GPU.
 
-Midpoint rule: the loop is bound by float64 throughput, and a float64 division costs about ten
-multiply-adds. Four bins share one: 1/a + 1/b + 1/c + 1/d = ((a+b)cd + (c+d)ab) / (abcd), exact
-algebra which, with a, b, c, d in [1, 2], loses only a few rounding units (2.07e12 bins/s on one H200).
+Midpoint rule: the loop is bound by float64 throughput, and a division costs about ten multiply-adds.
+Four bins share one: 1/a + 1/b + 1/c + 1/d = ((a+b)cd + (c+d)ab) / (abcd), exact algebra which, with
+a, b, c, d in [1, 2], loses only a few rounding units (2.07e12 bins/s on one H200).
 
-Monte Carlo: both samples of each Philox call are used, and the loop runs in 32-bit words. The
-call's high word is the same for the whole launch (the host splits launches at multiples of 2^32
-calls), so only the low word runs through the loop; with the counter's other words zero, the
-compiler moves a round's worth of products out of the loop. sm_90 machine code of the loop: 48
-instructions for two samples, 12 of them 32x32 -> 64-bit multiplies (8.2e11 samples/s on one
-H200). The count is mc.count_hits's, bit for bit.
+Monte Carlo: both samples of each Philox call are used, in 32-bit words. The call's high word is the
+same for the whole launch (launches split at multiples of 2^32 calls), so only the low word runs through
+the loop, and with the counter's other words zero the compiler moves a round's worth of products out of
+it: 48 sm_90 instructions for two samples (8.2e11 samples/s on one H200), mc.count_hits's count bit for bit.
 """
 from __future__ import annotations
 

@@ -1,13 +1,12 @@
 """Workshop Exercise 2 on one GPU: count the samples that fall inside the quarter circle.
 
-Samples 2p and 2p + 1 of seed s come from call p of the counter-based generator Philox4x32-7
-(Salmon, Moraes, Dror and Shaw, SC11 2011; the family of cuRAND's, NumPy's and C++26's, Crush-
-resistant from 7 rounds on): the counter (p, 0, 0, 0) is scrambled with the 64-bit key s into four
-32-bit words, two per sample. A sample depends only on its global index, so the count for samples
-[start, start + count) is the same for any launch shape and any split among ranks. A point is
-the centre of a cell of a 2^26 x 2^26 grid, the top 26 bits x, y of its words; it is inside
-exactly when x^2 + x + y^2 + y < 2^52, integers below 2^53 that float64 adds without rounding.
-``hpclab.pi.fast.count_hits`` counts the same hits with half the generator's work per sample.
+Samples 2p and 2p + 1 of seed s come from call p of the counter-based generator Philox4x32-7 (Salmon,
+Moraes, Dror and Shaw, SC11 2011; the family of cuRAND's, NumPy's and C++26's, Crush-resistant from 7
+rounds on): the counter (p, 0, 0, 0) scrambled with the 64-bit key s into four 32-bit words, two per
+sample. A sample depends only on its global index, so a count is the same for any launch shape and any
+split among ranks. A point is the centre of a cell of a 2^26 x 2^26 grid, the top 26 bits x, y of its
+words, inside exactly when x^2 + x + y^2 + y < 2^52: integers below 2^53, added by float64 without
+rounding. ``hpclab.pi.fast.count_hits`` counts the same hits with half the generator's work per sample.
 """
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Philox4x32 in NumPy: the host twin of :mod:`hpclab.pi.mc`'s generator, its constants and its
-seeds, for the kernels, the tests and the exercise checks (no Numba: the programs check their
-seeds before any kernel loads)."""
+"""Philox4x32 in NumPy: the host twin of :mod:`hpclab.pi.mc`'s generator, its constants and its seeds, for the
+kernels, the tests and the exercise checks (no Numba: the programs check their seeds before any kernel loads)."""
 from __future__ import annotations
 
 import numpy as np

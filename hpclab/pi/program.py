@@ -1,6 +1,6 @@
 """What the four pi programs share (pi-midpoint, pi-mc, pi-nccl-node, pi-nccl-mpi): their
-launch-shape and sample options, the check that the work fits a day, and the Monte Carlo
-lines of FINAL RESULTS."""
+launch-shape and sample options, the check that the work fits a day, and the check and FINAL
+RESULTS of an all-reduced Monte Carlo count (Exercises 3 and 4)."""
 from __future__ import annotations
 
 import math
@@ -9,6 +9,7 @@ from hpclab import budget
 from hpclab.options import count, seed
 from hpclab.pi.check import estimate
 from hpclab.pi.philox import SEED_LIMIT
+from hpclab.runner import Report
 
 MAX_BLOCKS = (1 << 31) - 1                 # CUDA's limit on gridDim.x
 THREADS = tuple(1 << k for k in range(11))  # powers of two up to 1024, CUDA's block limit
@@ -46,15 +47,27 @@ def rate_line(work: int, seconds: float, placement) -> str:
     return f"{rate:.3e} ({rate / placement.size:.3e} {share})"
 
 
-def final_lines(hits: int, samples: int, time_label: str, seconds: float) -> list[tuple[str, str]]:
-    e = estimate(hits, samples)
-    return [
+def combined(totals: list[int], hits: list[int], samples: int, seed: int, how: str, time_label: str,
+             seconds: float) -> Report:
+    """Rank 0's report of Exercises 3 and 4: ``totals``, what each rank (or GPU) got from ``how`` adding
+    the local ``hits``. It passes when every total is their sum (else the reduction is wrong) and pi is
+    within 5 sigma (else the hit counter is)."""
+    total, e, notes = totals[0], estimate(totals[0], samples), []
+    if any(t != sum(hits) for t in totals):
+        notes.append(f"{how} gave {totals} but the local hits sum to {sum(hits)}: the reduction is wrong")
+    if not e["within_5_sigma"]:
+        notes.append(f"pi estimate {e['pi']:.8f} is more than 5 sigma ({5 * e['sigma']:.2e}) "
+                     "from pi: the hit counter is wrong")
+    final = [
         ("Exact PI", f"{math.pi:.8f}"),
         ("Estimated PI", f"{e['pi']:.8f}"),
         ("Absolute error", f"{e['abs_error']:.8e}"),
         ("Relative error", f"{100 * e['abs_error'] / math.pi:.8e} %"),
-        ("Total hits", str(hits)),
+        ("Total hits", str(total)),
         ("Total samples", str(samples)),
         (time_label, f"{seconds:.6f} s"),
         ("5-sigma bound", f"|error| <= {5 * e['sigma']:.3e} ({'within' if e['within_5_sigma'] else 'OUTSIDE'})"),
     ]
+    return Report(final=final, notes=notes, passed=not notes,
+                  result={"pi": e["pi"], "hits": total, "samples": samples, "seed": seed,
+                          "abs_error": e["abs_error"], "sigma": e["sigma"]})

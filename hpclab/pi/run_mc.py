@@ -72,10 +72,9 @@ def run(args, ctx) -> Report:
     pi_hat, err, sigma = e["pi"], e["abs_error"], e["sigma"]
     timings.update({"wall_s": wall_s, "compute_s": comm.allreduce(compute, op=MPI().MAX),
                     "samples_per_s": samples / wall_s})
-    p = ctx.placement
     report = Report(
-        rank_line=(f"{p.label()} | samples = {stop - start} | blocks = {blocks} | threads/block = {threads} "
-                   f"| total threads = {blocks * threads} | hits = {hits} | time = {local:.6f} s"),
+        rank_line=(f"{ctx.placement.label()} | samples = {stop - start} | blocks = {blocks} | threads/block = "
+                   f"{threads} | total threads = {blocks * threads} | hits = {hits} | time = {local:.6f} s"),
         passed=err <= 5 * sigma,
         timings=timings,
     )

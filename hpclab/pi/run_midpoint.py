@@ -53,9 +53,8 @@ def run(args, ctx) -> Report:
     bound = midpoint_bound(bins, comm.allreduce(blocks, op=MPI().MAX), threads, size)
     err = abs(total - math.pi)
     compute_max = comm.allreduce(compute, op=MPI().MAX)
-    p = ctx.placement
     report = Report(
-        rank_line=(f"{p.label()} | bins = {stop - start} | blocks = {blocks} | threads/block = {threads} "
+        rank_line=(f"{ctx.placement.label()} | bins = {stop - start} | blocks = {blocks} | threads/block = {threads} "
                    f"| total threads = {blocks * threads} | partial pi = {partial:.15f} | time = {local:.6f} s"),
         passed=err <= bound,
         timings={"wall_s": wall_s, "compute_s": compute_max, "bins_per_s": bins / wall_s},

@@ -1,8 +1,8 @@
 """The workshop's kind of generator, for comparison (notebook 03): one xoroshiro128+ state per thread
-from ``numba.cuda.random``, as curand gives each thread in the workshop's code. Rank r's states
-start 2^64 x n_states x r steps into the sequence, so every thread of every rank draws its own
-samples: the estimate depends on the number of ranks and the launch shape, unlike the counter-based
-generator's (:mod:`hpclab.pi.mc`). The states are made on the host, one by one (``init_seconds``).
+from ``numba.cuda.random``, as curand gives each thread in the workshop's code. Rank r's states start
+2^64 x n_states x r steps into the sequence, so every thread of every rank draws its own samples: the
+estimate depends on the ranks and the launch shape, unlike the counter-based generator's
+(:mod:`hpclab.pi.mc`). The states are made on the host, one by one (``init_seconds``).
 """
 from __future__ import annotations
 

@@ -126,18 +126,17 @@ class Curve:
     points: list[dict] = field(default_factory=list)
     records: list[dict] = field(default_factory=list)   # a live sweep's raw records (for the machine note)
 
-    def _timed(self) -> tuple[list[int], list[tuple[float, float]]]:
+    def _timed(self, which: int) -> list[tuple[int, float]]:
         timed = sorted((p for p in self.points if p.get("seconds")), key=lambda p: p["ranks"])
         ranks = [p["ranks"] for p in timed]
-        return (ranks, speedups(ranks, [p["seconds"] for p in timed], self.mode)) if len(timed) > 1 else ([], [])
+        se = speedups(ranks, [p["seconds"] for p in timed], self.mode) if len(timed) > 1 else []
+        return [(n, pair[which]) for n, pair in zip(ranks, se)]
 
     def speedups(self) -> list[tuple[int, float]]:
-        ranks, se = self._timed()
-        return [(n, s) for n, (s, _) in zip(ranks, se)]
+        return self._timed(0)
 
     def efficiencies(self) -> list[tuple[int, float]]:
-        ranks, se = self._timed()
-        return [(n, e) for n, (_, e) in zip(ranks, se)]
+        return self._timed(1)
 
 
 def _count(x: float) -> str:
