@@ -138,18 +138,12 @@ def running(launcher) -> bool:
 
 @dataclass
 class Found:
-    """One cluster file: ``state`` "none", "stale" (its controller is gone: files removed, ``message`` says
-    so) or "running"."""
+    """One cluster file, read back: ``cluster`` while its controller runs, else None (``message`` says
+    what was removed)."""
 
-    cluster_id: str
-    state: str
     cluster: ipp.Cluster | None = None
     raw: dict = field(default_factory=dict)
     message: str = ""
-    profile_dir: str = ""
-
-    def connect(self, timeout: float) -> ipp.Client:
-        return self.cluster.connect_client_sync(timeout=timeout)
 
     @property
     def engine_sets(self) -> list:
@@ -176,17 +170,16 @@ def load(pdir: str, cluster_id: str, log: logging.Logger) -> Found:
             raw = json.load(f)
         cluster = ipp.Cluster.from_file(path, log=log, profile_dir=pdir)
     except FileNotFoundError:
-        return Found(cluster_id, "none")
+        return Found()
     except (OSError, ValueError, ImportError) as exc:
         remove([path, _record_file(pdir, cluster_id), *connection_files(pdir, cluster_id)])
-        return Found(cluster_id, "stale", message=f"removed the unreadable cluster file {path} ({exc})")
+        return Found(message=f"removed the unreadable cluster file {path} ({exc})")
     cluster.cluster_file = ""  # a copy for reading: its watcher threads must not rewrite the file later
     if running(cluster.controller):  # (not a zombie, which ipyparallel counts as running)
-        return Found(cluster_id, "running", cluster, raw, profile_dir=pdir)
+        return Found(cluster, raw)
     stop(cluster, log, polite=False)
     pid = raw.get("controller", {}).get("state", {}).get("pid", "?")
-    return Found(cluster_id, "stale", raw=raw, profile_dir=pdir,
-                 message=f"removed the stale cluster file {path}: its controller (pid {pid}) is no longer running")
+    return Found(message=f"removed the stale cluster file {path}: its controller (pid {pid}) is no longer running")
 
 
 def _leftovers(pdir: str, cluster_id: str) -> list[psutil.Process]:
@@ -246,14 +239,6 @@ def stop(cluster: ipp.Cluster, log: logging.Logger, grace: float = 2.0, polite: 
             os.path.join(pdir, "log", f"engines{cluster_id}.json")])  # (ipyparallel never removes the last one)
 
 
-def _read(path: str) -> str:
-    try:
-        with open(path, errors="replace") as f:
-            return f.read()[-20000:]
-    except OSError:
-        return ""
-
-
 def dead_rank(pdir: str, cluster_id: str, rank_of: dict[int, int]) -> str | None:
     """Which rank's death ended a cluster's MPI engine set (``rank_of``: engine id -> rank), from its logs:
     Open MPI names it; for MPICH, the controller's log says whose nanny reported its engine's death first."""
@@ -262,13 +247,14 @@ def dead_rank(pdir: str, cluster_id: str, rank_of: dict[int, int]) -> str | None
             raw = json.load(f)
     except (OSError, ValueError):
         return None
-    engines = "\n".join(_read(s.get("output_file", "")) for s in raw.get("engines", {}).get("sets", {}).values())
-    ompi = re.search(r"process rank (\d+) with PID (\d+)[^\n]*?(exited on signal \d+[^\n]*)?\n", engines)
+    sets = raw.get("engines", {}).get("sets", {}).values()
+    ompi = re.search(r"process rank (\d+) with PID (\d+)[^\n]*?(exited on signal \d+[^\n]*)?\n",
+                     "\n".join(jobs.read_tail(s.get("output_file", "")) for s in sets))
     if ompi:
-        return f"rank {ompi.group(1)} (pid {ompi.group(2)}) died" + (f" ({ompi.group(3).strip()})" if ompi.group(3)
-                                                                     else "") + " and MPI ended the other ranks"
-    for engine in re.findall(r"unregister_engine\((\d+)\)", _read(raw.get("controller", {}).get("state", {})
-                                                                   .get("output_file", ""))):
+        how = f" ({ompi.group(3).strip()})" if ompi.group(3) else ""
+        return f"rank {ompi.group(1)} (pid {ompi.group(2)}) died{how} and MPI ended the other ranks"
+    controller = jobs.read_tail(raw.get("controller", {}).get("state", {}).get("output_file", ""))
+    for engine in re.findall(r"unregister_engine\((\d+)\)", controller):
         if int(engine) in rank_of:
             return f"rank {rank_of[int(engine)]} died first and MPI ended the other ranks"
     return None
