@@ -17,6 +17,7 @@ import signal
 import socket
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import ipyparallel as ipp
 import psutil
@@ -24,6 +25,7 @@ import psutil
 from hpclab.cluster import jobs
 
 SHARED_ID, PRIVATE_PREFIX = "", "hpclab-"
+KILL_GRACE_S = 2   # stop and restart: TERM, then KILL after this
 
 
 def profile_dir(profile: str = "default") -> str:
@@ -85,10 +87,7 @@ def write_record(pdir: str, cluster_id: str, record: dict) -> None:
 
 def remove(paths: list[str]) -> None:
     for path in paths:
-        try:
-            os.remove(path)
-        except FileNotFoundError:
-            pass
+        Path(path).unlink(missing_ok=True)
 
 
 def this_process() -> dict:
@@ -123,17 +122,14 @@ def orphaned(pdir: str, cluster_id: str) -> dict | None:
     return owner if alive(owner) is False else None
 
 
-def _runs(process: psutil.Process | None) -> bool:
+def running(process) -> bool:
+    """Whether a process, or a launcher's local one, runs (not a zombie): ipyparallel notices an exit only while
+    its event loop runs, which in a script is only during its own calls."""
+    process = process if isinstance(process, psutil.Process) else getattr(process, "process", None)
     try:
         return process is not None and process.is_running() and process.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
-
-
-def running(launcher) -> bool:
-    """Whether a launcher's local process runs (not a zombie): ipyparallel notices an exit only while its event
-    loop runs, which in a script is only during its own calls."""
-    return _runs(getattr(launcher, "process", None))
 
 
 @dataclass
@@ -198,9 +194,9 @@ def _leftovers(pdir: str, cluster_id: str) -> list[psutil.Process]:
     return found
 
 
-def stop(cluster: ipp.Cluster, log: logging.Logger, grace: float = 2.0, polite: bool = True) -> None:
+def stop(cluster: ipp.Cluster, log: logging.Logger, polite: bool = True) -> None:
     """Stop a cluster and remove its files: politely first (no signal handlers printing), then TERM and, after
-    ``grace`` s, KILL. A Slurm job is cancelled through ipyparallel (scancel: it ends CANCELLED, not FAILED as
+    ``KILL_GRACE_S``, KILL. A Slurm job is cancelled through ipyparallel (scancel: it ends CANCELLED, not FAILED as
     after a polite shutdown); local processes are signalled here, as ipyparallel's launchers wait a minute
     for a zombie that is not their child."""
     pdir, cluster_id, path = cluster.profile_dir, cluster.cluster_id, cluster.cluster_file
@@ -224,13 +220,13 @@ def stop(cluster: ipp.Cluster, log: logging.Logger, grace: float = 2.0, polite: 
         except Exception as exc:  # noqa: BLE001 - busy or dead engines: the signals below end them
             log.info("polite shutdown of %r failed: %s", cluster_id, exc)
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        left = [p for p in processes if _runs(p)]
+        left = [p for p in processes if running(p)]
         for process in left:
             try:
                 process.send_signal(sig)
             except psutil.NoSuchProcess:
                 pass
-        if not psutil.wait_procs(left, timeout=grace)[1]:
+        if not psutil.wait_procs(left, timeout=KILL_GRACE_S)[1]:
             break
     for launcher in launchers:
         text = launcher.get_output(remove=True) if getattr(launcher, "output_file", "") else ""

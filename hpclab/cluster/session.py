@@ -25,7 +25,6 @@ ENGINE_SETUP = "import hpclab.backend as _hb, hpclab.device as _hd\n_hb.select()
 HEARTBEAT_MS = 1000   # engines register on the controller's heartbeat: 1 s rather than ipyparallel's 3 s
 PROBE_S = 5           # an engine that does not answer a trivial request in this time is dead or stuck
 LOCAL_TIMEOUT_S = 60  # for local engines; a Slurm job's get jobs.QUEUE_WAIT_S (it may queue)
-KILL_GRACE_S = 2      # restart: TERM, then KILL after this
 _SESSIONS: dict[str, Session] = {}   # profile dir -> this process's open session
 
 
@@ -78,7 +77,7 @@ def _wait(client: ipp.Client, n: int, timeout: float | None, job: jobs.EngineJob
         bar.close()
 
 
-def _launch(cluster: ipp.Cluster, n: int, timeout: float | None, log, started=lambda c: None) -> ipp.Client:
+def _launch(cluster: ipp.Cluster, n: int, timeout: float | None, log, started) -> ipp.Client:
     """Start ``cluster`` with n engines and wait for them; ``started(cluster)`` runs once they are started
     (a Slurm job may queue for minutes before its engines register)."""
     _mpi_env()
@@ -278,7 +277,7 @@ class Session:
     client: ipp.Client
     kind: str                      # "shared" (claimed) or "private" (started for this notebook)
     cluster: ipp.Cluster | None    # a private cluster's
-    profile: str
+    profile_dir: str
     record: dict                   # the owner record (host, pid, start time, token)
     requested: int
     timeout: float | None = None
@@ -294,10 +293,6 @@ class Session:
     @property
     def n(self) -> int:
         return len(self.ranks)
-
-    @property
-    def profile_dir(self) -> str:
-        return files.profile_dir(self.profile)
 
     def on_ranks(self, fn, *args, **kwargs) -> list:
         """Run ``fn`` on every rank; results in rank order."""
@@ -334,7 +329,7 @@ class Session:
             if self.reaper is not None:
                 self.reaper.terminate()
                 self.reaper.wait()
-            files.stop(self.cluster, files.quiet_log(self.profile_dir), grace=KILL_GRACE_S)
+            files.stop(self.cluster, files.quiet_log(self.profile_dir))
             message = f"stopped this notebook's {self.n} engines" + (f" (Slurm job {self.job} ended)" if self.job else "")
         if not quiet:
             say(message)
@@ -343,9 +338,9 @@ class Session:
         """Kill the engines (SIGKILL after a short grace: engines stuck in MPI ignore interrupts) and start
         as many again through the cluster's own launcher (for a Slurm job: a new job), set up and, for the
         shared cluster, claimed. The way out of a ``%%px`` cell that hangs."""
-        t0, log = time.monotonic(), files.quiet_log(self.profile_dir)
+        t0, log, grace = time.monotonic(), files.quiet_log(self.profile_dir), files.KILL_GRACE_S
         say(f"restarting: cancelling Slurm job {self.job} with its {self.n} engines; a new job is submitted (it may "
-            "queue) ..." if self.job else f"restarting: stopping the {self.n} engines (SIGKILL after {KILL_GRACE_S} s)")
+            "queue) ..." if self.job else f"restarting: stopping the {self.n} engines (SIGKILL after {grace} s)")
         cluster = self.cluster or files.load(self.profile_dir, SHARED_ID, log).cluster
         if cluster is None:
             raise ClusterError("the shared cluster is gone: run connect() again")
@@ -359,11 +354,11 @@ class Session:
                 self.client.send_signal(sig, targets=alive, block=False) if alive else None
             except Exception as exc:  # noqa: BLE001 - nannies gone too: the engines are gone
                 log.info("signalling the engines: %s", exc)
-            end = time.monotonic() + KILL_GRACE_S
+            end = time.monotonic() + grace
             while time.monotonic() < end and any(e in self.client.ids for e in old):
                 time.sleep(0.2)
         for engine_set in cluster.engines.values():
-            engine_set.stop_seconds_until_kill = KILL_GRACE_S
+            engine_set.stop_seconds_until_kill = grace
         try:
             cluster.restart_engines_sync()
             _wait(self.client, self.requested, self.timeout, jobs.EngineJob.of(cluster))
@@ -423,8 +418,7 @@ class Session:
         return None
 
 
-def _open_private(n: int, profile: str, record: dict, timeout: float | None, log) -> Session:
-    pdir = files.profile_dir(profile)
+def _open_private(n: int, pdir: str, record: dict, timeout: float | None, log) -> Session:
     # a new id each time: a killed cluster's connection files must never be read as this one's
     cluster = _new_cluster(pdir, f"{PRIVATE_PREFIX}{os.getpid()}-{secrets.token_hex(3)}", n, log)
     say(f"starting a private cluster for this notebook: {routes.plan(cluster, n)} (cluster id {cluster.cluster_id})")
@@ -440,7 +434,7 @@ def _open_private(n: int, profile: str, record: dict, timeout: float | None, log
         if len(infos) < n or _not_one_job(infos):
             raise ClusterError(f"the {n} engines started are {_not_one_job(infos) or 'not all answering'}; "
                                f"log: {files.log_path(pdir)}")
-        session = Session(client, "private", cluster, profile, record, n, timeout)
+        session = Session(client, "private", cluster, pdir, record, n, timeout)
         session._set_up(infos)
     except BaseException:
         for process in reapers:  # (it ends by itself once the cluster file is gone; no zombie left)
@@ -449,7 +443,6 @@ def _open_private(n: int, profile: str, record: dict, timeout: float | None, log
         files.stop(cluster, log, polite=False)
         raise
     session.reaper, session.job = reapers[0], jobs.job_of(cluster)
-    files.write_record(pdir, cluster.cluster_id, {"owner": record, "engines": _table(infos)})
     return session
 
 
@@ -488,9 +481,9 @@ def connect(n: int = 4, profile: str = "default", timeout: float | None = None, 
     record = {**files.this_process(), "token": secrets.token_hex(8), "since": time.time()}
     claimed = _claim_shared(n, pdir, profile, record, timeout, log)
     if claimed is None:
-        session = _open_private(n, profile, record, timeout, log)
+        session = _open_private(n, pdir, record, timeout, log)
     else:
-        session = Session(claimed[0], "shared", None, profile, record, n, timeout)
+        session = Session(claimed[0], "shared", None, pdir, record, n, timeout)
         session._set_up(claimed[1])
         session.job = claimed[2].job_id if claimed[2] else None
     _SESSIONS[pdir] = session
