@@ -99,22 +99,19 @@ def _name_hint(evalue: str) -> list[str]:
 def _bound_names(source: str) -> set[str]:
     """Names a %%px cell binds at its top level (assignments, defs, imports, loops)."""
     try:
-        tree = ast.parse(source.split("\n", 1)[1] if "\n" in source else "")
+        todo, names = [ast.parse(source.partition("\n")[2])], set()
     except SyntaxError:
         return set()
-    names: set[str] = set()
-
-    def visit(node):
+    while todo:
+        node = todo.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            return names.add(node.name)  # what a function binds inside is its own
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.name)  # what a function binds inside is its own
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             names.add(node.id)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names.update((a.asname or a.name).split(".")[0] for a in node.names)
-        for child in ast.iter_child_nodes(node) if not isinstance(node, ast.Lambda) else ():
-            visit(child)
-
-    visit(tree)
+        elif not isinstance(node, ast.Lambda):
+            todo.extend(ast.iter_child_nodes(node))
     return names
 
 
