@@ -245,11 +245,11 @@ def dead_rank(pdir: str, cluster_id: str, rank_of: dict[int, int]) -> str | None
         return None
     sets = raw.get("engines", {}).get("sets", {}).values()
     ompi = re.search(r"process rank (\d+) with PID (\d+)[^\n]*?(exited on signal \d+[^\n]*)?\n",
-                     "\n".join(jobs.read_tail(s.get("output_file", "")) for s in sets))
+                     "\n".join(jobs.read_tail(s.get("output_file", ""), 20000) for s in sets))
     if ompi:
         how = f" ({ompi.group(3).strip()})" if ompi.group(3) else ""
         return f"rank {ompi.group(1)} (pid {ompi.group(2)}) died{how} and MPI ended the other ranks"
-    controller = jobs.read_tail(raw.get("controller", {}).get("state", {}).get("output_file", ""))
+    controller = jobs.read_tail(raw.get("controller", {}).get("state", {}).get("output_file", ""), 20000)
     for engine in re.findall(r"unregister_engine\((\d+)\)", controller):
         if int(engine) in rank_of:
             return f"rank {rank_of[int(engine)]} died first and MPI ended the other ranks"

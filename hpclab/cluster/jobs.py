@@ -75,8 +75,7 @@ def info(job_id) -> JobInfo | None:
 
 
 def active(job_id) -> bool:
-    found = info(job_id)
-    return found is not None and found.active
+    return getattr(info(job_id), "active", False)
 
 
 def job_of(cluster=None, raw: dict | None = None) -> str | None:
@@ -161,11 +160,11 @@ ENDED = {"TIMEOUT": "the job reached its time limit {time_limit}. Fix: ask for m
          "OUT_OF_MEMORY": "the job ran out of memory. Fix: ask for more memory (sbatch --mem)."}
 
 
-def read_tail(path: str) -> str:
-    """The last 64 kB of a log ('' when it cannot be read)."""
+def read_tail(path: str, size: int = 65536) -> str:
+    """The last ``size`` bytes of a log ('' when it cannot be read)."""
     try:
         with open(path, "rb") as f:
-            f.seek(max(0, f.seek(0, 2) - 65536))
+            f.seek(max(0, f.seek(0, 2) - size))
             return f.read().decode(errors="replace")
     except OSError:
         return ""

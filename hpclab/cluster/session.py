@@ -313,8 +313,8 @@ class Session:
         if self.kind == "shared":
             try:
                 registered = [e for e in self.view.targets if e in self.client.ids]  # (stopped engines hold no claim)
-                self.client[registered].apply_async(owner.release, self.record["token"]).get(PROBE_S) if registered \
-                    else None
+                if registered:
+                    self.client[registered].apply_async(owner.release, self.record["token"]).get(PROBE_S)
                 shared = files.read_record(self.profile_dir, SHARED_ID)
                 if (shared.get("owner") or {}).get("token") == self.record["token"]:
                     files.write_record(self.profile_dir, SHARED_ID, {**shared, "owner": None, "released": time.time()})
