@@ -98,8 +98,8 @@ def describe(found: JobInfo, log: bool = True) -> str:
         head += (f" on {found.nodes}" if found.nodes else "") + (f" for {found.elapsed}" if found.elapsed else "")
     else:
         head += f" with exit code {found.exit_code}" if found.exit_code is not None else ""
-        head += (f" (signal {found.signal})" if found.signal else "") + (f" after {found.elapsed}" if found.elapsed
-                                                                        else "") + (f" on {found.nodes}" if found.nodes else "")
+        head += f" (signal {found.signal})" if found.signal else ""
+        head += (f" after {found.elapsed}" if found.elapsed else "") + (f" on {found.nodes}" if found.nodes else "")
     return head + (f"; log: {found.log}" if log and found.log else "")
 
 

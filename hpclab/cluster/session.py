@@ -56,9 +56,8 @@ def _wait(client: ipp.Client, n: int, timeout: float | None, job: jobs.EngineJob
     JobEnded once the Slurm ``job`` has (whose state changes are said)."""
     timeout = timeout or (job.deadline_s if job else LOCAL_TIMEOUT_S)
     end = time.monotonic() + timeout
-    bar = ipp.util.progress(widget=None, initial=len(client.ids), total=n, unit="engine",
-                            disable=not _interactive() and not sys.stderr.isatty())
-    try:
+    with ipp.util.progress(widget=None, initial=len(client.ids), total=n, unit="engine",
+                           disable=not _interactive() and not sys.stderr.isatty()) as bar:
         while len(client.ids) < n:
             changed = job.check() if job else None
             if changed:
@@ -73,8 +72,6 @@ def _wait(client: ipp.Client, n: int, timeout: float | None, job: jobs.EngineJob
             except TimeoutError:
                 pass
             bar.update(len(client.ids) - bar.n)
-    finally:
-        bar.close()
 
 
 def _launch(cluster: ipp.Cluster, n: int, timeout: float | None, log, started) -> ipp.Client:
