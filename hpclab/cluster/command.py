@@ -55,11 +55,11 @@ def status_lines(pdir: str, log) -> list[str]:
     for cluster_id in files.cluster_ids(pdir):
         found = files.load(pdir, cluster_id, log)
         name = "shared cluster (id '')" if cluster_id == SHARED_ID else f"private cluster {cluster_id}"
-        if found.state != "running":
+        if found.cluster is None:
             lines.append(f"{name}: {found.message}")
             continue
         try:
-            client = found.connect(timeout=3)
+            client = found.cluster.connect_client_sync(timeout=3)
             up = str(len(client.ids))
             client.close()
         except Exception:  # noqa: BLE001 - e.g. "Hub connection request timed out"
@@ -85,7 +85,7 @@ def stop_lines(pdir: str, log, everything: bool = False) -> list[str]:
                          "still open (close it there, or use --all)")
             continue
         found = files.load(pdir, cluster_id, log)
-        if found.state == "running":
+        if found.cluster is not None:
             job = jobs.job_of(found.cluster)
             files.stop(found.cluster, log)
             lines.append(f"stopped {'the shared cluster' if cluster_id == SHARED_ID else cluster_id}"

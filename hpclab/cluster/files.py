@@ -17,6 +17,7 @@ import signal
 import socket
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import ipyparallel as ipp
 import psutil
@@ -24,6 +25,7 @@ import psutil
 from hpclab.cluster import jobs
 
 SHARED_ID, PRIVATE_PREFIX = "", "hpclab-"
+KILL_GRACE_S = 2   # stop and restart: TERM, then KILL after this
 
 
 def profile_dir(profile: str = "default") -> str:
@@ -85,10 +87,7 @@ def write_record(pdir: str, cluster_id: str, record: dict) -> None:
 
 def remove(paths: list[str]) -> None:
     for path in paths:
-        try:
-            os.remove(path)
-        except FileNotFoundError:
-            pass
+        Path(path).unlink(missing_ok=True)
 
 
 def this_process() -> dict:
@@ -123,33 +122,24 @@ def orphaned(pdir: str, cluster_id: str) -> dict | None:
     return owner if alive(owner) is False else None
 
 
-def _runs(process: psutil.Process | None) -> bool:
+def running(process) -> bool:
+    """Whether a process, or a launcher's local one, runs (not a zombie): ipyparallel notices an exit only while
+    its event loop runs, which in a script is only during its own calls."""
+    process = process if isinstance(process, psutil.Process) else getattr(process, "process", None)
     try:
         return process is not None and process.is_running() and process.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
 
 
-def running(launcher) -> bool:
-    """Whether a launcher's local process runs (not a zombie): ipyparallel notices an exit only while its event
-    loop runs, which in a script is only during its own calls."""
-    return _runs(getattr(launcher, "process", None))
-
-
 @dataclass
 class Found:
-    """One cluster file: ``state`` "none", "stale" (its controller is gone: files removed, ``message`` says
-    so) or "running"."""
+    """One cluster file, read back: ``cluster`` while its controller runs, else None (``message`` says
+    what was removed)."""
 
-    cluster_id: str
-    state: str
     cluster: ipp.Cluster | None = None
     raw: dict = field(default_factory=dict)
     message: str = ""
-    profile_dir: str = ""
-
-    def connect(self, timeout: float) -> ipp.Client:
-        return self.cluster.connect_client_sync(timeout=timeout)
 
     @property
     def engine_sets(self) -> list:
@@ -176,17 +166,16 @@ def load(pdir: str, cluster_id: str, log: logging.Logger) -> Found:
             raw = json.load(f)
         cluster = ipp.Cluster.from_file(path, log=log, profile_dir=pdir)
     except FileNotFoundError:
-        return Found(cluster_id, "none")
+        return Found()
     except (OSError, ValueError, ImportError) as exc:
         remove([path, _record_file(pdir, cluster_id), *connection_files(pdir, cluster_id)])
-        return Found(cluster_id, "stale", message=f"removed the unreadable cluster file {path} ({exc})")
+        return Found(message=f"removed the unreadable cluster file {path} ({exc})")
     cluster.cluster_file = ""  # a copy for reading: its watcher threads must not rewrite the file later
     if running(cluster.controller):  # (not a zombie, which ipyparallel counts as running)
-        return Found(cluster_id, "running", cluster, raw, profile_dir=pdir)
+        return Found(cluster, raw)
     stop(cluster, log, polite=False)
     pid = raw.get("controller", {}).get("state", {}).get("pid", "?")
-    return Found(cluster_id, "stale", raw=raw, profile_dir=pdir,
-                 message=f"removed the stale cluster file {path}: its controller (pid {pid}) is no longer running")
+    return Found(message=f"removed the stale cluster file {path}: its controller (pid {pid}) is no longer running")
 
 
 def _leftovers(pdir: str, cluster_id: str) -> list[psutil.Process]:
@@ -205,9 +194,9 @@ def _leftovers(pdir: str, cluster_id: str) -> list[psutil.Process]:
     return found
 
 
-def stop(cluster: ipp.Cluster, log: logging.Logger, grace: float = 2.0, polite: bool = True) -> None:
+def stop(cluster: ipp.Cluster, log: logging.Logger, polite: bool = True) -> None:
     """Stop a cluster and remove its files: politely first (no signal handlers printing), then TERM and, after
-    ``grace`` s, KILL. A Slurm job is cancelled through ipyparallel (scancel: it ends CANCELLED, not FAILED as
+    ``KILL_GRACE_S``, KILL. A Slurm job is cancelled through ipyparallel (scancel: it ends CANCELLED, not FAILED as
     after a polite shutdown); local processes are signalled here, as ipyparallel's launchers wait a minute
     for a zombie that is not their child."""
     pdir, cluster_id, path = cluster.profile_dir, cluster.cluster_id, cluster.cluster_file
@@ -231,27 +220,19 @@ def stop(cluster: ipp.Cluster, log: logging.Logger, grace: float = 2.0, polite: 
         except Exception as exc:  # noqa: BLE001 - busy or dead engines: the signals below end them
             log.info("polite shutdown of %r failed: %s", cluster_id, exc)
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        left = [p for p in processes if _runs(p)]
+        left = [p for p in processes if running(p)]
         for process in left:
             try:
                 process.send_signal(sig)
             except psutil.NoSuchProcess:
                 pass
-        if not psutil.wait_procs(left, timeout=grace)[1]:
+        if not psutil.wait_procs(left, timeout=KILL_GRACE_S)[1]:
             break
     for launcher in launchers:
         text = launcher.get_output(remove=True) if getattr(launcher, "output_file", "") else ""
         log.info("output of %s:\n%s", type(launcher).__name__, text[-20000:]) if text else None
     remove([path or cluster_file(pdir, cluster_id), _record_file(pdir, cluster_id), *connection_files(pdir, cluster_id),
             os.path.join(pdir, "log", f"engines{cluster_id}.json")])  # (ipyparallel never removes the last one)
-
-
-def _read(path: str) -> str:
-    try:
-        with open(path, errors="replace") as f:
-            return f.read()[-20000:]
-    except OSError:
-        return ""
 
 
 def dead_rank(pdir: str, cluster_id: str, rank_of: dict[int, int]) -> str | None:
@@ -262,13 +243,14 @@ def dead_rank(pdir: str, cluster_id: str, rank_of: dict[int, int]) -> str | None
             raw = json.load(f)
     except (OSError, ValueError):
         return None
-    engines = "\n".join(_read(s.get("output_file", "")) for s in raw.get("engines", {}).get("sets", {}).values())
-    ompi = re.search(r"process rank (\d+) with PID (\d+)[^\n]*?(exited on signal \d+[^\n]*)?\n", engines)
+    sets = raw.get("engines", {}).get("sets", {}).values()
+    ompi = re.search(r"process rank (\d+) with PID (\d+)[^\n]*?(exited on signal \d+[^\n]*)?\n",
+                     "\n".join(jobs.read_tail(s.get("output_file", ""), 20000) for s in sets))
     if ompi:
-        return f"rank {ompi.group(1)} (pid {ompi.group(2)}) died" + (f" ({ompi.group(3).strip()})" if ompi.group(3)
-                                                                     else "") + " and MPI ended the other ranks"
-    for engine in re.findall(r"unregister_engine\((\d+)\)", _read(raw.get("controller", {}).get("state", {})
-                                                                   .get("output_file", ""))):
+        how = f" ({ompi.group(3).strip()})" if ompi.group(3) else ""
+        return f"rank {ompi.group(1)} (pid {ompi.group(2)}) died{how} and MPI ended the other ranks"
+    controller = jobs.read_tail(raw.get("controller", {}).get("state", {}).get("output_file", ""), 20000)
+    for engine in re.findall(r"unregister_engine\((\d+)\)", controller):
         if int(engine) in rank_of:
             return f"rank {rank_of[int(engine)]} died first and MPI ended the other ranks"
     return None

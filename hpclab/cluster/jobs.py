@@ -1,8 +1,7 @@
 """Slurm jobs of engines: their state in one line, why one failed or waits, and what to do.
 
-ipyparallel submits and cancels the job (``SlurmEngineSetLauncher``) but its ``poll()`` returns None.
-Kept here: the job's state (``scontrol show job``, then ``sacct``), the diagnosis from the state and
-the known lines of its log, and the watch that ends a wait for engines once their job has ended.
+ipyparallel submits and cancels the job (``SlurmEngineSetLauncher``), but its ``poll()`` returns None:
+it never knows the job's state, why it failed or waits, or that a wait for its engines is in vain.
 """
 from __future__ import annotations
 
@@ -76,8 +75,7 @@ def info(job_id) -> JobInfo | None:
 
 
 def active(job_id) -> bool:
-    found = info(job_id)
-    return found is not None and found.active
+    return getattr(info(job_id), "active", False)
 
 
 def job_of(cluster=None, raw: dict | None = None) -> str | None:
@@ -100,8 +98,8 @@ def describe(found: JobInfo, log: bool = True) -> str:
         head += (f" on {found.nodes}" if found.nodes else "") + (f" for {found.elapsed}" if found.elapsed else "")
     else:
         head += f" with exit code {found.exit_code}" if found.exit_code is not None else ""
-        head += (f" (signal {found.signal})" if found.signal else "") + (f" after {found.elapsed}" if found.elapsed
-                                                                        else "") + (f" on {found.nodes}" if found.nodes else "")
+        head += f" (signal {found.signal})" if found.signal else ""
+        head += (f" after {found.elapsed}" if found.elapsed else "") + (f" on {found.nodes}" if found.nodes else "")
     return head + (f"; log: {found.log}" if log and found.log else "")
 
 
@@ -158,18 +156,18 @@ PENDING_REASONS = {  # why a job waits (Slurm's Reason): (cause, fix)
 LIMITS = ("AssocGrp", "AssocMax", "QOSGrp", "QOSMax", "MaxGRES", "MaxCpu", "MaxJobs")
 ENDED = {"TIMEOUT": "the job reached its time limit {time_limit}. Fix: ask for more time (--time).",
          "CANCELLED": "the job was cancelled (scancel, or the site). Fix: start new engines.",
-         "NODE_FAIL": "a node failed. Fix: submit again (the site may need to know).",
-         "BOOT_FAIL": "a node failed. Fix: submit again (the site may need to know).",
+         **dict.fromkeys(("NODE_FAIL", "BOOT_FAIL"), "a node failed. Fix: submit again (the site may need to know)."),
          "OUT_OF_MEMORY": "the job ran out of memory. Fix: ask for more memory (sbatch --mem)."}
 
 
-def _log_tail(path: str) -> list[str]:
+def read_tail(path: str, size: int = 65536) -> str:
+    """The last ``size`` bytes of a log ('' when it cannot be read)."""
     try:
         with open(path, "rb") as f:
-            f.seek(max(0, f.seek(0, 2) - 65536))
-            return f.read().decode(errors="replace").splitlines()
+            f.seek(max(0, f.seek(0, 2) - size))
+            return f.read().decode(errors="replace")
     except OSError:
-        return []
+        return ""
 
 
 def diagnose(job_id) -> str:
@@ -187,7 +185,7 @@ def diagnose(job_id) -> str:
         return f"{head}: {cause.format(**fields)}. Fix: {fix.format(**fields)}." + tail
     if found.active:
         return f"{head}: the job is running; if its engines do not register, read its log." + tail
-    lines = _log_tail(found.log) if found.log else []
+    lines = read_tail(found.log).splitlines() if found.log else []
     for line in reversed(lines):
         for pattern, cause, fix in KNOWN_LOG_LINES:
             m = re.search(pattern, line, re.IGNORECASE)

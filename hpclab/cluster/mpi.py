@@ -1,10 +1,7 @@
-"""Which ``srun --mpi=`` flavour starts this Python's MPI as one job, and the one srun line.
+"""Which ``srun --mpi=`` flavour starts this Python's MPI as one job, and the one srun line of every route.
 
 Slurm and the MPI must speak the same PMI: the wrong one fails loudly (``--mpi=pmix`` with the PyPI mpich
-wheel: "unsupported PMI version PMIx") or quietly (``--mpi=none``, a common default: N one-rank jobs). So
-the flavour comes from the MPI mpi4py loads (``SUPPORTED``, best first) and what ``srun --mpi=list``
-offers. ``srun_command()`` is the launch line of every route: the engines job, the engines inside an
-allocation, and (``python -m hpclab.cluster srun``) the slurm/ templates.
+wheel) or quietly (``--mpi=none``, a common default: N one-rank jobs); ipyparallel leaves srun to the site.
 """
 from __future__ import annotations
 
@@ -32,12 +29,12 @@ class Choice:
         return f"srun --mpi={self.flavour} ({self.reason})"
 
 
-def library_version(python: str | None = None) -> str:
+def library_version() -> str:
     """``MPI_Get_library_version()`` of the MPI mpi4py loads (without initialising MPI)."""
-    proc = subprocess.run([python or sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=60)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise RuntimeError(f"cannot load MPI through mpi4py in {python or sys.executable}: {tail}")
+        raise RuntimeError(f"cannot load MPI through mpi4py in {sys.executable}: {tail}")
     return proc.stdout.replace("\x00", "").strip()
 
 
@@ -54,12 +51,12 @@ def family(version: str) -> tuple[str, str]:
     return ("mpich-pmix" if re.search(r"configure:.*pmix", version, re.IGNORECASE) else "mpich"), name
 
 
-def srun_flavours(timeout: float = 20) -> list[str] | str:
+def srun_flavours() -> list[str] | str:
     """The MPI plugins ``srun --mpi=list`` offers, or why it cannot say (a str)."""
     if not shutil.which("srun"):
         return "srun is not on PATH here to confirm it"
     try:
-        proc = subprocess.run(["srun", "--mpi=list"], capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(["srun", "--mpi=list"], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"`srun --mpi=list` did not answer ({type(exc).__name__})"
     text = proc.stdout + proc.stderr

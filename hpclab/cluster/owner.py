@@ -1,7 +1,7 @@
 """Which notebook owns this engine: runs on the engines (ipyparallel has no notion of an owner).
 
-An engine handles one request at a time, so a claim is atomic per engine: of two notebooks claiming at
-once, one gets it. Claiming and releasing empty the namespace: no name of one notebook reaches the next.
+An engine handles one request at a time, so a claim is atomic per engine. Claiming and releasing empty
+the namespace: no name of one notebook reaches the next.
 """
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
 """``hpclab cluster init --slurm``: an ipyparallel profile whose engines are one Slurm job.
 
-It writes ``ipcluster_config.py`` in ipyparallel's terms (``c.Cluster.engine_launcher_class = "slurm"``,
-``SlurmEngineSetLauncher``'s batch_template, queue, account, qos, timelimit), so ``ipcluster start`` and
-``ipp.Cluster(profile=...)`` use it too, and ``hpclab_slurm.json`` beside it (what connect() says, the
-idle period). Kept here, as ipyparallel lacks it: one task and one GPU per engine, the site's options,
-the environment's activation in the job, and the srun line of :func:`.mpi.srun_command`.
+``ipcluster_config.py`` is in ipyparallel's terms (``SlurmEngineSetLauncher``'s batch_template, queue,
+account, qos, timelimit), so ``ipcluster start`` uses it too; ``hpclab_slurm.json`` beside it keeps what
+connect() says and the idle period. ipyparallel's template lacks one task and one GPU per engine, the
+site's options, the environment's activation and the srun line of :func:`.mpi.srun_command`.
 """
 from __future__ import annotations
 

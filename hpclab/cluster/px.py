@@ -1,9 +1,8 @@
 """What a notebook shows when a ``%%px`` cell fails or hangs (connect() installs it).
 
-ipyparallel shows one traceback per rank, and "result not ready" for a cell interrupted while its engines
-still run. Kept here: one message per distinct error with the ranks it happened on (for an unfilled exercise
-stub, the cell to fill in); for a NameError, the earlier failed cell that would have bound the name; for an
-interrupted or overdue cell (``session.deadline``), why cells hang and ``session.restart()``.
+ipyparallel shows one traceback per rank, and "result not ready" for a hung cell. Here: one message per
+distinct error with its ranks, the cell to fill in or that failed to bind a name, and for a hung or overdue
+cell (``session.deadline``) why cells hang and ``session.restart()``.
 """
 from __future__ import annotations
 
@@ -22,7 +21,7 @@ DEADLOCK_HINT = ("Ranks that wait for each other forever are the usual cause: a 
                  "or a collective that not every rank calls.")
 
 
-class _State:
+class State:
     rank_of: dict[int, int] = {}              # engine id -> MPI rank, of the session in use
     failed: list[tuple[int, set[str]]] = []   # (cell number, names it would have bound)
     deadline: float | None = None
@@ -31,16 +30,12 @@ class _State:
 
 
 def install(shell, rank_of: dict[int, int]) -> None:
-    _State.rank_of = dict(rank_of)
-    if not _State.installed:
+    State.rank_of = dict(rank_of)
+    if not State.installed:
         shell.set_custom_exc((CompositeError, TimeoutError), _show_error)
         shell.events.register("pre_run_cell", _before_cell)
         shell.events.register("post_run_cell", _after_cell)
-        _State.installed = True
-
-
-def set_deadline(seconds: float | None) -> None:
-    _State.deadline = seconds
+        State.installed = True
 
 
 def _is_px(source: str) -> bool:
@@ -48,8 +43,8 @@ def _is_px(source: str) -> bool:
 
 
 def _ranks(engine_ids: list[int]) -> str:
-    ranks = sorted(_State.rank_of.get(e, e) for e in engine_ids)
-    if len(ranks) == len(_State.rank_of) > 1:
+    ranks = sorted(State.rank_of.get(e, e) for e in engine_ids)
+    if len(ranks) == len(State.rank_of) > 1:
         return f"on all {len(ranks)} ranks"
     return f"on rank{'s' * (len(ranks) > 1)} {', '.join(map(str, ranks))}"
 
@@ -72,11 +67,11 @@ def _show_error(shell, etype, value, tb, tb_offset=None):
                 ["The engines died: run `session.restart()` for new ones, then run this section's cells again from "
                  "its first %%px cell."] if ename == "EngineError" else []
         if _is_px(source):
-            _State.failed.append((number, _bound_names(source)))
+            State.failed.append((number, _bound_names(source)))
         return shell._showtraceback(etype, value, out)
     if _is_px(source) and str(value) == "result not ready":  # %%px interrupted while the engines still run
-        _State.hinted = True
-        why = f"ran past the deadline of {_State.deadline:g} s" if _State.expired else "was interrupted"
+        State.hinted = True
+        why = f"ran past the deadline of {State.deadline:g} s" if State.expired else "was interrupted"
         return shell._showtraceback(etype, value, [f"This %%px cell {why} before the engines finished it.",
                                                    DEADLOCK_HINT, RESTART_HINT])
     shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
@@ -94,7 +89,7 @@ def _stub_hint(raw: list[str], traceback: list[str]) -> str:
 
 def _name_hint(evalue: str) -> list[str]:
     match = re.search(r"name '(\w+)' is not defined", evalue)
-    for number, names in reversed(_State.failed if match else []):
+    for number, names in reversed(State.failed if match else []):
         if match.group(1) in names:
             return [f"`{match.group(1)}` would have been defined by cell [{number}], which failed: fix that cell "
                     "and run it again, then this one."]
@@ -104,49 +99,46 @@ def _name_hint(evalue: str) -> list[str]:
 def _bound_names(source: str) -> set[str]:
     """Names a %%px cell binds at its top level (assignments, defs, imports, loops)."""
     try:
-        tree = ast.parse(source.split("\n", 1)[1] if "\n" in source else "")
+        todo, names = [ast.parse(source.partition("\n")[2])], set()
     except SyntaxError:
         return set()
-    names: set[str] = set()
-
-    def visit(node):
+    while todo:
+        node = todo.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            return names.add(node.name)  # what a function binds inside is its own
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.name)  # what a function binds inside is its own
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             names.add(node.id)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names.update((a.asname or a.name).split(".")[0] for a in node.names)
-        for child in ast.iter_child_nodes(node) if not isinstance(node, ast.Lambda) else ():
-            visit(child)
-
-    visit(tree)
+        elif not isinstance(node, ast.Lambda):
+            todo.extend(ast.iter_child_nodes(node))
     return names
 
 
 def _before_cell(info) -> None:
-    _State.hinted = _State.expired = False
-    if _State.deadline and _is_px(info.raw_cell):
-        _State.timer = threading.Timer(_State.deadline, _expire)
-        _State.timer.daemon = True
-        _State.timer.start()
+    State.hinted = State.expired = False
+    if State.deadline and _is_px(info.raw_cell):
+        State.timer = threading.Timer(State.deadline, _expire)
+        State.timer.daemon = True
+        State.timer.start()
 
 
 def _expire() -> None:
-    _State.expired = True
+    State.expired = True
     _thread.interrupt_main()  # as the stop button does: %%px stops waiting and signals the engines
 
 
 def _after_cell(result) -> None:
-    if _State.timer is not None:
-        _State.timer.cancel()
-        _State.timer = None
-    if _State.hinted or not _is_px(result.info.raw_cell):
+    if State.timer is not None:
+        State.timer.cancel()
+        State.timer = None
+    if State.hinted or not _is_px(result.info.raw_cell):
         return
     from IPython import get_ipython
 
     last = getattr(get_ipython().magics_manager.registry.get("ParallelMagics"), "last_result", None)
-    if _State.expired:
-        print(f"hpclab: this %%px cell ran past the deadline of {_State.deadline:g} s and was interrupted. "
+    if State.expired:
+        print(f"hpclab: this %%px cell ran past the deadline of {State.deadline:g} s and was interrupted. "
               f"{DEADLOCK_HINT} {RESTART_HINT}", file=sys.stderr)
     elif last is not None and not last.ready():
         print(f"hpclab: this %%px cell was interrupted but has not finished on the engines. {RESTART_HINT} "

@@ -1,14 +1,8 @@
-"""Ends a cluster that nobody will use again: ipyparallel stops a cluster only at the normal exit of the
-process that started it, and has no idle limit. One of these runs, in a session of its own (signals to
-the kernel's process group do not reach it), beside each cluster that needs it:
-
-    python -m hpclab.cluster.reaper CLUSTER_FILE --kernel PID START   a private cluster: ends with its kernel,
-                                                                      also when it is killed (SIGKILL, OOM)
-    python -m hpclab.cluster.reaper CLUSTER_FILE --idle SECONDS       the shared engines job: ends after that
-                                                                      long without a notebook, or with its job
-
-It stops the controller and the engines (cancelling their job) within seconds, and ends by itself
-when the cluster file disappears (the cluster was stopped).
+"""Ends a cluster that nobody will use again: ipyparallel stops one only at the normal exit of the process
+that started it, and has no idle limit. ``python -m hpclab.cluster.reaper CLUSTER_FILE --kernel PID START``
+ends a private cluster with its kernel, killed too; ``... --idle SECONDS`` the shared engines job after that
+long without a notebook, or with its job. It runs in a session of its own (signals to the kernel's process
+group miss it), and ends by itself once the cluster file is gone.
 """
 from __future__ import annotations
 
@@ -59,7 +53,7 @@ def main(argv: list[str]) -> int:
         if why:
             log = files.quiet_log(pdir)
             found = files.load(pdir, cluster_id, log)
-            if found.state == "running":
+            if found.cluster is not None:
                 log.info("stopping cluster %r: %s", cluster_id, why)
                 files.stop(found.cluster, log, polite=False)
             return 0

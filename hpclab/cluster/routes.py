@@ -15,6 +15,7 @@ import shlex
 import shutil
 import socket
 import subprocess
+from pathlib import Path
 
 import ipyparallel as ipp
 
@@ -29,11 +30,8 @@ class ClusterError(RuntimeError):
 
 def profile_is_slurm(pdir: str) -> bool:
     """A profile of ``hpclab cluster init --slurm``, or an ``ipcluster_config.py`` naming a Slurm launcher."""
-    try:
-        with open(os.path.join(pdir, profile.CONFIG_FILE), errors="replace") as f:
-            text = f.read()
-    except OSError:
-        text = ""
+    config = Path(pdir) / profile.CONFIG_FILE
+    text = config.read_text(errors="replace") if config.is_file() else ""
     return os.path.exists(os.path.join(pdir, profile.SETTINGS_FILE)) or bool(
         re.search(r"^\s*c\.Cluster\.engine_launcher_class\s*=\s*['\"][\w.]*slurm", text, re.I | re.M))
 

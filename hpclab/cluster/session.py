@@ -1,9 +1,8 @@
 """A notebook's MPI engines: claim the profile's shared cluster, or start a private one.
 
-ipyparallel starts clusters (``ipp.Cluster``), restarts their engines, gives MPI engines their rank
-as id and raises ``EngineError`` once mpiexec fails. Kept here, as it lacks them: an owner for a
-shared cluster (one notebook at a time, its namespace emptied on claim and release), a wait that
-watches a Slurm job's state (:mod:`.jobs`), and errors that name the cause and the fix.
+ipyparallel starts, restarts and connects to clusters; it has no owner for a shared cluster (one notebook
+at a time, its namespace emptied on claim and release), no wait that watches a Slurm job, and no errors
+that name the cause and the fix.
 """
 from __future__ import annotations
 
@@ -26,7 +25,6 @@ ENGINE_SETUP = "import hpclab.backend as _hb, hpclab.device as _hd\n_hb.select()
 HEARTBEAT_MS = 1000   # engines register on the controller's heartbeat: 1 s rather than ipyparallel's 3 s
 PROBE_S = 5           # an engine that does not answer a trivial request in this time is dead or stuck
 LOCAL_TIMEOUT_S = 60  # for local engines; a Slurm job's get jobs.QUEUE_WAIT_S (it may queue)
-KILL_GRACE_S = 2      # restart: TERM, then KILL after this
 _SESSIONS: dict[str, Session] = {}   # profile dir -> this process's open session
 
 
@@ -58,9 +56,8 @@ def _wait(client: ipp.Client, n: int, timeout: float | None, job: jobs.EngineJob
     JobEnded once the Slurm ``job`` has (whose state changes are said)."""
     timeout = timeout or (job.deadline_s if job else LOCAL_TIMEOUT_S)
     end = time.monotonic() + timeout
-    bar = ipp.util.progress(widget=None, initial=len(client.ids), total=n, unit="engine",
-                            disable=not _interactive() and not sys.stderr.isatty())
-    try:
+    with ipp.util.progress(widget=None, initial=len(client.ids), total=n, unit="engine",
+                           disable=not _interactive() and not sys.stderr.isatty()) as bar:
         while len(client.ids) < n:
             changed = job.check() if job else None
             if changed:
@@ -75,11 +72,9 @@ def _wait(client: ipp.Client, n: int, timeout: float | None, job: jobs.EngineJob
             except TimeoutError:
                 pass
             bar.update(len(client.ids) - bar.n)
-    finally:
-        bar.close()
 
 
-def _launch(cluster: ipp.Cluster, n: int, timeout: float | None, log, started=lambda c: None) -> ipp.Client:
+def _launch(cluster: ipp.Cluster, n: int, timeout: float | None, log, started) -> ipp.Client:
     """Start ``cluster`` with n engines and wait for them; ``started(cluster)`` runs once they are started
     (a Slurm job may queue for minutes before its engines register)."""
     _mpi_env()
@@ -99,19 +94,24 @@ def _launch(cluster: ipp.Cluster, n: int, timeout: float | None, log, started=la
         _wait(client, n, timeout, job)
         return client
     except (subprocess.CalledProcessError, jobs.JobEnded, ipp.error.EngineError, TimeoutError, OSError) as exc:
-        error = exc
         why = jobs.submit_failure(cluster) if isinstance(exc, subprocess.CalledProcessError) else \
             job.at_deadline(str(exc)) if job and not isinstance(exc, jobs.JobEnded) else str(exc)  # (job still there)
         tail = "\n".join(line for s in cluster.engines.values() for line in  # (a job's log stays: remove=False)
                          str(s.get_output(remove=False)).splitlines()[-30:])
         files.stop(cluster, log, polite=False)
-    if job is not None or isinstance(error, (subprocess.CalledProcessError, jobs.JobEnded)):
-        raise ClusterError(f"{n} engines did not start: {why}") from None
+        if job is not None or isinstance(exc, (subprocess.CalledProcessError, jobs.JobEnded)):
+            raise ClusterError(f"{n} engines did not start: {why}") from None
     raise ClusterError(
-        f"{n} MPI engines did not start ({error}).\n--- engine log (last lines) ---\n{tail or '(no output)'}\n---\n"
+        f"{n} MPI engines did not start ({why}).\n--- engine log (last lines) ---\n{tail or '(no output)'}\n---\n"
         f"Full log: {files.log_path(cluster.profile_dir)}\nCheck that `mpiexec -n 2 python -c 'from mpi4py import "
         "MPI'` works in this environment (install MPI with `pip install \"hpclab[mpi]\"` or `module load openmpi`), "
         "or start engines yourself: `hpclab cluster start -n 4` (or `ipcluster start --engines=MPI -n 4 --daemonize`).")
+
+
+def _new_cluster(pdir: str, cluster_id: str, n: int, log) -> ipp.Cluster:
+    cluster = ipp.Cluster(profile_dir=pdir, cluster_id=cluster_id, n=n, log=log, shutdown_atexit=False, delay=0)
+    cluster.controller_args = [*cluster.controller_args, f"--HeartMonitor.period={HEARTBEAT_MS}"]
+    return cluster
 
 
 def _describe(client: ipp.Client, ids: list[int], timeout: float) -> dict[int, dict]:
@@ -162,7 +162,7 @@ def start_shared(n: int = 4, profile: str = "default", timeout: float | None = N
     pdir, where = files.profile_dir(profile), f"the shared cluster of profile {profile!r}"
     log = files.quiet_log(pdir)
     found = files.load(pdir, SHARED_ID, log)
-    if found.state == "running":
+    if found.cluster is not None:
         if found.engines_gone:
             raise ClusterError(f"{where} is running but its engines have exited; stop it with `hpclab cluster "
                                "stop`, then start it again")
@@ -171,8 +171,7 @@ def start_shared(n: int = 4, profile: str = "default", timeout: float | None = N
     if found.message:
         say(found.message)
     files.remove(files.connection_files(pdir, SHARED_ID))  # a new controller must not be taken for an old one
-    cluster = ipp.Cluster(profile_dir=pdir, cluster_id=SHARED_ID, n=n, log=log, shutdown_atexit=False, delay=0)
-    cluster.controller_args = [*cluster.controller_args, f"--HeartMonitor.period={HEARTBEAT_MS}"]
+    cluster = _new_cluster(pdir, SHARED_ID, n, log)
     say(f"starting {where}: {routes.plan(cluster, n)}")
     idle = (routes.profile.settings(pdir) or {}).get("idle") if routes.profile_is_slurm(pdir) else None
     client = _launch(cluster, n, timeout or (None if idle else 120), log,
@@ -195,8 +194,8 @@ def _claim_shared(n: int, pdir: str, profile: str, record: dict, timeout: float 
     if job is not None and found.engines_gone:  # its job has ended (time limit, scancel): stop what is left
         say(f"{where} has ended: {jobs.diagnose(job.job_id)} Stopping its controller")
         files.stop(found.cluster, log, polite=False)
-        found = files.Found(SHARED_ID, "none")
-    if found.state != "running":
+        found = files.Found()
+    if found.cluster is None:
         say(found.message + "; going on" if found.message else f"no shared cluster is running in profile {profile!r}")
         if not routes.profile_is_slurm(pdir) or routes.job_gpus():
             return None
@@ -231,10 +230,10 @@ def _sound(found: files.Found, prior: dict, timeout: float | None, job):
     """(problem, client, infos): problem "" when every engine runs, answers, and they are one MPI job."""
     rank_of = {int(e): i["rank"] for e, i in prior.get("engines", {}).items()}
     if found.engines_gone:
-        why = files.dead_rank(found.profile_dir, SHARED_ID, rank_of) or "its engines have exited"
+        why = files.dead_rank(found.cluster.profile_dir, SHARED_ID, rank_of) or "its engines have exited"
         return f"cannot be used: {why}. It is left as it is (`hpclab cluster stop` stops it)", None, {}
     try:
-        client = found.connect(timeout=PROBE_S)
+        client = found.cluster.connect_client_sync(timeout=PROBE_S)
     except Exception as exc:  # noqa: BLE001 - e.g. "Hub connection request timed out"
         return f"does not answer ({exc}); stop it with `hpclab cluster stop`", None, {}
     problem, infos = "", {}
@@ -273,15 +272,15 @@ class Session:
     """MPI engines held by this notebook. ``view`` is a DirectView in MPI-rank order."""
 
     client: ipp.Client
-    view: ipp.DirectView
-    ranks: list[int]
     kind: str                      # "shared" (claimed) or "private" (started for this notebook)
     cluster: ipp.Cluster | None    # a private cluster's
-    profile: str
+    profile_dir: str
     record: dict                   # the owner record (host, pid, start time, token)
     requested: int
-    backend: str = ""
     timeout: float | None = None
+    view: ipp.DirectView | None = None
+    ranks: list[int] = field(default_factory=list)
+    backend: str = ""
     pids: dict[int, int] = field(default_factory=dict)   # engine id -> pid
     reaper: subprocess.Popen | None = None
     job: str | None = None         # the Slurm job the engines run in, if they do
@@ -292,10 +291,6 @@ class Session:
     def n(self) -> int:
         return len(self.ranks)
 
-    @property
-    def profile_dir(self) -> str:
-        return files.profile_dir(self.profile)
-
     def on_ranks(self, fn, *args, **kwargs) -> list:
         """Run ``fn`` on every rank; results in rank order."""
         return self.view.apply_sync(fn, *args, **kwargs)
@@ -303,7 +298,7 @@ class Session:
     def deadline(self, seconds: float | None) -> None:
         """Interrupt any later ``%%px`` cell that runs longer than ``seconds`` (None: never), saying why such
         cells hang (ranks waiting for each other) and how to recover."""
-        px.set_deadline(seconds)
+        px.State.deadline = seconds
 
     def close(self, quiet: bool = False) -> None:
         """Give the engines back: release a claimed shared cluster (it keeps running), or stop this
@@ -315,9 +310,11 @@ class Session:
         if self.kind == "shared":
             try:
                 registered = [e for e in self.view.targets if e in self.client.ids]  # (stopped engines hold no claim)
-                self.client[registered].apply_async(owner.release, self.record["token"]).get(PROBE_S) if registered \
-                    else None
-                self._drop_claim()
+                if registered:
+                    self.client[registered].apply_async(owner.release, self.record["token"]).get(PROBE_S)
+                shared = files.read_record(self.profile_dir, SHARED_ID)
+                if (shared.get("owner") or {}).get("token") == self.record["token"]:
+                    files.write_record(self.profile_dir, SHARED_ID, {**shared, "owner": None, "released": time.time()})
                 message = f"released the shared cluster's {self.n} engines; they keep running for the next notebook"
             except (TimeoutError, ipp.error.RemoteError, OSError) as exc:
                 message = (f"could not release the shared cluster's engines ({type(exc).__name__}: still busy with a "
@@ -326,29 +323,21 @@ class Session:
             self.client.close()
         else:
             self.client.close()
-            self._stop_private(polite=True)
+            if self.reaper is not None:
+                self.reaper.terminate()
+                self.reaper.wait()
+            files.stop(self.cluster, files.quiet_log(self.profile_dir))
             message = f"stopped this notebook's {self.n} engines" + (f" (Slurm job {self.job} ended)" if self.job else "")
         if not quiet:
             say(message)
-
-    def _drop_claim(self) -> None:
-        shared = files.read_record(self.profile_dir, SHARED_ID)
-        if (shared.get("owner") or {}).get("token") == self.record["token"]:
-            files.write_record(self.profile_dir, SHARED_ID, {**shared, "owner": None, "released": time.time()})
-
-    def _stop_private(self, polite: bool) -> None:
-        if self.reaper is not None:
-            self.reaper.terminate()
-            self.reaper.wait()
-        files.stop(self.cluster, files.quiet_log(self.profile_dir), grace=KILL_GRACE_S, polite=polite)
 
     def restart(self) -> None:
         """Kill the engines (SIGKILL after a short grace: engines stuck in MPI ignore interrupts) and start
         as many again through the cluster's own launcher (for a Slurm job: a new job), set up and, for the
         shared cluster, claimed. The way out of a ``%%px`` cell that hangs."""
-        t0, log = time.monotonic(), files.quiet_log(self.profile_dir)
+        t0, log, grace = time.monotonic(), files.quiet_log(self.profile_dir), files.KILL_GRACE_S
         say(f"restarting: cancelling Slurm job {self.job} with its {self.n} engines; a new job is submitted (it may "
-            "queue) ..." if self.job else f"restarting: stopping the {self.n} engines (SIGKILL after {KILL_GRACE_S} s)")
+            "queue) ..." if self.job else f"restarting: stopping the {self.n} engines (SIGKILL after {grace} s)")
         cluster = self.cluster or files.load(self.profile_dir, SHARED_ID, log).cluster
         if cluster is None:
             raise ClusterError("the shared cluster is gone: run connect() again")
@@ -362,11 +351,11 @@ class Session:
                 self.client.send_signal(sig, targets=alive, block=False) if alive else None
             except Exception as exc:  # noqa: BLE001 - nannies gone too: the engines are gone
                 log.info("signalling the engines: %s", exc)
-            end = time.monotonic() + KILL_GRACE_S
+            end = time.monotonic() + grace
             while time.monotonic() < end and any(e in self.client.ids for e in old):
                 time.sleep(0.2)
         for engine_set in cluster.engines.values():
-            engine_set.stop_seconds_until_kill = KILL_GRACE_S
+            engine_set.stop_seconds_until_kill = grace
         try:
             cluster.restart_engines_sync()
             _wait(self.client, self.requested, self.timeout, jobs.EngineJob.of(cluster))
@@ -377,18 +366,23 @@ class Session:
             self.closed = True
             _SESSIONS.pop(self.profile_dir, None)
             raise ClusterError(f"restarting the engines failed: {exc}") from None
-        self._take(_session(self.kind, self.cluster, self.client, infos, self.profile, self.record, self.requested,
-                            self.timeout))
+        self._set_up(infos)  # this same object: the notebook's ``session`` variable stays valid
         self.job = jobs.job_of(cluster)
         files.write_record(self.profile_dir, cluster.cluster_id,
                            {**files.read_record(self.profile_dir, cluster.cluster_id), "engines": _table(infos)})
         say(f"restarted in {time.monotonic() - t0:.0f} s: {self.n} new MPI engines (ranks 0..{self.n - 1}). Everything "
             "the engines held is gone: run this section's cells again from its first %%px cell.")
 
-    def _take(self, other: Session) -> None:
-        """Become ``other`` (so the notebook's ``session`` variable stays valid)."""
-        for name in ("view", "ranks", "backend", "pids"):
-            setattr(self, name, getattr(other, name))
+    def _set_up(self, infos: dict[int, dict]) -> None:
+        """Take the engines of ``infos`` in rank order and set hpclab up on them."""
+        order = sorted(infos, key=lambda eid: infos[eid]["rank"])
+        self.view, self.ranks = self.client[order], [infos[e]["rank"] for e in order]
+        self.pids, self.view.block = {e: infos[e]["pid"] for e in order}, True
+        try:
+            self.view.execute(ENGINE_SETUP, block=True)
+            self.backend = self.view.apply_sync(lambda: __import__("hpclab.backend").backend.name())[0]
+        except ipp.error.CompositeError as exc:
+            raise ClusterError(f"setting up hpclab on the engines failed: {exc}") from exc
         if self.activated:
             self._activate()
 
@@ -421,25 +415,9 @@ class Session:
         return None
 
 
-def _session(kind, cluster, client, infos, profile, record, n, timeout) -> Session:
-    order = sorted(infos, key=lambda eid: infos[eid]["rank"])
-    view = client[order]
-    view.block = True
-    try:
-        view.execute(ENGINE_SETUP, block=True)
-        backend = view.apply_sync(lambda: __import__("hpclab.backend").backend.name())[0]
-    except ipp.error.CompositeError as exc:
-        raise ClusterError(f"setting up hpclab on the engines failed: {exc}") from exc
-    return Session(client, view, [infos[e]["rank"] for e in order], kind, cluster, profile, record, n, backend,
-                   timeout=timeout, pids={e: infos[e]["pid"] for e in order})
-
-
-def _open_private(n: int, profile: str, record: dict, timeout: float | None, log) -> Session:
-    pdir = files.profile_dir(profile)
+def _open_private(n: int, pdir: str, record: dict, timeout: float | None, log) -> Session:
     # a new id each time: a killed cluster's connection files must never be read as this one's
-    cluster = ipp.Cluster(profile_dir=pdir, cluster_id=f"{PRIVATE_PREFIX}{os.getpid()}-{secrets.token_hex(3)}", n=n,
-                          log=log, shutdown_atexit=False, delay=0)
-    cluster.controller_args = [*cluster.controller_args, f"--HeartMonitor.period={HEARTBEAT_MS}"]
+    cluster = _new_cluster(pdir, f"{PRIVATE_PREFIX}{os.getpid()}-{secrets.token_hex(3)}", n, log)
     say(f"starting a private cluster for this notebook: {routes.plan(cluster, n)} (cluster id {cluster.cluster_id})")
     reapers = []
 
@@ -453,7 +431,8 @@ def _open_private(n: int, profile: str, record: dict, timeout: float | None, log
         if len(infos) < n or _not_one_job(infos):
             raise ClusterError(f"the {n} engines started are {_not_one_job(infos) or 'not all answering'}; "
                                f"log: {files.log_path(pdir)}")
-        session = _session("private", cluster, client, infos, profile, record, n, timeout)
+        session = Session(client, "private", cluster, pdir, record, n, timeout)
+        session._set_up(infos)
     except BaseException:
         for process in reapers:  # (it ends by itself once the cluster file is gone; no zombie left)
             process.terminate()
@@ -461,7 +440,6 @@ def _open_private(n: int, profile: str, record: dict, timeout: float | None, log
         files.stop(cluster, log, polite=False)
         raise
     session.reaper, session.job = reapers[0], jobs.job_of(cluster)
-    files.write_record(pdir, cluster.cluster_id, {"owner": record, "engines": _table(infos)})
     return session
 
 
@@ -491,18 +469,19 @@ def connect(n: int = 4, profile: str = "default", timeout: float | None = None, 
         previous.close(quiet=True)
     for cluster_id in files.cluster_ids(pdir):  # private clusters whose notebook is gone
         gone = files.orphaned(pdir, cluster_id)
-        found = files.load(pdir, cluster_id, log) if gone else None
-        if found is not None and found.cluster is not None:
+        found = files.load(pdir, cluster_id, log) if gone else files.Found()
+        if found.cluster is not None:
             files.stop(found.cluster, log, polite=False)
             say(f"stopped cluster {cluster_id}, left running by a notebook that is gone (kernel pid {gone.get('pid')})")
-        elif found is not None and found.message:
+        elif found.message:
             say(found.message)
     record = {**files.this_process(), "token": secrets.token_hex(8), "since": time.time()}
     claimed = _claim_shared(n, pdir, profile, record, timeout, log)
     if claimed is None:
-        session = _open_private(n, profile, record, timeout, log)
+        session = _open_private(n, pdir, record, timeout, log)
     else:
-        session = _session("shared", None, claimed[0], claimed[1], profile, record, n, timeout)
+        session = Session(claimed[0], "shared", None, pdir, record, n, timeout)
+        session._set_up(claimed[1])
         session.job = claimed[2].job_id if claimed[2] else None
     _SESSIONS[pdir] = session
     session._activate() if activate else None
