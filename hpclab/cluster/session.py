@@ -343,7 +343,9 @@ class Session:
             raise ClusterError("the shared cluster is gone: run connect() again")
         cluster.cluster_file = files.cluster_file(self.profile_dir, cluster.cluster_id)  # records the new engine set
         old = list(self.client.ids)
-        for sig in (signal.SIGTERM, signal.SIGKILL):  # through each engine's nanny, wherever the engines run
+        # After SIGKILL, wait until the hub has dropped the old engines, or the wait below would count them among
+        # the new ones: where a rank's death ends its job step's nannies too, that takes 10 missed heartbeats.
+        for sig, wait_s in ((signal.SIGTERM, grace), (signal.SIGKILL, grace + 11 * HEARTBEAT_MS / 1000)):
             try:
                 alive = [e for e in old if e in self.client.ids]
                 # not block=True: it waits without a limit for every nanny's reply, and a rank's death can
@@ -351,7 +353,7 @@ class Session:
                 self.client.send_signal(sig, targets=alive, block=False) if alive else None
             except Exception as exc:  # noqa: BLE001 - nannies gone too: the engines are gone
                 log.info("signalling the engines: %s", exc)
-            end = time.monotonic() + grace
+            end = time.monotonic() + wait_s
             while time.monotonic() < end and any(e in self.client.ids for e in old):
                 time.sleep(0.2)
         for engine_set in cluster.engines.values():
