@@ -21,12 +21,13 @@ def _get(name: str, high_priority: bool):
     try:
         from numba.cuda.cudadrv import driver as drv
 
+        ctx = cu.current_context()  # first: it makes the context the driver calls below need
         flags = drv.binding.CUstream_flags.CU_STREAM_NON_BLOCKING.value
         # Lower numbers are higher priorities: (least, greatest) is e.g. (0, -5).
         priority = drv.driver.cuCtxGetStreamPriorityRange()[1] if high_priority else 0
         handle = drv.driver.cuStreamCreateWithPriority(flags, priority)
-        return (drv.Stream(handle, finalizer=drv._stream_finalizer(cu.current_context().deallocations, handle)),
-                f"non-blocking, priority {priority}")
+        return drv.Stream(handle, finalizer=drv._stream_finalizer(ctx.deallocations, handle)), \
+            f"non-blocking, priority {priority}"
     except Exception as exc:  # noqa: BLE001 - fall back, and say so
         return cu.stream(), f"ordinary stream (non-blocking stream unavailable: {type(exc).__name__}: {exc})"
 

@@ -26,6 +26,19 @@ def test_gpu_selected_with_hpclab_backend_gpu():
     assert "real GPU" in backend.describe()
 
 
+@pytest.mark.requires_gpu("the streams a GPU makes")
+@pytest.mark.parametrize("first", ["compute", "edge", "comm"])
+def test_every_stream_is_non_blocking_whichever_is_made_first(first):
+    """In a fresh process, so that the first stream made is also the first CUDA call."""
+    code = (f"from hpclab import streams\nstreams.{first}_stream()\n"
+            "print('|'.join(getattr(streams, f'{s}_stream')()[1] for s in ('compute', 'edge', 'comm')))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env=env(HPCLAB_BACKEND="gpu"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() and all(how.startswith("non-blocking") for how in proc.stdout.strip().split("|")), \
+        proc.stdout
+
+
 def test_unknown_backend_name_is_a_clear_error():
     with pytest.raises(backend.BackendError, match="use one of auto, gpu, sim"):
         backend._decide("cuda")
