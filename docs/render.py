@@ -24,6 +24,8 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
 META = re.compile(r'<meta name="hpclab-source" content="sha256:([0-9a-f]{64})"')
+STYLE = re.compile(r"<style[^>]*>(.*?)</style>\n?", re.S)
+CSS = "notebook.css"   # the template's stylesheets: the same ~7,000 lines on every page, kept once beside them
 
 
 def source_hash(nb) -> str:
@@ -51,6 +53,14 @@ def stale(rendered: Path, notebooks: Path = ROOT / "notebooks") -> list[str]:
                 if not (notebooks / f"{name}.ipynb").exists() or rendered_hash(page) != lesson_hash(f"{name}.ipynb", notebooks)]
     return problems + [f"notebooks/{p.name} has no rendered page" for p in sorted(notebooks.glob("[0-9][0-9]_*.ipynb"))
                        if p.stem not in pages]
+
+
+def shared_styles(html: str) -> tuple[str, str]:
+    """(page, css): the stylesheets nbconvert inlines in ``<head>`` moved into one file the page links."""
+    head, rest = html.split("</head>", 1)
+    css = "\n".join(m.group(1).strip("\n") for m in STYLE.finditer(head)) + "\n"
+    head = STYLE.sub("", head).replace("</title>", f'</title>\n<link rel="stylesheet" href="{CSS}">', 1)
+    return f"{head}</head>{rest}", css
 
 
 def execute(notebooks: Path, out: Path) -> dict:
@@ -81,6 +91,8 @@ def render(executed: Path, out: Path, run: dict, notebooks: Path = ROOT / "noteb
         nb.cells.insert(0, banner)
         html, _ = HTMLExporter().from_notebook_node(nb)
         html = html.replace("<head>", f'<head>\n<meta name="hpclab-source" content="sha256:{digest}">', 1)
+        html, css = shared_styles(html)
+        (out / CSS).write_text(css)
         (out / f"{path.stem}.html").write_text(html)
         written.append(out / f"{path.stem}.html")
     return written

@@ -38,6 +38,8 @@ def test_render_on_the_simulator_and_notice_a_changed_notebook(tmp_path):
     [page] = render.render(executed, tmp_path / "rendered", run, notebooks)
     html = page.read_text()
     assert f"Executed on {run['device']}, {run['date']}" in html and "every rank ran its kernel" in html
+    assert "<style" not in html.split("</head>")[0] and f'href="{render.CSS}"' in html
+    assert ".jp-Notebook" in (page.parent / render.CSS).read_text()     # the template's styles, kept once
     assert render.rendered_hash(page) == render.lesson_hash("00_setup.ipynb", notebooks)
     assert render.stale(tmp_path / "rendered", notebooks) == []
 
