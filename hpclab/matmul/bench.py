@@ -31,9 +31,13 @@ from hpclab.timing import median_time, median_times
 CANDIDATES = [(128, 128, 8, 8, 8, 4, 4), (128, 128, 16, 8, 8, 4, 4), (128, 128, 8, 8, 8, 1, 4),
               (128, 128, 8, 8, 8, 4, 0), (64, 128, 8, 8, 8, 4, 4), (128, 64, 8, 8, 4, 4, 4), (64, 64, 8, 4, 4, 4, 4),
               (128, 128, 16, 8, 8, 1, 4)]
-# ... and (bm, bn, bk, wm, wn, mi, ni[, pad]) of the warp-tiled one.
+# ... and (bm, bn, bk, wm, wn, mi, ni[, pad[, group]]) of the warp-tiled one: blocks in launch order or
+# down groups of 4, 8, 16 block rows; half-size blocks of four warps (four blocks per SM).
 WARP_CANDIDATES = [(128, 128, 16, 32, 64, 2, 2), (128, 128, 16, 64, 32, 2, 2), (128, 128, 16, 32, 64, 2, 2, 0),
-                   (128, 128, 16, 32, 64, 2, 2, 8), (128, 128, 8, 32, 64, 2, 2), (128, 256, 16, 64, 64, 4, 2)]
+                   (128, 128, 16, 32, 64, 2, 2, 8), (128, 128, 8, 32, 64, 2, 2), (128, 256, 16, 64, 64, 4, 2),
+                   (128, 128, 16, 32, 64, 2, 2, 4, 4), (128, 128, 16, 32, 64, 2, 2, 4, 8),
+                   (128, 128, 16, 32, 64, 2, 2, 4, 16), (64, 128, 16, 32, 64, 2, 2), (128, 64, 16, 32, 64, 2, 2),
+                   (64, 128, 16, 32, 64, 2, 2, 4, 8)]
 TOLERANCE = 1e-4          # max |C - cuBLAS| / max |cuBLAS| accepted for float32
 NAIVE_MAX = 4096          # the largest N the naive kernel runs at (it is slow)
 KNOWN_BOOST_GHZ = {"H100": 1.98, "H200": 1.98, "A100": 1.41}   # if the driver does not say

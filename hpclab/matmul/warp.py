@@ -7,7 +7,10 @@ load. Also unlike ``fast``:
 
 - Any M, N, K (float32, untransposed), bounds checked at the edges only: a block tests once whether its
   tile lies inside C, and each tile of k whether it is whole; sizes that divide the tiles need no test.
-- B's tile is copied four columns at a time, one 16-byte global load and shared store (:mod:`.wide`).
+- B's tile is copied four columns at a time, one 16-byte global load and shared store (:mod:`.wide`);
+  a lane writes its four adjacent outputs of C in one 16-byte store.
+- ``group``: blocks renumbered to run down columns of that many block rows, so the blocks on the GPU at
+  one time share A's and B's tiles through the L2 cache rather than each reading its own from memory.
   A's tile is stored transposed, its four values in four shared rows: as one 16-byte run they cost
   registers (143 instead of 123, one block per SM instead of two) and were slower on an H200.
 
@@ -22,7 +25,7 @@ import numpy as np
 
 from hpclab import backend
 from hpclab.backend import cuda as _cuda
-from hpclab.matmul.wide import aligned, load4, store4
+from hpclab.matmul.wide import aligned, load4, put4, store4
 
 cuda = _cuda()  # decides GPU or simulator before numba reads its configuration
 
@@ -41,6 +44,7 @@ class WarpConfig:
     mi: int = 2
     ni: int = 2
     pad: int = 4          # extra words per shared row, against bank conflicts (keeps 16-byte runs aligned)
+    group: int = 0        # > 0: blocks run down groups of this many block rows (A's and B's tiles reused from L2)
 
     @property
     def lanes(self) -> tuple[int, int]:
@@ -54,7 +58,8 @@ class WarpConfig:
     def label(self) -> str:
         lm, ln = self.lanes
         return (f"{self.bm}x{self.bn}x{self.bk} warp {self.wm}x{self.wn} lanes {lm}x{ln} "
-                f"thread {4 * self.mi}x{4 * self.ni}" + (f" pad {self.pad}" if self.pad != 4 else ""))
+                f"thread {4 * self.mi}x{4 * self.ni}" + (f" pad {self.pad}" if self.pad != 4 else "")
+                + (f" group {self.group}" if self.group else ""))
 
     def problems(self) -> list[str]:
         """Why this configuration cannot be built (empty when it can)."""
@@ -71,6 +76,8 @@ class WarpConfig:
             out.append("the A tile (bm x bk) must split into whole rows of threads")
         if nt % (self.bn // 4) or self.bk % (nt // (self.bn // 4)):
             out.append("the B tile (bk x bn), in runs of 4, must split into whole rows of threads")
+        if self.group < 0:
+            out.append("group must be 0 (blocks in launch order) or a positive number of block rows")
         if self.bk not in (4, 8, 12, 16):
             out.append("bk must be 4, 8, 12 or 16 (the kernel writes out a tile's steps of k, four at a time)")
         return out
@@ -84,7 +91,7 @@ CONFIG = WarpConfig() if backend.name() == "gpu" else WarpConfig(32, 32, 8, 16, 
 
 @lru_cache(maxsize=None)
 def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True):
-    """The float32 kernel for one tile shape, for any sizes (``edges``), B read in 16-byte ``runs``."""
+    """The float32 kernel for one tile shape, for any sizes (``edges``), B read and C written in 16-byte ``runs``."""
     bad = cfg.problems()
     if bad:
         raise ValueError(f"warp kernel configuration {cfg.label()} cannot be built: {'; '.join(bad)}")
@@ -102,6 +109,7 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
     A_SHARED, B_SHARED = 2 * A_BUF, 2 * B_BUF          # array sizes: plain ints, known before compiling
     ZERO, ONE, TWO, THREE, FOUR = U(0), U(1), U(2), U(3), U(4)
     EDGES, RUNS = bool(edges), bool(runs)
+    GROUP = U(cfg.group)
 
     @cuda.jit(device=True, fastmath=True)
     def multiply_step(As, Bs, a_at, b_at, a_frag, b_frag, acc):
@@ -143,7 +151,14 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
     def warp_tiled(a, b, c):
         M, K, N = uint64(a.shape[0]), uint64(a.shape[1]), uint64(b.shape[1])
         tid = uint64(cuda.threadIdx.x)
-        row0, col0 = uint64(cuda.blockIdx.y) * BM, uint64(cuda.blockIdx.x) * BN
+        by, bx = uint64(cuda.blockIdx.y), uint64(cuda.blockIdx.x)
+        if GROUP > ZERO:   # blocks launch in order of x, then y: renumber them down columns of GROUP block rows
+            gx, gy = uint64(cuda.gridDim.x), uint64(cuda.gridDim.y)
+            block, span = by * gx + bx, GROUP * gx
+            first = (block // span) * GROUP
+            rows = min(gy - first, GROUP)
+            by, bx = first + block % span % rows, block % span // rows
+        row0, col0 = by * BM, bx * BN
         warp, lane = tid // U(32), tid % U(32)
         # This lane's first row and column inside the block tile.
         m0 = (warp // (BN // WN)) * WM + (lane // LN) * FOUR
@@ -202,18 +217,23 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
         for s in range(MI):
             for i in range(4):
                 for q in range(NI):
-                    for j in range(4):
-                        r, cc = row0 + m0 + U(s) * A_SUB + U(i), col0 + n0 + U(q) * B_SUB + U(j)
-                        if not EDGES or (r < M and cc < N):
-                            c[r, cc] = acc[4 * s + i, 4 * q + j]
+                    r, cc = row0 + m0 + U(s) * A_SUB + U(i), col0 + n0 + U(q) * B_SUB
+                    if RUNS and inside:      # one 16-byte store of four outputs
+                        put4(c, r, cc, acc[4 * s + i, 4 * q], acc[4 * s + i, 4 * q + 1],
+                             acc[4 * s + i, 4 * q + 2], acc[4 * s + i, 4 * q + 3])
+                    else:
+                        for j in range(4):
+                            if not EDGES or (r < M and cc + U(j) < N):
+                                c[r, cc + U(j)] = acc[4 * s + i, 4 * q + j]
 
     return warp_tiled
 
 
 def kernel_for(a, b, c, cfg: WarpConfig = CONFIG):
-    """The kernel ``launch`` runs: edge tests if the sizes do not divide the tiles, B in 16-byte runs if it can."""
+    """The kernel ``launch`` runs: edge tests if the sizes do not divide the tiles, B read and C written in
+    16-byte runs if their rows allow it."""
     edges = bool(c.shape[0] % cfg.bm or c.shape[1] % cfg.bn or a.shape[1] % cfg.bk)
-    return warp_kernel(cfg, edges, aligned(b))
+    return warp_kernel(cfg, edges, aligned(b) and aligned(c))
 
 
 def launch(a, b, c, cfg: WarpConfig | None = None) -> None:
