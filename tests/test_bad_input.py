@@ -107,6 +107,8 @@ OTHERS = [
     (["bench", "allreduce", "--sizes", "abc"], "argument --sizes: 'abc' is not a message size"),
     (["bench", "allreduce", "--sizes", "1K,"], "argument --sizes: '1K,' has an empty item"),
     (["bench", "conv", "scaling", "--height", "0"], "argument --height: 0 is out of range"),
+    (["bench", "conv", "trunk", "--batch", "0"], "argument --batch: 0 is out of range"),
+    (["bench", "conv", "trunk", "--method", "fft"], "argument --method: invalid choice: 'fft'"),
     (["bench", "ddp", "--width", "0"], "argument --width: 0 is out of range"),
     (["bench", "ddp", "--lrs", "1e-3,nan"], "argument --lrs: in '1e-3,nan': 'nan' is not a finite number"),
     (["bench", "nosuch"], "unknown benchmark 'nosuch'"),

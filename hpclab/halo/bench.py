@@ -4,11 +4,16 @@
               shape, Winograd F(m x m, 5x5) at m = 2, 3, 4) against PyTorch in the same process:
               cuDNN with TF32 forbidden (true FP32, the target's baseline) and allowed, and unfold +
               cuBLAS SGEMM; timed back to back (one sync per 10 calls) and with a sync per call
+  trunk       one GPU: AlexNet's whole trunk (C1-C5 with ReLU, max-pools, LRN) forward at batch 32 by our
+              kernels (``run_device`` on one rank) against the same network and weights in PyTorch (cuDNN
+              FP32, TF32 forbidden), timed as throughput's, per layer too; both checked against a float64
+              NumPy trunk (exit status 1 where either differs); in :mod:`hpclab.halo.trunk_bench`
   scaling     under mpirun: one large layer split by height, strong (fixed height) and weak (fixed
               rows per rank), host-staged (V4) and GPU-to-GPU (V5) halos; one JSON line
   summarize   JSON lines of several scaling runs -> speedup / efficiency CSV
 
-Targets: throughput >= 25 % of cuDNN FP32; strong-scaling efficiency >= 0.90 at 4 GPUs; weak >= 0.95.
+Targets: throughput >= 25 % of cuDNN FP32; trunk >= 50 % of cuDNN FP32 (its seconds / ours); strong-scaling
+efficiency >= 0.90 at 4 GPUs; weak >= 0.95.
 """
 from __future__ import annotations
 
@@ -38,7 +43,7 @@ from hpclab.results.recorded import figure
 from hpclab.scaling import speedups
 from hpclab.timing import Phases, median_time, median_times, wall
 
-THROUGHPUT_TARGET, STRONG_TARGET, WEAK_TARGET = 0.25, 0.90, 0.95
+THROUGHPUT_TARGET, TRUNK_TARGET, STRONG_TARGET, WEAK_TARGET = 0.25, 0.5, 0.90, 0.95
 COMPARISONS = ("cudnn_fp32", "cudnn_tf32", "torch_im2col_sgemm_fp32")
 
 
@@ -287,6 +292,12 @@ def main(argv: list[str]) -> int:
     t = sub.add_parser("throughput", help="C2 at batch 32 against cuDNN")
     t.add_argument("--batch", type=count(1, 1 << 16), default=32)
     t.add_argument("--repeats", type=count(1, 10**4), default=10)
+    tr = sub.add_parser("trunk", help="AlexNet's whole trunk forward against PyTorch (cuDNN FP32)")
+    tr.add_argument("--batch", type=count(1, 1 << 16), default=None, help="images (default 32; 2 on the simulator)")
+    tr.add_argument("--repeats", type=count(1, 10**4), default=None,
+                    help="timed turns (default 10; 1 on the simulator)")
+    tr.add_argument("--method", default="auto", choices=("auto", *kc.METHODS),
+                    help="our convolutions (auto: gemm on a GPU, naive on the simulator; winograd: GEMM on C1)")
     s = sub.add_parser("scaling", help="strong and weak scaling of one large layer (run under mpirun)")
     s.add_argument("--height", type=side, default=32768, help="strong scaling: input rows")
     s.add_argument("--rows-per-rank", type=side, default=8192, help="weak scaling: rows per rank")
@@ -299,6 +310,10 @@ def main(argv: list[str]) -> int:
     m.add_argument("files", nargs="+")
     m.add_argument("--csv", default="conv_scaling.csv")
     args = parser.parse_args(argv)
+    if args.what == "trunk":
+        from hpclab.halo.trunk_bench import trunk      # it imports this module's helpers
+
+        return trunk(args)
     return {"throughput": throughput, "scaling": scaling, "summarize": summarize}[args.what](args)
 
 
