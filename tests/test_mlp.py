@@ -97,6 +97,24 @@ def test_softmax_cross_entropy_matches_reference_and_is_stable():
     np.testing.assert_allclose(dlogits.copy_to_host(), 0.5 * grad, rtol=1e-12, atol=1e-15)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
+def test_softmax_cross_entropy_shares_a_row_among_threads(dtype):
+    """More classes than a block's threads, a row whose largest logit comes twice (the first is the
+    prediction, as np.argmax), rows spread over blocks; float32 and float16 logits computed in float64."""
+    n, classes = 5, 2 * K.XENT_THREADS + 3
+    logits = (rng.standard_normal((n, classes)) * 2).astype(dtype)
+    logits[1, [3, K.XENT_THREADS + 2]] = 9.0      # a tie, in two threads' columns
+    labels = np.array([0, K.XENT_THREADS + 2, 3, classes - 1, 7], np.int32)
+    dlogits, stats = cuda.device_array((n, classes)), cuda.device_array((n, 2))
+    K.softmax_cross_entropy(dev(logits), dev(labels.reshape(-1, 1)), dlogits, stats, 1.0, 1.0)
+    losses, grad, correct = R.softmax_cross_entropy(logits.astype(np.float64), labels)
+    got = stats.copy_to_host()
+    np.testing.assert_allclose(got[:, 0], losses, rtol=1e-12)
+    np.testing.assert_array_equal(got[:, 1], correct)
+    assert got[1, 1] == 0                           # predicted class 3, the first of the tie
+    np.testing.assert_allclose(dlogits.copy_to_host(), grad, rtol=1e-12, atol=1e-15)
+
+
 def test_mean_squared_error():
     pred, target = rng.standard_normal((5, 2)), rng.standard_normal((5, 2))
     dpred, stats = cuda.device_array((5, 2)), cuda.device_array((5, 2))

@@ -31,13 +31,10 @@ from hpclab.timing import median_time, median_times
 CANDIDATES = [(128, 128, 8, 8, 8, 4, 4), (128, 128, 16, 8, 8, 4, 4), (128, 128, 8, 8, 8, 1, 4),
               (128, 128, 8, 8, 8, 4, 0), (64, 128, 8, 8, 8, 4, 4), (128, 64, 8, 8, 4, 4, 4), (64, 64, 8, 4, 4, 4, 4),
               (128, 128, 16, 8, 8, 1, 4)]
-# ... and (bm, bn, bk, wm, wn, mi, ni[, pad[, group]]) of the warp-tiled one: blocks in launch order or
-# down groups of 4, 8, 16 block rows; half-size blocks of four warps (four blocks per SM).
+# ... and (bm, bn, bk, wm, wn, mi, ni[, pad]) of the warp-tiled one (half-size blocks of four warps last).
 WARP_CANDIDATES = [(128, 128, 16, 32, 64, 2, 2), (128, 128, 16, 64, 32, 2, 2), (128, 128, 16, 32, 64, 2, 2, 0),
                    (128, 128, 16, 32, 64, 2, 2, 8), (128, 128, 8, 32, 64, 2, 2), (128, 256, 16, 64, 64, 4, 2),
-                   (128, 128, 16, 32, 64, 2, 2, 4, 4), (128, 128, 16, 32, 64, 2, 2, 4, 8),
-                   (128, 128, 16, 32, 64, 2, 2, 4, 16), (64, 128, 16, 32, 64, 2, 2), (128, 64, 16, 32, 64, 2, 2),
-                   (64, 128, 16, 32, 64, 2, 2, 4, 8)]
+                   (64, 128, 16, 32, 64, 2, 2), (128, 64, 16, 32, 64, 2, 2)]
 TOLERANCE = 1e-4          # max |C - cuBLAS| / max |cuBLAS| accepted for float32
 NAIVE_MAX = 4096          # the largest N the naive kernel runs at (it is slow)
 KNOWN_BOOST_GHZ = {"H100": 1.98, "H200": 1.98, "A100": 1.41}   # if the driver does not say
@@ -148,7 +145,7 @@ def figures(d: dict) -> list[dict]:
         cublas = next((r["tflops"] for r in block["rows"] if r["kernel"] == "cublas"), None)
         for r in (r for r in block["rows"] if "tflops" in r):
             variant = r["kernel"]
-            if d.get(f"default_{variant}_config") not in (None, r["config"]):      # the tile-shape sweeps
+            if block.get(f"default_{variant}_config", d.get(f"default_{variant}_config")) not in (None, r["config"]):
                 variant = f"{variant}-{re.sub(r'[^A-Za-z0-9.]+', '-', r['config']).strip('-')}"
             base = r.get("cublas_tflops", cublas) if r["kernel"] != "cublas" else None
             rows.append(figure("matmul", variant, 1, int(size), "N", "tflops", r["tflops"], "TFLOP/s", "cublas", base))
@@ -190,18 +187,20 @@ def main(argv=None) -> int:
                                                     " (FP32 peak unknown: no clock rate)")))
     f32 = np.dtype(np.float32)
     default = mm.fast_config(f32)
-    configs, warp_configs = [default], [warp.CONFIG]
+    configs, warp_sweep = [default], []
     if not sim and not args.no_sweep:
         configs += [mm.FastConfig(*c) for c in CANDIDATES if mm.FastConfig(*c) != default]
-        warp_configs += [warp.WarpConfig(*c) for c in WARP_CANDIDATES if warp.WarpConfig(*c) != warp.CONFIG]
+        warp_sweep = [warp.WarpConfig(*c) for c in WARP_CANDIDATES]
     record = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "command": "hpclab bench matmul " + " ".join(sys.argv[1:] if argv is None else argv),
               "backend": backend.name(), "device": dev, "device_name": dev["name"],
-              "default_fast_config": default.label(), "default_warp_config": warp.CONFIG.label(),
+              "default_fast_config": default.label(), "default_warp_config": warp.CONFIG.label(),   # per size below
               "sizes": {}, "shapes": {}}   # square sizes (N), other shapes (MxNxK)
     smallest = min(sizes, key=lambda s: s[0] * s[1] * s[2])
     for m, n, k in sizes:
         rng, a_h, b_h, a, b, c = operands(cuda, m, n, k)
+        chosen = warp.config_for(m, n, k)            # what launch() runs at this shape: the default row
+        warp_configs = [chosen] + [cfg for cfg in warp_sweep if cfg != chosen]
         flop = mm.flops(m, k, n)
         reps = args.repeats or (2 if sim else (20 if flop <= mm.flops(4096, 4096, 4096) else 10))
         rows, reference, cublas_fn = [], None, None
@@ -246,7 +245,7 @@ def main(argv=None) -> int:
                             naive.naive_kernel if kernel == "naive" else tiled.tiled_kernel)
                 threads = cfg.threads if cfg else (naive.BLOCK ** 2 if kernel == "naive" else tiled.TILE ** 2)
                 row.update(resources(compiled, threads, dev))
-                if cfg in (default, warp.CONFIG) and (m, n, k) == sizes[0]:
+                if cfg in (default, chosen) and (m, n, k) == sizes[0]:
                     row["sass"] = sass_counts(compiled)
             except Exception as exc:  # noqa: BLE001 - one bad configuration must not end the sweep
                 row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
@@ -258,9 +257,9 @@ def main(argv=None) -> int:
                     row["vs_cublas"] = row["tflops"] / row.get("cublas_tflops", cublas)
                 if peak:
                     row["vs_peak"] = row["tflops"] / peak
-        summary = {"rows": rows}
+        summary = {"rows": rows, "default_warp_config": chosen.label()}
         best = {}
-        for kernel, cfg in (("fast", default), ("warp", warp.CONFIG)):
+        for kernel, cfg in (("fast", default), ("warp", chosen)):
             mine = [r for r in rows if r["kernel"] == kernel and "tflops" in r]
             best[kernel] = max(mine, key=lambda r: r["tflops"]) if mine else None
             summary.update({f"best_{kernel}": best[kernel] and best[kernel]["config"],

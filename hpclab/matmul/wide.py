@@ -2,8 +2,8 @@
 
 The compiler merges four 4-byte *shared* loads into one when it can prove the address a multiple of 16
 (``cuda.shared.array(..., alignment=16)``), but it knows nothing of a global array's alignment.
-``load4``, ``store4`` and ``put4`` state it (``align=16`` on one ``<4 x float>`` access): one LDG.128 or STS.128
-instead of four instructions (STG.128 for ``put4``, a global store). The caller guarantees it: ``j`` (or ``i``) a multiple of 4 and the array's
+``load4`` and ``store4`` state it (``align=16`` on one ``<4 x float>`` access): one LDG.128 or STS.128
+instead of four instructions. The caller guarantees it: ``j`` (or ``i``) a multiple of 4 and the array's
 rows starting on 16-byte boundaries. On the simulator (Python, not LLVM) they are plain device functions.
 """
 from __future__ import annotations
@@ -54,21 +54,7 @@ def _gpu_functions():
             return context.get_dummy_value()
         return sig, codegen
 
-    @intrinsic
-    def put4(typingctx, array, row, col, v0, v1, v2, v3):
-        sig = types.void(array, row, col, v0, v1, v2, v3)
-
-        def codegen(context, builder, sig, args):
-            ptr, vec_type = pointer(context, builder, sig, args, 2)
-            vec = ir.Constant(vec_type, ir.Undefined)
-            for k in range(4):
-                value = context.cast(builder, args[3 + k], sig.args[3 + k], sig.args[0].dtype)
-                vec = builder.insert_element(vec, value, ir.Constant(ir.IntType(32), k))
-            builder.store(vec, ptr, align=16)
-            return context.get_dummy_value()
-        return sig, codegen
-
-    return load4, store4, put4
+    return load4, store4
 
 
 def _simulator_functions():
@@ -80,17 +66,12 @@ def _simulator_functions():
     def store4(array, i, v0, v1, v2, v3):
         array[i], array[i + 1], array[i + 2], array[i + 3] = v0, v1, v2, v3
 
-    @cuda.jit(device=True)
-    def put4(array, row, col, v0, v1, v2, v3):
-        array[row, col], array[row, col + 1], array[row, col + 2], array[row, col + 3] = v0, v1, v2, v3
-
-    return load4, store4, put4
+    return load4, store4
 
 
 # load4(array, row, col) -> (array[row, col], ..., array[row, col + 3]), col a multiple of 4;
-# store4(array, i, v0, v1, v2, v3): array[i:i + 4] = v0..v3, i a multiple of 4;
-# put4(array, row, col, v0, v1, v2, v3): array[row, col:col + 4] = v0..v3, col a multiple of 4.
-load4, store4, put4 = _gpu_functions() if backend.name() == "gpu" else _simulator_functions()
+# store4(array, i, v0, v1, v2, v3): array[i:i + 4] = v0..v3, i a multiple of 4.
+load4, store4 = _gpu_functions() if backend.name() == "gpu" else _simulator_functions()
 
 
 def aligned(x) -> bool:
