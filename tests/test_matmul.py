@@ -143,6 +143,36 @@ def test_half_inputs_into_a_half_out_and_a_transposed_fast_configuration():
     assert_product(c, a, b)
 
 
+# Split-K (a dense layer's products at a small per-GPU batch): two blocks per tile of C, each adding its
+# slice of K's partial sums into c. Slices that end mid-tile, a slice with one tile, every transpose.
+@pytest.mark.parametrize("trans", [(False, False), (True, False), (False, True)])
+@pytest.mark.parametrize("k", [4, 9, 37])
+def test_split_k_matches_numpy_and_gives_the_same_bits_each_time(trans, k):
+    a, b = operands(21, k, 18, np.float32, seed=7)
+    da = mm.cuda.to_device(np.ascontiguousarray(a.T) if trans[0] else a)
+    db = mm.cuda.to_device(np.ascontiguousarray(b.T) if trans[1] else b)
+    runs = []
+    for _ in range(2):
+        c = mm.cuda.to_device(np.full((21, 18), np.nan, np.float32))   # zeroed by the launch, not by us
+        mm.launch("fast", da, db, c, trans_a=trans[0], trans_b=trans[1], split=2)
+        runs.append(c.copy_to_host())
+    assert_product(runs[0], a, b)
+    assert runs[0].tobytes() == runs[1].tobytes()
+
+
+def test_split_k_is_chosen_for_grids_that_leave_sms_idle_only():
+    cfg = mm.FAST_CONFIG[np.dtype(np.float32)]
+    if SIM:       # the simulator has no SMs to fill: never split there
+        assert mm.split_for(1, 1 << 12, cfg, np.float32, np.float32) == 1
+        return
+    sms = mm._sms(mm.cuda.get_current_device().id)
+    assert mm.split_for(sms, 4096, cfg, np.float32, np.float32) == 2
+    assert mm.split_for(sms + 1, 4096, cfg, np.float32, np.float32) == 1
+    assert mm.split_for(sms, 64, cfg, np.float32, np.float32) == 1         # too shallow to share
+    assert mm.split_for(sms, 4096, cfg, np.float64, np.float64) == 1       # float32 only
+    assert mm.split_for(sms, 4096, cfg, np.float16, np.float16) == 1
+
+
 @pytest.mark.parametrize("kernel", mm.KERNELS)
 def test_degenerate_shapes(kernel):
     for m, k, n in [(1, 1, 1), (3, 1, 2), (1, 7, 1)]:
