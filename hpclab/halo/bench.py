@@ -25,7 +25,6 @@ from pathlib import Path
 
 import numpy as np
 
-from numpy.lib.stride_tricks import sliding_window_view
 
 from hpclab import backend, comm as hcomm, roofline
 from hpclab.comm import BACKENDS
@@ -35,27 +34,17 @@ from hpclab.halo.bands import hash_fill
 from hpclab.halo.executors import Buffers, run_device
 from hpclab.halo.layers import BAND_METHODS, Conv
 from hpclab.halo.reference import conv_flops, output_size
+from hpclab.halo.trunk_bench import conv_float64, gpu_times, timing_row, torch_precision, trunk
 from hpclab.halo.versions import gpu_aware_backend, max_rel_error
 from hpclab.matmul import fast
 from hpclab.mpi import world
 from hpclab.options import Parser, count
 from hpclab.results.recorded import figure
 from hpclab.scaling import speedups
-from hpclab.timing import Phases, median_time, median_times, wall
+from hpclab.timing import Phases, median_time, wall
 
-THROUGHPUT_TARGET, TRUNK_TARGET, STRONG_TARGET, WEAK_TARGET = 0.25, 0.5, 0.90, 0.95
+THROUGHPUT_TARGET, STRONG_TARGET, WEAK_TARGET = 0.25, 0.90, 0.95
 COMPARISONS = ("cudnn_fp32", "cudnn_tf32", "torch_im2col_sgemm_fp32")
-
-
-def _gpu_times(fn, repeats: int, warmup: int = 2, queued: int = 10) -> tuple[float, float]:
-    """(throughput, latency) seconds per call, medians timed in turns: ``queued`` calls back to back then
-    one sync (the host queues the next call while the GPU runs this one, as in a forward pass), and one
-    call then a sync (with the host's launch time). Ours and cuDNN's alike: PyTorch shares Numba's
-    context, so the device synchronisation waits for both."""
-    for _ in range(warmup):
-        fn()
-    batch, single = median_times(lambda: [fn() for _ in range(queued)], fn, repeats=repeats, warmup=0)
-    return batch / queued, single
 
 
 def _c2(batch: int) -> tuple[np.ndarray, np.ndarray]:
@@ -64,32 +53,6 @@ def _c2(batch: int) -> tuple[np.ndarray, np.ndarray]:
     n, c, h, k = (1, 4, 7, 8) if backend.is_simulator() else (batch, 96, 27, 256)
     rng = np.random.default_rng(0)
     return rng.uniform(-1, 1, (n, c, h, h)).astype(np.float32), rng.uniform(-0.1, 0.1, (k, c, 5, 5)).astype(np.float32)
-
-
-def _timing(flops, secs, latency, err) -> dict:
-    return {"seconds": secs, "tflops": flops / secs / 1e12, "latency_seconds": latency,
-            "latency_tflops": flops / latency / 1e12, "max_rel_error_vs_float64": err}
-
-
-def _torch_precision(torch, tf32: bool) -> dict:
-    """Let cuDNN convolutions and cuBLAS matmuls use TF32, or forbid it; read the settings back."""
-    torch.backends.cudnn.allow_tf32 = tf32
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    seen = {"cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
-            "cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32}
-    try:  # PyTorch >= 2.9 also exposes the setting as a precision name
-        seen["cudnn.conv.fp32_precision"] = torch.backends.cudnn.conv.fp32_precision
-    except Exception:  # noqa: BLE001 - older PyTorch: the flags above are all there is
-        pass
-    return seen
-
-
-def _conv_float64(x, w, stride, pad):
-    """Convolution in float64 (patches x weights through BLAS): the yardstick for rounding errors."""
-    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    r, s = w.shape[2:]
-    win = sliding_window_view(xp, (r, s), axis=(2, 3))[:, :, ::stride, ::stride]   # (N, C, P, Q, R, S)
-    return np.einsum("ncpqrs,kcrs->nkpq", win, w.astype(np.float64), optimize=True)
 
 
 def throughput_figures(d: dict) -> list[dict]:
@@ -122,7 +85,7 @@ def throughput(args) -> int:
     out = cuda.device_array((n, k, ho, ho), np.float32)
     # float64 reference of two images: how each method rounds (FP32 ~1e-6, TF32 ~1e-3)
     m = min(n, 2)
-    want64 = _conv_float64(x[:m], wt, stride, pad)
+    want64 = conv_float64(x[:m], wt, stride, pad)
     err = lambda got: max_rel_error(got[:m], want64)  # noqa: E731
 
     device = identity()[0]
@@ -143,10 +106,10 @@ def throughput(args) -> int:
                 xd, u, weights.bias, out, r, pad, pad, 0, ho))
     for name, fn in calls.items():
         try:
-            secs, latency = _gpu_times(fn, args.repeats)
+            secs, latency = gpu_times(fn, args.repeats)
             fn()
             cuda.synchronize()
-            result["ours"][name] = _timing(flops, secs, latency, err(out.copy_to_host()))
+            result["ours"][name] = timing_row(flops, secs, latency, err(out.copy_to_host()))
         except Exception as exc:  # noqa: BLE001 - report and try the next one
             result["ours"][name] = {"error": f"{type(exc).__name__}: {exc}"}
     timed = {k_: v for k_, v in result["ours"].items() if "seconds" in v}
@@ -164,9 +127,9 @@ def throughput(args) -> int:
         unfold_mm = lambda: (wmat @ F.unfold(tx, r, padding=pad, stride=stride)).reshape(n, k, ho, ho)  # noqa: E731
         for label, fn, tf32 in (("cudnn_fp32", conv, False), ("cudnn_tf32", conv, True),
                                 ("torch_im2col_sgemm_fp32", unfold_mm, False)):
-            settings = _torch_precision(torch, tf32)
-            secs, latency = _gpu_times(fn, args.repeats, warmup=3)
-            result[label] = {**_timing(flops, secs, latency, err(fn().cpu().numpy())), "settings": settings}
+            settings = torch_precision(torch, tf32)
+            secs, latency = gpu_times(fn, args.repeats, warmup=3)
+            result[label] = {**timing_row(flops, secs, latency, err(fn().cpu().numpy())), "settings": settings}
         result["torch"] = torch.__version__
         result["cudnn"] = torch.backends.cudnn.version()
     except Exception as exc:  # noqa: BLE001 - no PyTorch / no cuDNN: say so
@@ -310,11 +273,7 @@ def main(argv: list[str]) -> int:
     m.add_argument("files", nargs="+")
     m.add_argument("--csv", default="conv_scaling.csv")
     args = parser.parse_args(argv)
-    if args.what == "trunk":
-        from hpclab.halo.trunk_bench import trunk      # it imports this module's helpers
-
-        return trunk(args)
-    return {"throughput": throughput, "scaling": scaling, "summarize": summarize}[args.what](args)
+    return {"trunk": trunk, "throughput": throughput, "scaling": scaling, "summarize": summarize}[args.what](args)
 
 
 def conv_traffic(method: str, n: int, c: int, h: int, k: int, r: int, pad: int) -> tuple[float, float, str]:

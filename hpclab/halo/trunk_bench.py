@@ -2,7 +2,7 @@
 kernels against the same network in PyTorch (cuDNN FP32), both checked against a float64 NumPy trunk.
 
 Ours is :func:`hpclab.halo.executors.run_device` on a one-rank communicator (no mpirun needed) with its
-buffers kept between calls, so no allocation is timed. Timed as ``throughput`` is (:func:`bench._gpu_times`):
+buffers kept between calls, so no allocation is timed. Timed as ``throughput`` is (:func:`gpu_times`, here with the other helpers both use):
 back to back and synchronised per call. Our executor synchronises its streams after every layer, so its
 back-to-back time holds the host's kernel launches too; PyTorch's queue ahead.
 """
@@ -18,15 +18,53 @@ from numpy.lib.stride_tricks import sliding_window_view
 from hpclab import backend
 from hpclab.device import identity
 from hpclab.halo import alexnet, conv as kc, conv_winograd
-from hpclab.halo.bench import TRUNK_TARGET, _conv_float64, _gpu_times, _timing, _torch_precision
 from hpclab.halo.executors import Buffers, run_device
 from hpclab.halo.layers import LRN, Conv, Pool
 from hpclab.halo.run import FULL_INPUT, SIM_INPUT, SIM_SCALE
 from hpclab.halo.versions import max_rel_error
 from hpclab.mpi import MPI
 from hpclab.results.recorded import figure
+from hpclab.timing import median_times
 
+TRUNK_TARGET = 0.5      # cuDNN FP32 seconds / ours, the whole trunk forward
 TOLERANCE = 1e-4          # max error relative to max |float64 trunk| (float32 sums in another order)
+
+
+def gpu_times(fn, repeats: int, warmup: int = 2, queued: int = 10) -> tuple[float, float]:
+    """(throughput, latency) seconds per call, medians timed in turns: ``queued`` calls back to back then
+    one sync (the host queues the next call while the GPU runs this one, as in a forward pass), and one
+    call then a sync (with the host's launch time). Ours and cuDNN's alike: PyTorch shares Numba's
+    context, so the device synchronisation waits for both."""
+    for _ in range(warmup):
+        fn()
+    batch, single = median_times(lambda: [fn() for _ in range(queued)], fn, repeats=repeats, warmup=0)
+    return batch / queued, single
+
+
+def timing_row(flops, secs, latency, err) -> dict:
+    return {"seconds": secs, "tflops": flops / secs / 1e12, "latency_seconds": latency,
+            "latency_tflops": flops / latency / 1e12, "max_rel_error_vs_float64": err}
+
+
+def torch_precision(torch, tf32: bool) -> dict:
+    """Let cuDNN convolutions and cuBLAS matmuls use TF32, or forbid it; read the settings back."""
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    seen = {"cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
+            "cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32}
+    try:  # PyTorch >= 2.9 also exposes the setting as a precision name
+        seen["cudnn.conv.fp32_precision"] = torch.backends.cudnn.conv.fp32_precision
+    except Exception:  # noqa: BLE001 - older PyTorch: the flags above are all there is
+        pass
+    return seen
+
+
+def conv_float64(x, w, stride, pad):
+    """Convolution in float64 (patches x weights through BLAS): the yardstick for rounding errors."""
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    r, s = w.shape[2:]
+    win = sliding_window_view(xp, (r, s), axis=(2, 3))[:, :, ::stride, ::stride]   # (N, C, P, Q, R, S)
+    return np.einsum("ncpqrs,kcrs->nkpq", win, w.astype(np.float64), optimize=True)
 
 
 def torch_lrn_args(op: LRN) -> tuple:
@@ -43,7 +81,7 @@ def trunk_float64(ops, x) -> np.ndarray:
     y = x.astype(np.float64)
     for op in ops:
         if isinstance(op, Conv):
-            y = _conv_float64(y, op.w, op.stride, op.pad) + op.bias[:, None, None]
+            y = conv_float64(y, op.w, op.stride, op.pad) + op.bias[:, None, None]
             y = np.maximum(y, 0.0) if op.relu else y
         elif isinstance(op, Pool):
             y = sliding_window_view(y, (op.size, op.size), axis=(2, 3))[:, :, ::op.stride, ::op.stride].max(axis=(4, 5))
@@ -58,7 +96,7 @@ def _layer_seconds(layers, x, repeats: int, **kw) -> list[float]:
     """Back-to-back seconds of each layer (a function of its input) on the previous layer's output."""
     seconds = []
     for layer in layers:
-        seconds.append(_gpu_times(lambda: layer(x), repeats, **kw)[0])  # noqa: B023 - timed before x changes
+        seconds.append(gpu_times(lambda: layer(x), repeats, **kw)[0])  # noqa: B023 - timed before x changes
         x = layer(x)
     return seconds
 
@@ -124,7 +162,7 @@ def trunk(args) -> int:
 
     def timing(secs, latency, got) -> dict:
         err = max_rel_error(got[:m], want64)
-        return {**_timing(flops, secs, latency, err), "images_per_s": n / secs, "latency_images_per_s": n / latency,
+        return {**timing_row(flops, secs, latency, err), "images_per_s": n / secs, "latency_images_per_s": n / latency,
                 "ok": err <= TOLERANCE}
 
     one = MPI().COMM_SELF
@@ -137,7 +175,7 @@ def trunk(args) -> int:
               "device": device, "method": args.method,
               "methods": {op.name: op.method for op in ops if isinstance(op, Conv)}, "gflop": flops / 1e9,
               "simulator_reduced": sim, "checked_images": m, "tolerance": TOLERANCE,
-              "ours": timing(*_gpu_times(forward, repeats, **quick), ours_out)}
+              "ours": timing(*gpu_times(forward, repeats, **quick), ours_out)}
     ours_layers = [functools.partial(run_device, [op], comm=one, buffers=Buffers()) for op in ops]
     result["layers"] = [{"layer": op.name, "op": op.describe(), "ours_seconds": s}
                         for op, s in zip(ops, _layer_seconds(ours_layers, xd, repeats, **quick))]
@@ -147,9 +185,9 @@ def trunk(args) -> int:
         layers, tx = _torch_layers(torch, ops), torch.from_numpy(x).cuda()
         tforward = lambda: functools.reduce(lambda t, layer: layer(t), layers, tx)  # noqa: E731
         torch.backends.cudnn.benchmark = True             # cuDNN picks its fastest algorithm per layer
-        settings = _torch_precision(torch, False)
+        settings = torch_precision(torch, False)
         torch_out = tforward().cpu().numpy()
-        result["cudnn_fp32"] = {**timing(*_gpu_times(tforward, repeats, warmup=3), torch_out), "settings": settings,
+        result["cudnn_fp32"] = {**timing(*gpu_times(tforward, repeats, warmup=3), torch_out), "settings": settings,
                                 "max_rel_error_vs_ours": max_rel_error(ours_out, torch_out)}
         for row, s in zip(result["layers"], _layer_seconds(layers, tx, repeats)):
             row["cudnn_fp32_seconds"] = s
