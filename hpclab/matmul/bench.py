@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import re
 import sys
@@ -139,20 +140,23 @@ def operands(cuda, m: int, n: int, k: int):
 
 def figures(d: dict) -> list[dict]:
     """The run's figures (``hpclab.results.recorded.figure``): each kernel and tile shape against the cuBLAS
-    timed in turns with it, and its resources and SASS counts."""
+    timed in turns with it, and its resources and SASS counts. An M x N x K shape's figures are sized by M,
+    their variant ending in the shape (``warp-at-3000x5000x700``)."""
     rows = []
-    for size, block in d["sizes"].items():
+    for key, block in [*d["sizes"].items(), *d.get("shapes", {}).items()]:
+        shape = "x" in key
+        size, unit_of_size = int(key.split("x")[0]), "M" if shape else "N"
         cublas = next((r["tflops"] for r in block["rows"] if r["kernel"] == "cublas"), None)
         for r in (r for r in block["rows"] if "tflops" in r):
             variant = r["kernel"]
             if block.get(f"default_{variant}_config", d.get(f"default_{variant}_config")) not in (None, r["config"]):
                 variant = f"{variant}-{re.sub(r'[^A-Za-z0-9.]+', '-', r['config']).strip('-')}"
+            variant += f"-at-{key}" if shape else ""
+            fig = functools.partial(figure, "matmul", variant, 1, size, unit_of_size)
             base = r.get("cublas_tflops", cublas) if r["kernel"] != "cublas" else None
-            rows.append(figure("matmul", variant, 1, int(size), "N", "tflops", r["tflops"], "TFLOP/s", "cublas", base))
-            rows += [figure("matmul", variant, 1, int(size), "N", k, r[k], unit)
-                     for k, unit in RESOURCES.items() if k in r]
-            rows += [figure("matmul", variant, 1, int(size), "N", f"sass_{op}", n, "instructions")
-                     for op, n in r.get("sass", {}).items()]
+            rows.append(fig("tflops", r["tflops"], "TFLOP/s", "cublas", base))
+            rows += [fig(k, r[k], unit) for k, unit in RESOURCES.items() if k in r]
+            rows += [fig(f"sass_{op}", n, "instructions") for op, n in r.get("sass", {}).items()]
     return rows
 
 
