@@ -17,6 +17,7 @@
 #   comm/         allreduce.json                     every backend and raw NCCL, 4 B .. 1 GiB (hpclab bench allreduce)
 #                 checks.jsonl                       every backend operation; Exercises 3, 4; collectives over NCCL
 #   conv/         conv_throughput.json               C2 three ways against cuDNN FP32 / TF32
+#                 conv_trunk.json                    AlexNet's trunk forward against cuDNN FP32
 #                 conv_scaling.json, conv_runs.jsonl halo-exchange scaling on 1, 2, 4 GPUs; conv-halo C2 and trunk
 #   ddp/          ddp_mlp_equivalence.json           ddp-mlp losses on 1 and 2 GPUs
 #                 ddp_digits.json, ddp_scaling.json  digits on one GPU; throughput of a 3 x 4096 MLP on 1, 2, 4 GPUs
@@ -181,6 +182,11 @@ topic_conv() {
     last_json throughput > "$DIR/conv_throughput.json"
     note conv_throughput.json
     grep -v '^{' "$DIR/logs/throughput.log" | grep -v '^hpclab backend' | tail -n 12
+    # AlexNet's whole trunk forward at batch 32, Winograd where a layer allows it, against PyTorch (cuDNN FP32)
+    step trunk_vs_cudnn 90 python3 -m hpclab bench conv trunk --batch 32 --method winograd
+    last_json trunk_vs_cudnn > "$DIR/conv_trunk.json"
+    note conv_trunk.json
+    grep -v '^{' "$DIR/logs/trunk_vs_cudnn.log" | tail -n 5
     # one 96->256 5x5 layer 256 wide: 32768 rows (strong), 8192 rows per GPU (weak), host-staged and NCCL halos
     local n
     for n in ${RANKS//,/ }; do
