@@ -3,8 +3,8 @@
 A dense layer is ``Y = act(X @ W + b)``, X (batch, in), W (in, out), b (out,); backward, from
 ``dZ = dY * act'(Z)``: grad W = X^T dZ, grad b = column sums of dZ, grad X = dZ W^T, the products by
 :func:`gemm` (:mod:`hpclab.matmul.fast`). Kernels accumulate in float32 (float64 for float64 data; the
-softmax always in float64) and store in the output's dtype: float64 for exact comparisons between rank counts, float32, float16 for
-mixed precision. Grid-stride loops make any launch shape compute the same answer.
+softmax always in float64) and store in the output's dtype: float64 for exact comparisons between rank
+counts, float32, float16 for mixed precision. Grid-stride loops make any launch shape compute the same answer.
 """
 from __future__ import annotations
 

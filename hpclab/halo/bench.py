@@ -25,7 +25,6 @@ from pathlib import Path
 
 import numpy as np
 
-
 from hpclab import backend, comm as hcomm, roofline
 from hpclab.comm import BACKENDS
 from hpclab.device import identity, select_gpu

@@ -2,9 +2,9 @@
 kernels against the same network in PyTorch (cuDNN FP32), both checked against a float64 NumPy trunk.
 
 Ours is :func:`hpclab.halo.executors.run_device` on a one-rank communicator (no mpirun needed) with its
-buffers kept between calls, so no allocation is timed. Timed as ``throughput`` is (:func:`gpu_times`, here with the other helpers both use):
-back to back and synchronised per call. Our executor synchronises its streams after every layer, so its
-back-to-back time holds the host's kernel launches too; PyTorch's queue ahead.
+buffers kept between calls, so no allocation is timed; one rank queues all its layers and waits once. Timed
+as ``throughput`` is, back to back and synchronised per call (:func:`gpu_times`: the timing helpers both
+benchmarks use live here).
 """
 from __future__ import annotations
 

@@ -11,7 +11,8 @@ load. Also unlike ``fast``:
   A's tile is stored transposed, its four values in four shared rows: as one 16-byte run they cost
   registers (143 instead of 123, one block per SM instead of two) and were slower on an H200.
 
-``warp_kernel(WarpConfig)`` builds it; ``hpclab bench matmul`` sweeps several shapes; ``config_for`` picks the one used.
+``warp_kernel(WarpConfig)`` builds it; ``hpclab bench matmul`` sweeps several shapes; ``config_for``
+picks the one used.
 """
 from __future__ import annotations
 
@@ -82,8 +83,8 @@ class WarpConfig:
 CONFIG = WarpConfig() if backend.name() == "gpu" else WarpConfig(32, 32, 8, 16, 32, 1, 1, pad=4)
 # For a shallow product (K below SHALLOW_K) half-height blocks of four warps, four per SM: each block's
 # fixed costs (the first tile's loads, the stores of C) are then hidden by three others rather than one
-# (3000 x 5000 x 700: 85.0 % of cuBLAS against 80.1 % with CONFIG on an H100, 85.2 % against 80.4 % on an
-# H200; at N = 4095, where K is deep, 82.5 % against 84.7 %).
+# (3000 x 5000 x 700 on an H200: 82.6 % of cuBLAS, 79.0 % with CONFIG; on an H100 83.5 %; at N = 4095, where
+# K is deep, 82.5 % against 84.7 % in a sweep on an H100).
 SHALLOW = WarpConfig(64, 128, 16, 32, 64, 2, 2) if backend.name() == "gpu" else CONFIG
 SHALLOW_K = 1024
 
