@@ -33,8 +33,9 @@ from hpclab.halo.bands import hash_fill
 from hpclab.halo.executors import Buffers, run_device
 from hpclab.halo.layers import BAND_METHODS, Conv
 from hpclab.halo.reference import conv_flops, output_size
-from hpclab.halo.trunk_bench import conv_float64, gpu_times, timing_row, torch_precision, trunk
+from hpclab.halo.trunk_bench import trunk
 from hpclab.halo.versions import gpu_aware_backend, max_rel_error
+from hpclab.halo.vs_cudnn import conv_float64, gpu_times, timing_row, torch_precision
 from hpclab.matmul import fast
 from hpclab.mpi import world
 from hpclab.options import Parser, count

@@ -3,8 +3,7 @@ kernels against the same network in PyTorch (cuDNN FP32), both checked against a
 
 Ours is :func:`hpclab.halo.executors.run_device` on a one-rank communicator (no mpirun needed) with its
 buffers kept between calls, so no allocation is timed; one rank queues all its layers and waits once. Timed
-as ``throughput`` is, back to back and synchronised per call (:func:`gpu_times`: the timing helpers both
-benchmarks use live here).
+as ``throughput`` is, back to back and synchronised per call (:func:`hpclab.halo.vs_cudnn.gpu_times`).
 """
 from __future__ import annotations
 
@@ -22,49 +21,12 @@ from hpclab.halo.executors import Buffers, run_device
 from hpclab.halo.layers import LRN, Conv, Pool
 from hpclab.halo.run import FULL_INPUT, SIM_INPUT, SIM_SCALE
 from hpclab.halo.versions import max_rel_error
+from hpclab.halo.vs_cudnn import conv_float64, gpu_times, timing_row, torch_precision
 from hpclab.mpi import MPI
 from hpclab.results.recorded import figure
-from hpclab.timing import median_times
 
 TRUNK_TARGET = 0.5      # cuDNN FP32 seconds / ours, the whole trunk forward
 TOLERANCE = 1e-4          # max error relative to max |float64 trunk| (float32 sums in another order)
-
-
-def gpu_times(fn, repeats: int, warmup: int = 2, queued: int = 10) -> tuple[float, float]:
-    """(throughput, latency) seconds per call, medians timed in turns: ``queued`` calls back to back then
-    one sync (the host queues the next call while the GPU runs this one, as in a forward pass), and one
-    call then a sync (with the host's launch time). Ours and cuDNN's alike: PyTorch shares Numba's
-    context, so the device synchronisation waits for both."""
-    for _ in range(warmup):
-        fn()
-    batch, single = median_times(lambda: [fn() for _ in range(queued)], fn, repeats=repeats, warmup=0)
-    return batch / queued, single
-
-
-def timing_row(flops, secs, latency, err) -> dict:
-    return {"seconds": secs, "tflops": flops / secs / 1e12, "latency_seconds": latency,
-            "latency_tflops": flops / latency / 1e12, "max_rel_error_vs_float64": err}
-
-
-def torch_precision(torch, tf32: bool) -> dict:
-    """Let cuDNN convolutions and cuBLAS matmuls use TF32, or forbid it; read the settings back."""
-    torch.backends.cudnn.allow_tf32 = tf32
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    seen = {"cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
-            "cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32}
-    try:  # PyTorch >= 2.9 also exposes the setting as a precision name
-        seen["cudnn.conv.fp32_precision"] = torch.backends.cudnn.conv.fp32_precision
-    except Exception:  # noqa: BLE001 - older PyTorch: the flags above are all there is
-        pass
-    return seen
-
-
-def conv_float64(x, w, stride, pad):
-    """Convolution in float64 (patches x weights through BLAS): the yardstick for rounding errors."""
-    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    r, s = w.shape[2:]
-    win = sliding_window_view(xp, (r, s), axis=(2, 3))[:, :, ::stride, ::stride]   # (N, C, P, Q, R, S)
-    return np.einsum("ncpqrs,kcrs->nkpq", win, w.astype(np.float64), optimize=True)
 
 
 def torch_lrn_args(op: LRN) -> tuple:

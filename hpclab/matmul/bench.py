@@ -203,7 +203,7 @@ def main(argv=None) -> int:
     smallest = min(sizes, key=lambda s: s[0] * s[1] * s[2])
     for m, n, k in sizes:
         rng, a_h, b_h, a, b, c = operands(cuda, m, n, k)
-        chosen = warp.config_for(m, n, k)            # what launch() runs at this shape: the default row
+        chosen = warp.config_for(k)            # what launch() runs at this shape: the default row
         warp_configs = [chosen] + [cfg for cfg in warp_sweep if cfg != chosen]
         flop = mm.flops(m, k, n)
         reps = args.repeats or (2 if sim else (20 if flop <= mm.flops(4096, 4096, 4096) else 10))

@@ -89,8 +89,8 @@ SHALLOW = WarpConfig(64, 128, 16, 32, 64, 2, 2) if backend.name() == "gpu" else 
 SHALLOW_K = 1024
 
 
-def config_for(m: int, n: int, k: int) -> WarpConfig:
-    """The tile shape ``launch`` uses for an m x k by k x n product."""
+def config_for(k: int) -> WarpConfig:
+    """The tile shape ``launch`` uses for a product over k terms."""
     return SHALLOW if k < SHALLOW_K else CONFIG
 
 
@@ -230,6 +230,6 @@ def kernel_for(a, b, c, cfg: WarpConfig = CONFIG):
 
 def launch(a, b, c, cfg: WarpConfig | None = None) -> None:
     """c = a @ b on float32 device arrays of any sizes (no checks)."""
-    cfg = cfg or config_for(c.shape[0], c.shape[1], a.shape[1])
+    cfg = cfg or config_for(a.shape[1])
     grid = (-(-c.shape[1] // cfg.bn), -(-c.shape[0] // cfg.bm))
     kernel_for(a, b, c, cfg)[grid, cfg.threads](a, b, c)
