@@ -237,6 +237,57 @@ def test_bucket_plan_covers_every_gradient_once_in_backward_order():
         plan(sizes, 0, 4)
 
 
+def test_first_layer_slices_cut_the_last_bucket_at_row_boundaries():
+    from hpclab.ddp.buckets import plan
+    from hpclab.ddp.model import EXTRA_SLOTS, count_parameters
+
+    sizes = [10, 3, 4, 2]                                 # W0 is 10 x 3: rows of 3 values
+    total = count_parameters(sizes) + EXTRA_SLOTS
+    whole = plan(sizes, 1, 4)
+    sliced = plan(sizes, 1, 4, first_layer_slices=4)
+    assert [b.name for b in whole] == ["layer 2", "layer 1", "layer 0"]
+    assert sliced[:2] == whole[:2]
+    # rows 0-1, 2-4, 5-6, 7-9 of W0, last rows first; the top slice also carries b0
+    assert [(b.start, b.stop) for b in sliced[2:]] == [(21, whole[1].start), (15, 21), (6, 15), (0, 6)]
+    assert [b.name for b in sliced[2:]] == ["layer 0 rows 7-9", "layer 0 rows 5-6", "layer 0 rows 2-4",
+                                            "layer 0 rows 0-1"]
+    for buckets in (whole, sliced, plan(sizes, 1e9, 4, first_layer_slices=3)):
+        assert buckets[0].stop == total and buckets[-1].start == 0
+        assert all(b.stop == a.start for a, b in zip(buckets, buckets[1:]))
+    one = plan(sizes, 1e9, 4, first_layer_slices=2)       # everything in one bucket, cut in W0
+    assert [b.name for b in one] == ["layers 0-2 (layer 0 from row 5)", "layer 0 rows 0-4"]
+    assert len(plan(sizes, 1, 4, first_layer_slices=50)) == 2 + 10      # at most a slice per row
+    for bad in (0, 1.5):
+        with pytest.raises(ValueError, match="first_layer_slices"):
+            plan(sizes, 1, 4, first_layer_slices=bad)
+
+
+@pytest.mark.parametrize("optimizer,momentum", [("sgd", 0.9), ("adam", 0.0)])
+def test_update_per_bucket_gives_the_update_of_the_whole(optimizer, momentum):
+    """With overlap each bucket's update runs once its all-reduce is done: the same weights, bit for bit."""
+    from hpclab.ddp import MLP, init_parameters
+    from hpclab.ddp.trainer import DDPTrainer, random_batch
+    from hpclab.mpi import world
+
+    sizes = [8, 6, 5, 3]
+    weights, losses = [], []
+    for overlap, slices in ((False, 1), (True, 1), (True, 3)):
+        model = MLP(sizes)
+        model.load(init_parameters(sizes, seed=2))
+        trainer = DDPTrainer(model, world(), "mpi-host", optimizer=optimizer, lr=0.05, momentum=momentum,
+                             overlap=overlap, bucket_mb=1e-6, first_layer_slices=slices)
+        batch = random_batch(world(), sizes, 8)
+        losses.append([trainer.step(*batch, 8)[0] for _ in range(3)])
+        weights.append(model.parameters_host())
+        if overlap:
+            assert len(trainer.buckets) == 2 + slices
+            assert set(trainer.phases.seconds) == {"compute", "comm", "update"}
+    for w, loss in zip(weights[1:], losses[1:]):
+        np.testing.assert_array_equal(w, weights[0])
+        assert loss == losses[0]
+    assert not np.array_equal(weights[0], init_parameters(sizes, seed=2))
+
+
 def test_bucket_size_must_be_positive():
     proc = run_hpclab("bench", "ddp", "--mode", "buckets", "--bucket-mb", "0")
     assert proc.returncode == 2 and "--bucket-mb" in proc.stderr and "0 <" in proc.stderr, proc.stderr

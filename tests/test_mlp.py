@@ -203,3 +203,24 @@ def test_model_gradients_match_reference(compute, tol):
     expected = np.concatenate([np.concatenate([gw.ravel(), gb]) for gw, gb in grads])
     np.testing.assert_allclose(bucket[:-2], expected, rtol=tol, atol=tol * 0.1)
     assert bucket[-2] == pytest.approx(loss, rel=tol)
+
+
+def test_backward_in_slices_reports_each_and_gives_the_same_bits():
+    from hpclab.ddp import MLP, init_parameters
+
+    sizes = [9, 5, 3]
+    x = rng.standard_normal((6, 9)).astype(np.float32)
+    labels = dev(rng.integers(0, 3, 6).astype(np.int32).reshape(-1, 1))
+    buckets, reports = [], []
+    for slices in (1, 3):
+        model = MLP(sizes, np.float32)
+        model.load(init_parameters(sizes, seed=1))
+        model.workspace(6)["acts"][0].copy_to_device(x)
+        got = []
+        model.loss_and_gradients(6, labels, "xent", 1 / 6, 1 / 6, on_ready=lambda i, start: got.append((i, start)),
+                                 first_layer_slices=slices)
+        buckets.append(model.bucket.copy_to_host())
+        reports.append(got)
+    np.testing.assert_array_equal(buckets[0], buckets[1])
+    assert reports[0] == [(1, 50), (0, 0)]
+    assert reports[1] == [(1, 50), (0, 30), (0, 15), (0, 0)]         # rows 6-8, 3-5, 0-2 of W0 (5 wide)

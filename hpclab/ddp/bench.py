@@ -14,7 +14,8 @@ The scaling model is an MLP of ``--layers`` dense layers ``--width`` wide (defau
 a 201 MB float32 gradient bucket) on random data (throughput does not depend on the values). Strong scaling
 fixes the global batch, weak the per-GPU batch. Each point is the step time (max over ranks) and its split
 (:func:`hpclab.ddp.throughput.measure`); with ``--overlap`` each point is measured again with ``--bucket-mb``
-buckets all-reduced during the backward pass.
+buckets all-reduced during the backward pass, the first layer's gradient in ``--first-layer-slices`` slices of
+rows (:mod:`hpclab.ddp.buckets`), each bucket's update run as soon as its all-reduce is done.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from hpclab.results.recorded import figure
 from hpclab.scaling import speedups
 
 FIELDS = ["sweep", "gpus", "width", "layers", "parameters", "global_batch", "per_gpu_batch",
-          "precision", "comm", "overlap", "bucket_mb", "buckets", "step_s", "samples_per_s", "compute_s",
+          "precision", "comm", "overlap", "bucket_mb", "buckets", "first_layer_slices", "step_s", "samples_per_s", "compute_s",
           "comm_s", "update_s", "comm_share", "allreduce_s", "hidden_share", "device"]
 # Efficiency targets at 4 GPUs: (sweep, overlapped) -> minimum.
 TARGETS = {("weak", False): 0.85, ("strong", True): 0.75, ("weak", True): 0.95}
@@ -62,7 +63,7 @@ def _measure(args, comm, placement, points) -> list[dict]:
     return [{"sweep": sweep, "width": args.width, "layers": args.layers,
              **measure(comm, [args.width] * (args.layers + 1), batch, steps=args.steps, warmup=args.warmup,
                        precision=args.precision, comm_backend=args.comm, overlap=mb is not None,
-                       bucket_mb=mb or 25.0),
+                       bucket_mb=mb or 25.0, first_layer_slices=args.first_layer_slices),
              "device": placement.gpu_name} for sweep, batch, mb in points]
 
 
@@ -140,7 +141,9 @@ def summarize(path: str) -> int:
         base = next((r for r in pts if r["gpus"] == "1"), None)
         if base is None:
             continue
-        how = f"overlapped, {pts[-1]['buckets']} buckets of {pts[-1]['bucket_mb']} MiB" if overlap else \
+        slices = pts[-1].get("first_layer_slices") or "1"
+        how = (f"overlapped, {pts[-1]['buckets']} buckets of {pts[-1]['bucket_mb']} MiB"
+               + (f" (the first layer in {slices} slices)" if slices != "1" else "")) if overlap else \
             "all-reduce after the backward pass"
         print(f"{kind} scaling ({'global batch fixed' if kind == 'strong' else 'per-GPU batch fixed'}), "
               f"{int(base['parameters']) / 1e6:.1f} M parameters, comm {pts[-1]['comm']}, {how}:")
@@ -235,6 +238,9 @@ def main(argv) -> int:
                    help="scaling: also measure with the gradient all-reduce overlapped with the backward pass")
     p.add_argument("--bucket-mb", type=real(0, 1 << 20, lo_open=True), default=25.0,
                    help="size of a gradient bucket in MiB when overlapping (PyTorch's default: 25)")
+    p.add_argument("--first-layer-slices", type=count(1, 1 << 20), default=4,
+                   help="when overlapping: the first layer's gradient, written last, in this many slices of rows, "
+                        "each all-reduced as soon as it is written (1: one bucket for the layer, as in PyTorch)")
     p.add_argument("--bucket-sizes", type=real_list(0, lo_open=True, example="1,4,16,64"), default=None,
                    help="buckets: the bucket sizes (MiB) to compare (default 1,4,16,64,256)")
     p.add_argument("--csv", help="append scaling rows to this CSV (rank 0)")

@@ -38,15 +38,17 @@ def gemm_kernel(dtype) -> str:
     return "naive" if backend.is_simulator() and np.dtype(dtype) != mm.HALF else "fast"
 
 
-def gemm(a, b, out, trans_a: bool = False, trans_b: bool = False, kernel: str | None = None):
+def gemm(a, b, out, trans_a: bool = False, trans_b: bool = False, kernel: str | None = None,
+         split: int | None = None):
     """out = op(a) @ op(b) on the device; returns out. a and b share a dtype; float16 is multiplied in
-    float32 and stored as out's (float16 or float32). Shapes are checked: a wrong layer size is an error."""
+    float32 and stored as out's (float16 or float32). Shapes are checked: a wrong layer size is an error.
+    ``split``: the fast kernel's slices of K (None: its own choice)."""
     kernel = kernel or gemm_kernel(a.dtype)
     M, _, N, dtype = mm.check_operands(a, b, kernel, trans_a, trans_b)
     if tuple(out.shape) != (M, N) or np.dtype(out.dtype) not in (dtype, mm.acc_dtype(dtype)):
         raise ValueError(f"out is {'x'.join(map(str, out.shape))} {np.dtype(out.dtype)} for {dtype} operands; "
                          f"use {M}x{N} {mm.acc_dtype(dtype)}{' or float16' if dtype == mm.HALF else ''}")
-    mm.launch(kernel, a, b, out, trans_a=trans_a, trans_b=trans_b)
+    mm.launch(kernel, a, b, out, trans_a=trans_a, trans_b=trans_b, split=split)
     return out
 
 
@@ -276,6 +278,18 @@ def dense_forward(x, w, b, out, relu: bool):
     gemm(x, w, out)
     bias_act_kernel[launch_1d(out.size)](out, b, out, relu)
     return out
+
+
+def weight_gradient_in_slices(x, dz, dw, bounds, on_slice):
+    """dw = x^T dz in slices of rows [bounds[s], bounds[s + 1]), last rows first, ``on_slice(r0)`` after each.
+    A slice reads columns r0:r1 of x (a strided view) with the whole product's slices of K, so every element
+    gets the bits that one product would give it."""
+    kernel = gemm_kernel(x.dtype)
+    split = mm.auto_split(x, dw, trans_a=True) if kernel == "fast" else None
+    for r0, r1 in reversed(list(zip(bounds[:-1], bounds[1:]))):
+        gemm(x[:, r0:r1], dz, dw[r0:r1], trans_a=True, kernel=kernel, split=split)
+        on_slice(r0)
+    return dw
 
 
 def dense_backward(x, w, dz, dw, db, dx=None):

@@ -22,6 +22,17 @@ def count_parameters(sizes) -> int:
     return int(sum((n_in + 1) * n_out for n_in, n_out in zip(sizes[:-1], sizes[1:])))
 
 
+def layer_offsets(sizes) -> list[int]:
+    """Where each layer's W starts in the flat vector (W0 at 0, then b0, W1, b1, ...), and the end."""
+    return [count_parameters(sizes[:i + 1]) for i in range(len(sizes))]
+
+
+def slice_bounds(rows: int, slices: int) -> list[int]:
+    """``slices`` (at most ``rows``) nearly equal runs of rows: their boundaries, from 0 to ``rows``."""
+    slices = max(1, min(int(slices), rows))
+    return [rows * s // slices for s in range(slices + 1)]
+
+
 def init_parameters(sizes, seed: int, dtype=np.float32) -> np.ndarray:
     """PyTorch's default for nn.Linear: W and b uniform in +-1/sqrt(fan_in), flattened."""
     rng = np.random.default_rng(seed)
@@ -73,6 +84,7 @@ class MLP:
         self.sizes = [int(s) for s in sizes]
         self.dtype, self.compute_dtype = np.dtype(dtype), np.dtype(compute_dtype or dtype)
         self.n_params = count_parameters(self.sizes)
+        self.offsets = layer_offsets(self.sizes)
         self.params = cuda.device_array(self.n_params, self.dtype)
         self.compute_params = (self.params if self.compute_dtype == self.dtype
                                else cuda.device_array(self.n_params, self.compute_dtype))
@@ -118,21 +130,29 @@ class MLP:
             K.dense_forward(acts[i], w, b, acts[i + 1], relu=i < last)
         return acts[-1]
 
-    def loss_and_gradients(self, n: int, targets, loss: str, grad_scale: float, loss_scale: float, on_ready=None):
+    def loss_and_gradients(self, n: int, targets, loss: str, grad_scale: float, loss_scale: float,
+                           on_ready=None, first_layer_slices: int = 1):
         """Forward, loss and backward for the n rows in the workspace: the gradients of ``grad_scale * sum of
         per-row losses`` in the bucket, ``loss_scale * sum of losses`` and the correct predictions in its last
-        two slots. ``on_ready(i)`` as soon as layer i's gradients are written: its all-reduce may start."""
+        two slots. ``on_ready(i, start)`` as soon as the gradients of layer i from flat index ``start`` on (and of
+        every later layer) are written: their all-reduce may start. The first layer's W, written last, in
+        ``first_layer_slices`` slices of rows, last rows first, each reported (:mod:`hpclab.ddp.buckets`)."""
         work = self.workspace(n)
         logits = self.forward(n)
         dz = work["dz"][-1]
         LOSSES[loss](logits, targets, dz, work["stats"], grad_scale, loss_scale)
         K.col_sum(work["stats"], self.stat_slots)
+        report = on_ready or (lambda i, start: None)
         for i in reversed(range(len(self.layers))):
             w, _ = self.layers[i]
             dw, db = self.grads[i]
-            K.dense_backward(work["acts"][i], w, dz, dw, db)
-            if on_ready is not None:
-                on_ready(i)
+            if i == 0 and first_layer_slices > 1:
+                K.col_sum(dz, db)                    # b0 lies after W0: written before W0's first slice
+                K.weight_gradient_in_slices(work["acts"][0], dz, dw, slice_bounds(dw.shape[0], first_layer_slices),
+                                            lambda r0: report(0, r0 * dw.shape[1]))
+            else:
+                K.dense_backward(work["acts"][i], w, dz, dw, db)
+                report(i, self.offsets[i])
             if i > 0:
                 dx = K.gemm(dz, w, work["dz"][i], trans_b=True)        # the gradient passed back: dz w^T
                 dz = K.relu_backward(dx, work["acts"][i], dx)

@@ -6,7 +6,9 @@
 3. One all-reduce (sum) of the flat gradient bucket per step, the batch's loss in it; with ``overlap``, as
    PyTorch does, buckets of about ``bucket_mb`` (:mod:`hpclab.ddp.buckets`), each all-reduced on a stream
    of its own as soon as the backward pass has written it.
-4. Every rank applies the same update, so the replicas stay identical (:func:`replica_checksums`).
+4. Every rank applies the same update, so the replicas stay identical (:func:`replica_checksums`); with
+   ``overlap``, each bucket's part of it as soon as that bucket's all-reduce is done, while the last
+   buckets are still being summed.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import numpy as np
 
 from hpclab import backend, comm as hcomm, timeline as T
 from hpclab.ddp import buckets as B, mlp as K
-from hpclab.ddp.model import MLP, init_parameters
+from hpclab.ddp.model import EXTRA_SLOTS, MLP, init_parameters
 from hpclab.errors import RankError
 from hpclab.mpi import MPI
 from hpclab.streams import comm_stream
@@ -83,7 +85,7 @@ class DDPTrainer:
     def __init__(self, model: MLP, comm, comm_backend="auto", optimizer: str = "sgd",
                  lr: float = 0.01, momentum: float = 0.0, scale_lr: bool = False,
                  loss: str = "xent", loss_scaling: bool = False, overlap: bool = False,
-                 bucket_mb: float = 25.0):
+                 bucket_mb: float = 25.0, first_layer_slices: int = 1):
         if optimizer not in OPTIMIZERS:
             raise ValueError(f"unknown optimizer {optimizer!r}; use one of {', '.join(OPTIMIZERS)}")
         if not lr > 0:
@@ -102,20 +104,18 @@ class DDPTrainer:
         zeros = np.zeros(model.n_params, model.dtype)
         self.state = [cuda.to_device(zeros) for _ in range(1 if optimizer == "sgd" else 2)]   # velocity, or 2 moments
         self._targets: dict[int, object] = {}     # a target buffer per batch size
-        self.overlap = overlap
+        self.overlap, self.first_layer_slices = overlap, first_layer_slices if overlap else 1
         # The all-reduced gradients land here, one buffer for the whole training (not 200 MB allocated and
         # freed per step); the models were checked to agree above, so the all-reduce skips its shape check.
         self.summed = cuda.device_array_like(model.bucket)
         if overlap:
-            self.buckets = B.plan(model.sizes, bucket_mb * 2 ** 20, model.dtype.itemsize)
+            self.buckets = B.plan(model.sizes, bucket_mb * 2 ** 20, model.dtype.itemsize, first_layer_slices)
             self.comm_stream = comm_stream()[0]
             # Per bucket: "gradients written" on the default stream, the all-reduce's start and end on the comm
             # stream (made once: events made per step are freed per step).
             self._events = [[cuda.event() for _ in range(3)] for _ in self.buckets]
-            self._backward_done = cuda.event()
-            tops = [len(model.sizes) - 2] + [b.ready_after - 1 for b in self.buckets[:-1]]
-            self._names = [f"all-reduce layers {b.ready_after}-{top}" if top > b.ready_after else
-                           f"all-reduce layer {top}" for b, top in zip(self.buckets, tops)]
+            self._backward_done, self._stats_copied = cuda.event(), cuda.event()
+            self._stats_host = cuda.pinned_array(EXTRA_SLOTS, model.dtype)   # the summed loss, copied early
             self.allreduce_busy_s = 0.0     # GPU time of the bucket all-reduces, summed over steps
 
     def step(self, x_dev, y_dev, idx_dev, global_batch: int) -> tuple[float, float]:
@@ -140,76 +140,107 @@ class DDPTrainer:
         scale = 1.0 / (global_batch if self.loss == "xent" else global_batch * model.sizes[-1])
         loss_scale = self.scaler.scale if self.scaler else 1.0
         tl = self.timeline
-        if tl:              # a span per layer's gradients, cut where the backward pass reports them written
+        if tl:              # a span per layer's gradients, cut where the backward pass reports a layer written
             tl.cut(f"forward, layer {len(model.sizes) - 2} gradients")
             then = on_ready
 
-            def on_ready(i):
-                tl.cut(f"layer {i - 1} gradients" if i else None)
+            def on_ready(i, start):
+                if start == model.offsets[i]:
+                    tl.cut(f"layer {i - 1} gradients" if i else None)
                 if then:
-                    then(i)
+                    then(i, start)
         K.take_rows(x_dev, idx_dev, work["acts"][0])
         K.take_rows(y_dev, idx_dev, targets)
-        model.loss_and_gradients(n, targets, self.loss, scale * loss_scale, scale, on_ready=on_ready)
+        model.loss_and_gradients(n, targets, self.loss, scale * loss_scale, scale, on_ready=on_ready,
+                                 first_layer_slices=self.first_layer_slices)
         return loss_scale
 
     def _step_overlapped(self, x_dev, y_dev, idx_dev, global_batch: int) -> tuple[float, float]:
-        """:meth:`step` with each gradient bucket all-reduced as soon as it is written. Phases: ``compute``
-        until the backward pass is done, ``comm`` the wait for the all-reduces still running after it (the
-        part not hidden), ``update``; ``allreduce_busy_s`` adds up how long the all-reduces took."""
-        bucket = self.model.bucket
-        queue = list(zip(self.buckets, self._events, self._names))
+        """:meth:`step` with each gradient bucket all-reduced as soon as it is written, and (without loss
+        scaling, whose overflow test needs every gradient first) its part of the update queued behind that
+        all-reduce. Phases: ``compute`` until the backward pass is done, ``comm`` the all-reduce time left
+        after it (not hidden), ``update`` the rest of the step; ``allreduce_busy_s`` adds up how long the
+        all-reduces took."""
+        model, bucket = self.model, self.model.bucket
+        queue = list(zip(self.buckets, self._events))
         blocking = 0.0             # seconds in all-reduces that ran to completion (MPI backends)
         tl = self.timeline or T.OFF
 
-        def start_ready(layer: int) -> None:
+        def start_ready(layer: int, start: int) -> None:
             nonlocal blocking
-            while queue and queue[0][0].ready_after == layer:
-                b, (written, begun, done), name = queue.pop(0)
+            while queue and queue[0][0].start >= start:
+                b, (written, begun, done) = queue.pop(0)
                 written.record(0)                   # after the kernels that wrote this bucket...
                 written.wait(self.comm_stream)      # ...which the comm stream now waits for
                 begun.record(self.comm_stream)
                 t0 = time.perf_counter()
-                with tl.span(name, "comm", self.comm_stream, "comm stream"):
+                with tl.span(f"all-reduce {b.name}", "comm", self.comm_stream, "comm stream"):
                     if not self.be.allreduce_enqueue(bucket[b.start:b.stop], self.summed[b.start:b.stop],
                                                      self.comm_stream):
                         blocking += time.perf_counter() - t0
                 done.record(self.comm_stream)
+                if b.stop > model.n_params:         # the loss slots: to the host while the backward goes on
+                    self.summed[model.n_params:].copy_to_host(self._stats_host, stream=self.comm_stream)
+                    self._stats_copied.record(self.comm_stream)
 
         # Timed by hand: a Phases block synchronises the whole device, the comm stream too.
         cuda.synchronize()
         t0 = time.perf_counter()
         loss_scale = self._forward_backward(x_dev, y_dev, idx_dev, global_batch, on_ready=start_ready)
         self._backward_done.record(0)
+        if self.scaler is None:
+            self._stats_copied.synchronize()
+            loss, correct = self._checked_loss(self._stats_host)
+            with tl.span("update", "compute"):
+                for b, (_, _, done) in zip(self.buckets, self._events):
+                    done.wait(0)                    # the default stream waits for this bucket's sums
+                    self._optimizer_step(self.summed, 1.0, b.start, min(b.stop, model.n_params))
+                model.refresh_compute_copy()
         self._backward_done.synchronize()           # the backward pass, not the all-reduces
         t1 = time.perf_counter()
-        self.comm_stream.synchronize()
+        cuda.synchronize()
         t2 = time.perf_counter()
+        # What ran after the backward pass: the all-reduces still going (exposed), then any update left.
+        exposed = t2 - t1 if self.scaler else \
+            min(t2 - t1, max(0.0, self._backward_done.elapsed_time(self._events[-1][2]) / 1e3))
         self.phases.seconds["compute"] += t1 - t0 - blocking
-        self.phases.seconds["comm"] += t2 - t1 + blocking
+        self.phases.seconds["comm"] += exposed + blocking
         self.allreduce_busy_s += blocking or sum(begun.elapsed_time(done) for _, begun, done in self._events) / 1e3
-        return self._update(self.summed, loss_scale)
+        if self.scaler:
+            return self._update(self.summed, loss_scale)
+        self.phases.seconds["update"] += t2 - t1 - exposed
+        self.steps += 1
+        return loss, correct
+
+    def _checked_loss(self, stats) -> tuple[float, float]:
+        """(loss, correct predictions) from the summed slots; a diverged loss is an error on every rank."""
+        loss, correct = (float(v) for v in stats)
+        if not math.isfinite(loss):
+            why = (f"the loss became {loss} at step {self.steps + 1} (learning rate {self.lr:g}); "
+                   "training diverged: lower --lr (or use --optimizer adam)")
+            # Every rank saw the same summed loss: all raise the same error.
+            raise RankError("training", dict.fromkeys(range(self.comm.size), why), self.comm.size)
+        return loss, correct
+
+    def _optimizer_step(self, grads, grad_scale: float, lo: int = 0, hi: int | None = None) -> None:
+        """The update of parameters [lo, hi) from their summed gradients (elementwise: any range)."""
+        params, state = self.model.params[lo:hi], [s[lo:hi] for s in self.state]
+        if self.optimizer == "sgd":
+            K.sgd_update(params, grads[lo:hi], state[0], self.lr, self.momentum, grad_scale)
+        else:
+            K.adam_update(params, grads[lo:hi], state[0], state[1], self.steps + 1, self.lr, grad_scale=grad_scale)
 
     def _update(self, summed, loss_scale: float) -> tuple[float, float]:
         """Loss, correct predictions and the optimiser step from the summed bucket."""
         model = self.model
         with self.phases("update"), (self.timeline or T.OFF).span("update", "compute"):
-            loss, correct = (float(v) for v in summed[model.n_params:].copy_to_host())
-            if not math.isfinite(loss):
-                why = (f"the loss became {loss} at step {self.steps + 1} (learning rate {self.lr:g}); "
-                       "training diverged: lower --lr (or use --optimizer adam)")
-                # Every rank saw the same summed loss: all raise the same error.
-                raise RankError("training", dict.fromkeys(range(self.comm.size), why), self.comm.size)
+            loss, correct = self._checked_loss(summed[model.n_params:].copy_to_host())
             grads = summed[:model.n_params]
             overflow = self.scaler is not None and K.any_nonfinite(grads)   # the same on every rank: same sums
             if self.scaler:
                 self.scaler.update(overflow)
             if not overflow:                # an overflowing step is skipped
-                if self.optimizer == "sgd":
-                    K.sgd_update(model.params, grads, self.state[0], self.lr, self.momentum, 1.0 / loss_scale)
-                else:
-                    K.adam_update(model.params, grads, self.state[0], self.state[1], self.steps + 1,
-                                  self.lr, grad_scale=1.0 / loss_scale)
+                self._optimizer_step(grads, 1.0 / loss_scale, 0, model.n_params)
                 model.refresh_compute_copy()
         self.steps += 1
         return loss, correct

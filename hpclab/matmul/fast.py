@@ -305,6 +305,14 @@ def split_for(blocks: int, k: int, cfg: FastConfig, dtype, out_dtype) -> int:
     return 2 if blocks <= _sms(cuda.get_current_device().id) and k >= 16 * cfg.bk else 1
 
 
+def auto_split(a, c, trans_a: bool = False, cfg: FastConfig | None = None) -> int:
+    """:func:`split_for`'s choice for the fast kernel computing c = op(a) @ ...: products computed in row
+    slices pass the whole product's choice, so that each slice gives the bits the whole would."""
+    cfg = cfg or fast_config(a.dtype)
+    blocks = -(-c.shape[1] // cfg.bn) * -(-c.shape[0] // cfg.bm)
+    return split_for(blocks, a.shape[0] if trans_a else a.shape[1], cfg, a.dtype, c.dtype)
+
+
 @cuda.jit
 def zero_kernel(c):
     for e in range(cuda.grid(1), c.size, cuda.gridsize(1)):
@@ -319,8 +327,7 @@ def launch(kernel: str, a, b, c, config=None,
         dtype = np.dtype(a.dtype)
         cfg = config or fast_config(dtype)
         grid = ((c.shape[1] + cfg.bn - 1) // cfg.bn, (c.shape[0] + cfg.bm - 1) // cfg.bm)
-        k = a.shape[0] if trans_a else a.shape[1]
-        split = split_for(grid[0] * grid[1], k, cfg, dtype, c.dtype) if split is None else split
+        split = auto_split(a, c, trans_a, cfg) if split is None else split
         if split > 1:
             zero_kernel[launch_1d(c.size)](c)
             grid = (*grid, split)
