@@ -8,8 +8,6 @@ load. Also unlike ``fast``:
 - Any M, N, K (float32, untransposed), bounds checked at the edges only: a block tests once whether its
   tile lies inside C, and each tile of k whether it is whole; sizes that divide the tiles need no test.
 - B's tile is copied four columns at a time, one 16-byte global load and shared store (:mod:`.wide`).
-  Where B's rows do not start on 16-byte boundaries (N not a multiple of 4), each thread copies four
-  columns a warp apart instead, so that every one of its four loads is coalesced across the warp.
   A's tile is stored transposed, its four values in four shared rows: as one 16-byte run they cost
   registers (143 instead of 123, one block per SM instead of two) and were slower on an H200.
 
@@ -116,7 +114,6 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
     A_SHARED, B_SHARED = 2 * A_BUF, 2 * B_BUF          # array sizes: plain ints, known before compiling
     ZERO, ONE, TWO, THREE, FOUR = U(0), U(1), U(2), U(3), U(4)
     EDGES, RUNS = bool(edges), bool(runs)
-    B_DJ = ONE if RUNS else B_RUNS                     # a thread's four B columns: adjacent, or a warp apart
 
     @cuda.jit(device=True, fastmath=True)
     def multiply_step(As, Bs, a_at, b_at, a_frag, b_frag, acc):
@@ -149,8 +146,7 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
         for s in range(B_N):
             kk, cc = k0 + b_k + U(s) * B_STEP, col0 + b_c
             for j in range(4):
-                col = cc + U(j) * B_DJ
-                b_next[4 * s + j] = b[kk, col] if kk < K and col < N else float32(0)
+                b_next[4 * s + j] = b[kk, cc + U(j)] if kk < K and cc + U(j) < N else float32(0)
 
     # The edge tests take registers: ask for two blocks of 256 threads per SM still (128 registers each).
     bounds = {"launch_bounds": (cfg.threads, max(1, 512 // cfg.threads))} if edges and backend.name() == "gpu" else {}
@@ -165,7 +161,7 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
         m0 = (warp // (BN // WN)) * WM + (lane // LN) * FOUR
         n0 = (warp % (BN // WN)) * WN + (lane % LN) * FOUR
         a_k, a_r = tid % BK, tid // BK                 # what this thread copies (coalesced along k / n)
-        b_c, b_k = (tid % B_RUNS) * (FOUR if RUNS else ONE), tid // B_RUNS
+        b_c, b_k = (tid % B_RUNS) * FOUR, tid // B_RUNS
         As = cuda.shared.array(A_SHARED, float32, alignment=16)   # As[buf, k, m] = A[row0 + m, k0 + k]
         Bs = cuda.shared.array(B_SHARED, float32, alignment=16)   # Bs[buf, k, n] = B[k0 + k, col0 + n]
         acc = cuda.local.array((TM, TN), float32)
@@ -193,7 +189,7 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
                             load4(b, k_b, col0 + b_c)
                     else:
                         for j in range(4):
-                            b_next[4 * s + j] = b[k_b, col0 + b_c + U(j) * B_DJ]
+                            b_next[4 * s + j] = b[k_b, col0 + b_c + U(j)]
             if t > ZERO:      # tile t - 1 is in shared buffer `cur`: multiply it
                 a_base, b_base = cur * A_BUF + m0, cur * B_BUF + n0
                 # The tile's steps of k written out, four at a time (BK is a constant: the
@@ -212,12 +208,8 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
                 for s in range(A_N):
                     As[nxt * A_BUF + a_k * SA + a_r + U(s) * A_STEP] = a_next[s]
                 for s in range(B_N):
-                    at = nxt * B_BUF + (b_k + U(s) * B_STEP) * SB + b_c
-                    if RUNS:
-                        store4(Bs, at, b_next[4 * s], b_next[4 * s + 1], b_next[4 * s + 2], b_next[4 * s + 3])
-                    else:
-                        for j in range(4):
-                            Bs[at + U(j) * B_DJ] = b_next[4 * s + j]
+                    store4(Bs, nxt * B_BUF + (b_k + U(s) * B_STEP) * SB + b_c,
+                           b_next[4 * s], b_next[4 * s + 1], b_next[4 * s + 2], b_next[4 * s + 3])
             cuda.syncthreads()
         for s in range(MI):
             for i in range(4):
