@@ -72,9 +72,12 @@ def test_curves_carry_labels_with_device_date_and_size():
     eff = dict(pi[0].efficiencies())
     assert eff[4] == pytest.approx(recorded.value("pi-mc/strong/h200x4/4gpu/3200000000000/efficiency"), rel=1e-4)
     ddp = {c.mode: dict(c.efficiencies()) for c in recorded.curves("ddp-scaling")}
-    assert ddp["weak"][4] == pytest.approx(recorded.value("ddp-scaling/weak/h200x4/4gpu/4096/efficiency"), rel=1e-4)
-    assert ddp["strong"][4] == pytest.approx(recorded.value("ddp-scaling/strong/h200x4/4gpu/2048/efficiency"),
+    run = "h200x4-bucket-updates"
+    assert ddp["weak"][4] == pytest.approx(recorded.value(f"ddp-scaling/weak/{run}/4gpu/4096/efficiency"), rel=1e-4)
+    assert ddp["strong"][4] == pytest.approx(recorded.value(f"ddp-scaling/strong/{run}/4gpu/2048/efficiency"),
                                              rel=1e-4)
+    assert all(c.label.startswith(f"{c.mode}, 3 x 4096 MLP: 4× H200 (NVLink), 2026-11-26")
+               for c in recorded.curves("ddp-scaling"))
     assert [p["ranks"] for p in recorded.curves("pi-midpoint")[0].points] == [1]
     assert {p["mode"] for p in recorded.conv_points()} == {"strong", "weak"}
     assert set(recorded.allreduce("h200x2")) == {"mpi-host", "nccl", "raw-nccl"}

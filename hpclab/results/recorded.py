@@ -148,7 +148,8 @@ def _count(x: float) -> str:
 
 
 def _run_name(run: str, device: str) -> str:
-    return RUN_NAMES.get(run, device.replace("NVIDIA ", ""))
+    """'4× H200 (NVLink)' for run h200x4 and for its named runs (h200x4-NAME)."""
+    return RUN_NAMES.get(run.split("-", 1)[0], device.replace("NVIDIA ", ""))
 
 
 def scaling(program: str, run: str, variant: str = "strong", metric: str = "wall_s", what: str = "") -> Curve:
@@ -188,7 +189,7 @@ def curves(program: str) -> list[Curve]:
         return [scaling("conv-halo", "h200x4", f"{mode}-{comm}", what=f"{mode}, {halos[comm]}")
                 for mode in ("strong", "weak") for comm in halos]
     if program == "ddp-scaling":
-        return [scaling("ddp-scaling", "h200x4", mode, "step_s", what=f"{mode}, 3 x 4096 MLP")
+        return [scaling("ddp-scaling", "h200x4-bucket-updates", mode, "step_s", what=f"{mode}, 3 x 4096 MLP")
                 for mode in ("weak", "strong")]
     raise KeyError(f"no recorded curves for {program!r}")
 
