@@ -35,7 +35,8 @@ SCALE = {"%": 100.0, "ms": 1e3, "µs": 1e6, "us": 1e6, "ns": 1e9, "M": 1e-6, "×
 # What the notebooks plot: recorded's curves, conv_points and allreduce, and notebooks 04 and 07's rows().
 PLOTTED = [{"program": "pi-mc", "variant": "strong", "metric": "wall_s"}, {"program": "conv-halo", "run": "h200x4"},
            {"program": "pi-midpoint", "variant": "bench", "run": "h200", "metric": "rate"},
-           {"program": "ddp-scaling", "run": "h200x4-bucket-updates", "metric": "step_s"}, {"program": "allreduce", "metric": "busbw"},
+           {"program": "ddp-scaling", "run": "h200x4-bucket-updates", "metric": "step_s"},
+           {"program": "allreduce", "metric": "busbw"},
            {"program": "ddp-scaling", "run": "h200x2", "gpus": 2}, {"program": "allreduce", "metric": "time_s"},
            {"program": "matmul", "run": "h200", "size": 4096, "metric": "tflops"}]
 
