@@ -33,13 +33,12 @@ def plan(sizes, bucket_bytes: float, itemsize: int, first_layer_slices: int = 1)
     if int(first_layer_slices) != first_layer_slices or first_layer_slices < 1:
         raise ValueError(f"first_layer_slices must be a whole number >= 1 (got {first_layer_slices})")
     offsets = layer_offsets(sizes)          # where each layer's W starts in the flat vector, then the end
-    buckets, stop = [], offsets[-1] + EXTRA_SLOTS
+    buckets, stop, top = [], offsets[-1] + EXTRA_SLOTS, len(sizes) - 2
     for layer in reversed(range(len(sizes) - 1)):
         if (stop - offsets[layer]) * itemsize >= bucket_bytes or layer == 0:
-            top = max(i for i in range(len(sizes) - 1) if offsets[i] < min(stop, offsets[-1]))
             name = f"layer {layer}" if top == layer else f"layers {layer}-{top}"
             buckets.append(Bucket(offsets[layer], stop, layer, name))
-            stop = offsets[layer]
+            stop, top = offsets[layer], layer - 1
     if first_layer_slices == 1:
         return buckets
     last, width = buckets.pop(), sizes[1]
