@@ -28,7 +28,7 @@ _OPS = {"sum": 0, "max": 2, "min": 3}  # ncclSum, ncclMax, ncclMin
 _TYPES = {np.dtype(k): v for k, v in {
     "int8": 0, "uint8": 1, "int32": 2, "uint32": 3, "int64": 4, "uint64": 5,
     "float16": 6, "float32": 7, "float64": 8}.items()}
-_communicators: dict = {}  # id(MPI comm) -> (comm, NcclCommunicator, device)
+_communicators: dict = {}  # id(MPI comm), or (id, CTA limit) -> (comm, communicator, device)
 
 
 class NcclUnavailable(RuntimeError):
@@ -207,12 +207,22 @@ class NcclBackend(Backend):
         self._call("allReduce", buf, out, buf.size, self._code(buf), _OPS[op])
         return out
 
-    def allreduce_enqueue(self, buf, out, stream) -> bool:
+    def allreduce_enqueue(self, buf, out, stream, max_ctas=None) -> bool:
         # ncclAllReduce on the given stream, no synchronisation: the caller orders the
         # stream after the kernels that wrote buf (an event) and waits for it when it needs out.
-        self.nccl_comm.allReduce(pointer(buf), pointer(out), buf.size, self._code(buf), _OPS["sum"],
-                                 stream_handle(stream))
+        comm = self.limited(max_ctas).all_reduce if max_ctas else self.nccl_comm.allReduce
+        comm(pointer(buf), pointer(out), buf.size, self._code(buf), _OPS["sum"], stream_handle(stream))
         return True
+
+    def limited(self, max_ctas: int):
+        """This rank's communicator limited to ``max_ctas`` CTAs (:mod:`hpclab.comm.nccl_ctas`); made
+        once, collectively, on first use, so every rank must ask for it at the same point."""
+        key = (id(self.comm), max_ctas)
+        if key not in _communicators:
+            from hpclab.comm.nccl_ctas import LimitedCommunicator
+
+            _communicators[key] = (self.comm, LimitedCommunicator(self.comm, max_ctas), self.device)
+        return _communicators[key][1]
 
     def reduce(self, buf, root=0, op="sum"):
         buf = self.prepared(buf, "reduce", op=op)

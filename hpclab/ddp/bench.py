@@ -37,7 +37,7 @@ from hpclab.results.recorded import figure
 from hpclab.scaling import speedups
 
 FIELDS = ["sweep", "gpus", "width", "layers", "parameters", "global_batch", "per_gpu_batch",
-          "precision", "comm", "overlap", "bucket_mb", "buckets", "first_layer_slices", "step_s", "samples_per_s",
+          "precision", "comm", "overlap", "bucket_mb", "buckets", "first_layer_slices", "overlap_ctas", "step_s", "samples_per_s",
           "compute_s", "comm_s", "update_s", "comm_share", "allreduce_s", "hidden_share", "device"]
 # Efficiency targets at 4 GPUs: (sweep, overlapped) -> minimum.
 TARGETS = {("weak", False): 0.85, ("strong", True): 0.75, ("weak", True): 0.95}
@@ -63,7 +63,8 @@ def _measure(args, comm, placement, points) -> list[dict]:
     return [{"sweep": sweep, "width": args.width, "layers": args.layers,
              **measure(comm, [args.width] * (args.layers + 1), batch, steps=args.steps, warmup=args.warmup,
                        precision=args.precision, comm_backend=args.comm, overlap=mb is not None,
-                       bucket_mb=mb or 25.0, first_layer_slices=args.first_layer_slices),
+                       bucket_mb=mb or 25.0, first_layer_slices=args.first_layer_slices,
+                       overlap_ctas=args.overlap_ctas),
              "device": placement.gpu_name} for sweep, batch, mb in points]
 
 
@@ -143,7 +144,9 @@ def summarize(path: str) -> int:
             continue
         slices = pts[-1].get("first_layer_slices") or "1"
         how = (f"overlapped, {pts[-1]['buckets']} buckets of {pts[-1]['bucket_mb']} MiB"
-               + (f" (the first layer in {slices} slices)" if slices != "1" else "")) if overlap else \
+               + (f" (the first layer in {slices} slices)" if slices != "1" else "")
+               + (f", all but the last by at most {pts[-1]['overlap_ctas']} CTAs"
+                  if pts[-1].get("overlap_ctas") else "")) if overlap else \
             "all-reduce after the backward pass"
         print(f"{kind} scaling ({'global batch fixed' if kind == 'strong' else 'per-GPU batch fixed'}), "
               f"{int(base['parameters']) / 1e6:.1f} M parameters, comm {pts[-1]['comm']}, {how}:")
@@ -241,6 +244,9 @@ def main(argv) -> int:
     p.add_argument("--first-layer-slices", type=count(1, 1 << 20), default=4,
                    help="when overlapping: the first layer's gradient, written last, in this many slices of rows, "
                         "each all-reduced as soon as it is written (1: one bucket for the layer, as in PyTorch)")
+    p.add_argument("--overlap-ctas", type=count(1, 64), default=None,
+                   help="when overlapping with NCCL: run the all-reduce of every bucket but the last with kernels "
+                        "of at most this many thread blocks (default: as many as NCCL picks)")
     p.add_argument("--bucket-sizes", type=real_list(0, lo_open=True, example="1,4,16,64"), default=None,
                    help="buckets: the bucket sizes (MiB) to compare (default 1,4,16,64,256)")
     p.add_argument("--csv", help="append scaling rows to this CSV (rank 0)")
