@@ -311,7 +311,7 @@ def test_cta_limited_communicator_config_and_limits():
     # MPI runs no kernels of its own: the limit does not apply, and the trainer says so by not keeping it.
     trainer = DDPTrainer(MLP([4, 3, 2]), world(), "mpi-host", overlap=True, bucket_mb=1e-6, overlap_ctas=4)
     assert trainer.overlap_ctas is None
-    proc = run_hpclab("bench", "ddp", "--mode", "scaling", "--overlap-ctas", "0")
+    proc = run_hpclab("bench", "ddp", "--mode", "scaling", "--overlap-ctas", "65")
     assert proc.returncode == 2 and "--overlap-ctas" in proc.stderr, proc.stderr
 
 

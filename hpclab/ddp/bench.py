@@ -15,7 +15,8 @@ a 201 MB float32 gradient bucket) on random data (throughput does not depend on 
 fixes the global batch, weak the per-GPU batch. Each point is the step time (max over ranks) and its split
 (:func:`hpclab.ddp.throughput.measure`); with ``--overlap`` each point is measured again with ``--bucket-mb``
 buckets all-reduced during the backward pass, the first layer's gradient in ``--first-layer-slices`` slices of
-rows (:mod:`hpclab.ddp.buckets`), each bucket's update run as soon as its all-reduce is done.
+rows (:mod:`hpclab.ddp.buckets`), each bucket's update run as soon as its all-reduce is done, and with NCCL
+the all-reduces of all buckets but the last run by kernels of at most ``--overlap-ctas`` thread blocks.
 """
 from __future__ import annotations
 
@@ -64,7 +65,7 @@ def _measure(args, comm, placement, points) -> list[dict]:
              **measure(comm, [args.width] * (args.layers + 1), batch, steps=args.steps, warmup=args.warmup,
                        precision=args.precision, comm_backend=args.comm, overlap=mb is not None,
                        bucket_mb=mb or 25.0, first_layer_slices=args.first_layer_slices,
-                       overlap_ctas=args.overlap_ctas),
+                       overlap_ctas=args.overlap_ctas or None),
              "device": placement.gpu_name} for sweep, batch, mb in points]
 
 
@@ -244,9 +245,10 @@ def main(argv) -> int:
     p.add_argument("--first-layer-slices", type=count(1, 1 << 20), default=4,
                    help="when overlapping: the first layer's gradient, written last, in this many slices of rows, "
                         "each all-reduced as soon as it is written (1: one bucket for the layer, as in PyTorch)")
-    p.add_argument("--overlap-ctas", type=count(1, 64), default=None,
+    p.add_argument("--overlap-ctas", type=count(0, 64), default=8,
                    help="when overlapping with NCCL: run the all-reduce of every bucket but the last with kernels "
-                        "of at most this many thread blocks (default: as many as NCCL picks)")
+                        "of at most this many thread blocks, which leaves the backward pass more SMs (0: as many as "
+                        "NCCL picks)")
     p.add_argument("--bucket-sizes", type=real_list(0, lo_open=True, example="1,4,16,64"), default=None,
                    help="buckets: the bucket sizes (MiB) to compare (default 1,4,16,64,256)")
     p.add_argument("--csv", help="append scaling rows to this CSV (rank 0)")
