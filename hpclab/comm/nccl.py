@@ -16,6 +16,7 @@ import numpy as np
 
 from hpclab import backend
 from hpclab.comm.base import Backend
+from hpclab.comm.nccl_ctas import LimitedCommunicator
 from hpclab.device import describe_sharing, sharing
 from hpclab.errors import RankError, step
 from hpclab.mpi import MPI
@@ -219,9 +220,8 @@ class NcclBackend(Backend):
         once, collectively, on first use, so every rank must ask for it at the same point."""
         key = (id(self.comm), max_ctas)
         if key not in _communicators:
-            from hpclab.comm.nccl_ctas import LimitedCommunicator
-
-            _communicators[key] = (self.comm, LimitedCommunicator(self.comm, max_ctas), self.device)
+            _communicators[key] = (self.comm, LimitedCommunicator(self.comm, max_ctas, self._nccl),
+                                    self.device)
         return _communicators[key][1]
 
     def reduce(self, buf, root=0, op="sum"):

@@ -36,12 +36,10 @@ def config(max_ctas: int) -> Config:
     return Config(ctypes.sizeof(Config), CONFIG_MAGIC, CONFIG_VERSION, UNDEFINED, UNDEFINED, 1, max_ctas)
 
 
-def library() -> ctypes.CDLL:
-    """The NCCL library that ``cupy.cuda.nccl`` loaded (found in this process's memory map), so that both
-    bindings use one NCCL."""
-    from hpclab.comm.nccl import load
-
-    load().get_version()                  # makes sure the library is loaded
+def library(nccl) -> ctypes.CDLL:
+    """The NCCL library that ``nccl`` (the ``cupy.cuda.nccl`` module) loaded, found in this process's memory
+    map, so that both bindings use one NCCL."""
+    nccl.get_version()                    # makes sure the library is loaded
     try:
         with open("/proc/self/maps") as fh:
             paths = [line.split()[-1] for line in fh if "libnccl.so" in line]
@@ -52,12 +50,12 @@ def library() -> ctypes.CDLL:
 
 class LimitedCommunicator:
     """A second NCCL communicator over the ranks of the MPI communicator ``comm`` (collective), on the
-    current GPU, limited to ``max_ctas`` CTAs per collective."""
+    current GPU, limited to ``max_ctas`` CTAs per collective; ``nccl`` is the loaded ``cupy.cuda.nccl``."""
 
-    def __init__(self, comm, max_ctas: int):
+    def __init__(self, comm, max_ctas: int, nccl):
         with step(comm, f"NCCL communicator of at most {max_ctas} CTAs"):
             cfg = config(max_ctas)
-            lib = self._lib = library()
+            lib = self._lib = library(nccl)
             lib.ncclGetErrorString.restype = ctypes.c_char_p
             lib.ncclCommInitRankConfig.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, UniqueId,
                                                    ctypes.c_int, ctypes.POINTER(Config)]
