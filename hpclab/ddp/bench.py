@@ -37,8 +37,8 @@ from hpclab.options import Parser, count, count_list, real, real_list
 from hpclab.results.recorded import figure
 from hpclab.scaling import speedups
 
-FIELDS = ["sweep", "gpus", "width", "layers", "parameters", "global_batch", "per_gpu_batch",
-          "precision", "comm", "overlap", "bucket_mb", "buckets", "first_layer_slices", "overlap_ctas", "step_s", "samples_per_s",
+FIELDS = ["sweep", "gpus", "width", "layers", "parameters", "global_batch", "per_gpu_batch", "precision", "comm",
+          "overlap", "bucket_mb", "buckets", "first_layer_slices", "overlap_ctas", "step_s", "samples_per_s",
           "compute_s", "comm_s", "update_s", "comm_share", "allreduce_s", "hidden_share", "device"]
 # Efficiency targets at 4 GPUs: (sweep, overlapped) -> minimum.
 TARGETS = {("weak", False): 0.85, ("strong", True): 0.75, ("weak", True): 0.95}
