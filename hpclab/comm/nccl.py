@@ -211,8 +211,8 @@ class NcclBackend(Backend):
     def allreduce_enqueue(self, buf, out, stream, max_ctas=None) -> bool:
         # ncclAllReduce on the given stream, no synchronisation: the caller orders the
         # stream after the kernels that wrote buf (an event) and waits for it when it needs out.
-        comm = self.limited(max_ctas).all_reduce if max_ctas else self.nccl_comm.allReduce
-        comm(pointer(buf), pointer(out), buf.size, self._code(buf), _OPS["sum"], stream_handle(stream))
+        all_reduce = self.limited(max_ctas).all_reduce if max_ctas else self.nccl_comm.allReduce
+        all_reduce(pointer(buf), pointer(out), buf.size, self._code(buf), _OPS["sum"], stream_handle(stream))
         return True
 
     def limited(self, max_ctas: int):
