@@ -77,6 +77,20 @@ def test_warp_kernel_takes_any_shape(config, m, k, n):
     assert_product(mm.matmul(a, b, "warp", config=config), a, b)
 
 
+@pytest.mark.parametrize("z, m, k, n", [(3, 33, 17, 65), (2, 64, 24, 96)])
+def test_batched_warp_kernel_multiplies_every_matrix(z, m, k, n):
+    """One launch, blockIdx.z picks the matrix: odd sizes take the edge tests in every one of them."""
+    from hpclab.backend import cuda
+
+    rng = np.random.default_rng(z + m)
+    a = rng.uniform(-1, 1, (z, m, k)).astype(np.float32)
+    b = rng.uniform(-1, 1, (z, k, n)).astype(np.float32)
+    c = cuda().device_array((z, m, n), np.float32)
+    warp.launch(cuda().to_device(a), cuda().to_device(b), c)
+    for i in range(z):
+        assert_product(c.copy_to_host()[i], a[i], b[i])
+
+
 def test_warp_kernel_refuses_what_it_cannot_multiply():
     with pytest.raises(ValueError) as err:
         mm.matmul(np.ones((32, 4)), np.ones((4, 32)), "warp")

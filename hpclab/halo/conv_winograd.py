@@ -2,17 +2,17 @@
 
 A tile of m x m outputs is Y = A^T [(G g G^T) * (B^T d B)] A, with d the alpha x alpha input patch
 (alpha = m + r - 1), g the r x r filter and * the element-wise product: alpha^2 multiplications instead
-of m^2 r^2 (F(3x3, 5x5): 49 instead of 225). Summed over input channels, each of the alpha^2 positions is
+of m^2 r^2 (F(4x4, 5x5): 64 instead of 400). Summed over input channels, each of the alpha^2 positions is
 a matrix product M[xi] (K x tiles) = U[xi] (K x C) @ V[xi] (C x tiles): the filters are transformed once
-(host, float64), the input patches by one kernel, the alpha^2 products in one launch of
-:func:`hpclab.matmul.fast.launch_batched`, and the result back with bias and ReLU by another. A^T and G
-come from Toom-Cook interpolation at 0, 1, -1, 2, -2, 1/2, -1/2 (the first alpha - 1) and infinity, B^T
-solved so that the formula is exact.
+(host, float64), the input patches by one kernel, the alpha^2 products in one launch of the batched warp
+kernel (:mod:`hpclab.matmul.warp`), and the result back with bias and ReLU by another. A^T and G come from
+Toom-Cook interpolation at 0, 1, -1, 2, -2, 1/2, -1/2 (the first alpha - 1) and infinity, B^T solved so
+that the formula is exact.
 
-``TILES`` holds m: for C2 at batch 32 on one H200 (``hpclab bench conv throughput``) errors against
-float64 were 5.6e-6 (m = 2), 8.4e-6 (3), 7.5e-6 (4), and m = 4 was slower than 3 (narrower batched
-GEMMs). A value depends on where its tile starts, so bands are not bit for bit the whole image: the
-halo versions, which compare digests, use direct or GEMM.
+``TILES`` holds m. For C2 at batch 32 on one H100 (``hpclab bench conv throughput``, 2026-11-26) m = 4 ran
+at 98.7 effective TFLOP/s, m = 3 at 91.8, m = 2 at 63.1; errors against float64 7.4e-6 (m = 3) to 8.5e-6
+(4). A value depends on where its tile starts, so bands are not bit for bit the whole image: the halo
+versions, which compare digests, use direct or GEMM.
 """
 from __future__ import annotations
 
@@ -22,14 +22,14 @@ from functools import lru_cache
 import numpy as np
 
 from hpclab.backend import cuda as _cuda
-from hpclab.matmul import fast as mm
+from hpclab.matmul import warp
 from hpclab.halo.conv_gemm import WORKSPACE, Workspace, chunks, max_bytes
 from hpclab.launch import launch_1d
 
 cuda = _cuda()
 from numba import float32  # noqa: E402  (after the backend is chosen)
 
-TILES = {3: 2, 5: 3}          # outputs per tile side m for each kernel size r: F(m x m, r x r)
+TILES = {3: 2, 5: 4}          # outputs per tile side m for each kernel size r: F(m x m, r x r)
 POINTS = (0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5)   # the first alpha - 1 are used, then infinity
 
 
@@ -86,6 +86,7 @@ def _tile_origin(t, per_image, tiles_w, m, row0):
 def _input_kernel(m: int, r: int):
     M, AL = m, m + r - 1
     BT = _constants(transforms(m, r)[2])
+    BT_COLUMNS = np.ascontiguousarray(transforms(m, r)[2].T, dtype=np.float32)   # read with a row index i
 
     @cuda.jit(fastmath=True)
     def input_transform(x, v, n0, t0, trows, tiles_w, pad_t, pad_w):
@@ -93,8 +94,10 @@ def _input_kernel(m: int, r: int):
         # Consecutive threads take consecutive tiles: coalesced stores into v.
         _, C, H, W = x.shape
         T = v.shape[2]
-        col = cuda.local.array(AL, float32)
-        u = cuda.local.array((AL, AL), float32)
+        row = cuda.local.array(AL, float32)
+        rb = cuda.local.array(AL, float32)
+        acc = cuda.local.array((AL, AL), float32)
+        bt_columns = cuda.const.array_like(BT_COLUMNS)
         per_image = trows * tiles_w
         for e in range(cuda.grid(1), C * T, cuda.gridsize(1)):
             c = e // T
@@ -102,27 +105,32 @@ def _input_kernel(m: int, r: int):
             n, oh0, ow0 = _tile_origin(t, per_image, tiles_w, M, t0)
             ih0 = oh0 - pad_t
             iw0 = ow0 - pad_w
-            # u = B^T d, a column of the patch d at a time (d itself is never stored).
-            for j in range(AL):
-                iw = iw0 + j
-                for i in range(AL):
-                    ih = ih0 + i
+            for p in range(AL):
+                for q in range(AL):
+                    acc[p, q] = float32(0.0)
+            # B^T d B summed over the patch's rows i: B^T[:, i] (d[i, :] B). Every index into acc is a
+            # constant once the loops over p and q are unrolled, so acc stays in registers. (B^T d first, then
+            # (B^T d) B, left the intermediate indexed by a loop that was not unrolled: 200 bytes of local
+            # memory per thread.)
+            for i in range(AL):
+                ih = ih0 + i
+                for j in range(AL):
+                    iw = iw0 + j
                     val = float32(0.0)
                     if ih >= 0 and ih < H and iw >= 0 and iw < W:
                         val = x[n0 + n, c, ih, iw]
-                    col[i] = val
-                for i in range(AL):
-                    acc = float32(0.0)
-                    for k in range(AL):
-                        acc += float32(BT[i][k]) * col[k]
-                    u[i, j] = acc
-            # v = u B
-            for i in range(AL):
-                for j in range(AL):
-                    acc = float32(0.0)
-                    for k in range(AL):
-                        acc += u[i, k] * float32(BT[j][k])
-                    v[i * AL + j, c, t] = acc
+                    row[j] = val
+                for q in range(AL):
+                    s = float32(0.0)
+                    for j in range(AL):
+                        s += row[j] * float32(BT[q][j])
+                    rb[q] = s
+                for p in range(AL):
+                    for q in range(AL):
+                        acc[p, q] += bt_columns[i, p] * rb[q]
+            for p in range(AL):
+                for q in range(AL):
+                    v[p * AL + q, c, t] = acc[p, q]
 
     return input_transform
 
@@ -131,41 +139,48 @@ def _input_kernel(m: int, r: int):
 def _output_kernel(m: int, r: int):
     M, AL = m, m + r - 1
     AT = _constants(transforms(m, r)[0])
+    AT_COLUMNS = np.ascontiguousarray(transforms(m, r)[0].T, dtype=np.float32)   # read with a row index q
 
     @cuda.jit(fastmath=True)
     def output_transform(prod, bias, out, n0, t0, trows, tiles_w, oh_end, relu):
-        # out[n, k, rows of tile t] = A^T prod[:, k, t] A + bias[k] (then ReLU).
+        # out[n, k, rows of tile t] = A^T prod[:, k, t] A + bias[k] (then ReLU), summed over the rows q of
+        # prod's alpha x alpha tile as the input transform sums over its patch's rows.
         _, K, T = prod.shape
         Wo = out.shape[3]
         per_image = trows * tiles_w
-        p = cuda.local.array((AL, AL), float32)
-        y = cuda.local.array((M, AL), float32)
+        row = cuda.local.array(AL, float32)
+        ra = cuda.local.array(M, float32)
+        acc = cuda.local.array((M, M), float32)
+        at_columns = cuda.const.array_like(AT_COLUMNS)
         for e in range(cuda.grid(1), K * T, cuda.gridsize(1)):
             k = e // T
             t = e - k * T
             n, oh0, ow0 = _tile_origin(t, per_image, tiles_w, M, t0)
-            for i in range(AL):
-                for j in range(AL):
-                    p[i, j] = prod[i * AL + j, k, t]
-            for i in range(M):
-                for j in range(AL):
-                    acc = float32(0.0)
-                    for q in range(AL):
-                        acc += float32(AT[i][q]) * p[q, j]
-                    y[i, j] = acc
             b = bias[k]
+            for i in range(M):
+                for j in range(M):
+                    acc[i, j] = b
+            for q in range(AL):
+                for l in range(AL):
+                    row[l] = prod[q * AL + l, k, t]
+                for j in range(M):
+                    s = float32(0.0)
+                    for l in range(AL):
+                        s += row[l] * float32(AT[j][l])
+                    ra[j] = s
+                for i in range(M):
+                    for j in range(M):
+                        acc[i, j] += at_columns[q, i] * ra[j]
             for i in range(M):
                 oh = oh0 + i
                 if oh < oh_end:
                     for j in range(M):
                         ow = ow0 + j
                         if ow < Wo:
-                            acc = b
-                            for q in range(AL):
-                                acc += y[i, q] * float32(AT[j][q])
-                            if relu and acc < float32(0.0):
-                                acc = float32(0.0)
-                            out[n0 + n, k, oh, ow] = acc
+                            val = acc[i, j]
+                            if relu and val < float32(0.0):
+                                val = float32(0.0)
+                            out[n0 + n, k, oh, ow] = val
 
     return output_transform
 
@@ -192,7 +207,7 @@ def conv_rows_winograd(x, u, bias, out, r: int, pad_top: int, pad_w: int, oh_beg
         prod = ws.array("wino-prod", (al2, k, tiles))
         blocks, threads = launch_1d(c * tiles)
         into[blocks, threads, stream](x, v, n0, t0, trows, tiles_w, pad_top, pad_w)
-        mm.launch_batched(u, v, prod, stream)
+        warp.launch(u, v, prod, stream=stream)
         blocks, threads = launch_1d(k * tiles)
         back[blocks, threads, stream](prod, bias, out, n0, t0, trows, tiles_w, oh_end, bool(relu))
 

@@ -12,7 +12,8 @@ load. Also unlike ``fast``:
   registers (143 instead of 123, one block per SM instead of two) and were slower on an H200.
 
 ``warp_kernel(WarpConfig)`` builds it; ``hpclab bench matmul`` sweeps several shapes; ``config_for``
-picks the one used.
+picks the one used. ``launch`` on 3-d arrays multiplies a batch of matrices in one launch (one per
+blockIdx.z): Winograd convolution's products (:mod:`hpclab.halo.conv_winograd`).
 """
 from __future__ import annotations
 
@@ -95,8 +96,9 @@ def config_for(k: int) -> WarpConfig:
 
 
 @lru_cache(maxsize=None)
-def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True):
-    """The float32 kernel for one tile shape, for any sizes (``edges``), B read in 16-byte ``runs``."""
+def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True, batched: bool = False):
+    """The float32 kernel for one tile shape, for any sizes (``edges``), B read in 16-byte ``runs``; ``batched``:
+    c[z] = a[z] @ b[z] for 3-d arrays, z = blockIdx.z."""
     bad = cfg.problems()
     if bad:
         raise ValueError(f"warp kernel configuration {cfg.label()} cannot be built: {'; '.join(bad)}")
@@ -151,8 +153,9 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
     # The edge tests take registers: ask for two blocks of 256 threads per SM still (128 registers each).
     bounds = {"launch_bounds": (cfg.threads, max(1, 512 // cfg.threads))} if edges and backend.name() == "gpu" else {}
 
-    @cuda.jit(fastmath=True, **bounds)
-    def warp_tiled(a, b, c):
+    @cuda.jit(device=True, fastmath=True)
+    def block_tile(a, b, c):
+        """This block's tile of c = a @ b (2-d arrays)."""
         M, K, N = uint64(a.shape[0]), uint64(a.shape[1]), uint64(b.shape[1])
         tid = uint64(cuda.threadIdx.x)
         row0, col0 = uint64(cuda.blockIdx.y) * BM, uint64(cuda.blockIdx.x) * BN
@@ -219,17 +222,30 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
                         if not EDGES or (r < M and cc < N):
                             c[r, cc] = acc[4 * s + i, 4 * q + j]
 
+    if batched:
+        @cuda.jit(fastmath=True, **bounds)
+        def warp_tiled_batched(a, b, c):
+            z = cuda.blockIdx.z
+            block_tile(a[z], b[z], c[z])
+        return warp_tiled_batched
+
+    @cuda.jit(fastmath=True, **bounds)
+    def warp_tiled(a, b, c):
+        block_tile(a, b, c)
     return warp_tiled
 
 
 def kernel_for(a, b, c, cfg: WarpConfig = CONFIG):
-    """The kernel ``launch`` runs: edge tests if the sizes do not divide the tiles, B in 16-byte runs if it can."""
-    edges = bool(c.shape[0] % cfg.bm or c.shape[1] % cfg.bn or a.shape[1] % cfg.bk)
-    return warp_kernel(cfg, edges, aligned(b))
+    """The kernel ``launch`` runs: edge tests if the sizes do not divide the tiles, B in 16-byte runs if it can
+    (3-d arrays: the batched kernel)."""
+    (m, n), k = tuple(c.shape)[-2:], tuple(a.shape)[-1]     # (the simulator's shapes take no negative index)
+    edges = bool(m % cfg.bm or n % cfg.bn or k % cfg.bk)
+    return warp_kernel(cfg, edges, aligned(b), len(c.shape) == 3)
 
 
-def launch(a, b, c, cfg: WarpConfig | None = None) -> None:
-    """c = a @ b on float32 device arrays of any sizes (no checks)."""
-    cfg = cfg or config_for(a.shape[1])
-    grid = (-(-c.shape[1] // cfg.bn), -(-c.shape[0] // cfg.bm))
-    kernel_for(a, b, c, cfg)[grid, cfg.threads](a, b, c)
+def launch(a, b, c, cfg: WarpConfig | None = None, stream=0) -> None:
+    """c = a @ b on float32 device arrays of any sizes (no checks); 3-d arrays: c[z] = a[z] @ b[z] for every z."""
+    shape = tuple(c.shape)
+    cfg = cfg or config_for(tuple(a.shape)[-1])
+    grid = (-(-shape[-1] // cfg.bn), -(-shape[-2] // cfg.bm)) + shape[:-2]
+    kernel_for(a, b, c, cfg)[grid, cfg.threads, stream](a, b, c)

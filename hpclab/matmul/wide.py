@@ -75,9 +75,9 @@ load4, store4 = _gpu_functions() if backend.name() == "gpu" else _simulator_func
 
 
 def aligned(x) -> bool:
-    """Whether a device array's rows start on 16-byte boundaries (what load4 needs); the simulator's
-    device arrays give their address through NumPy's array interface."""
+    """Whether a device array's rows start on 16-byte boundaries (what load4 needs), in every matrix of a 3-d
+    array; the simulator's device arrays give their address through NumPy's array interface."""
     iface = getattr(x, "__cuda_array_interface__", None) or x.__array_interface__
     address = iface["data"][0]
-    row_bytes = x.strides[0] if len(x.shape) > 1 else 16
-    return address % 16 == 0 and row_bytes % 16 == 0 and x.strides[-1] == x.dtype.itemsize
+    return (address % 16 == 0 and all(s % 16 == 0 for s in x.strides[:-1])
+            and x.strides[-1] == x.dtype.itemsize)
