@@ -43,17 +43,6 @@ def test_fast_configurations(config, shape):
     assert_product(mm.matmul(a, b, "fast", config=config), a, b)
 
 
-def test_batched_fast_kernel_multiplies_each_pair():
-    """One launch, blockIdx.z picking the product: the Winograd convolution's 16 or 36 GEMMs."""
-    rng = np.random.default_rng(3)
-    a = rng.uniform(-1, 1, (3, 37, 21)).astype(np.float32)
-    b = rng.uniform(-1, 1, (3, 21, 19)).astype(np.float32)
-    c = mm.cuda.device_array((3, 37, 19), np.float32)
-    mm.launch_batched(mm.cuda.to_device(a), mm.cuda.to_device(b), c)
-    for z in range(3):
-        assert_product(c.copy_to_host()[z], a[z], b[z])
-
-
 # The warp-tiled rung on the simulator's tiles (32 x 32 x 8): several blocks and several tiles of k,
 # a second configuration with other warp and lane shapes, and tiles 16 deep (all four written-out
 # groups of k steps, as on a GPU). Sizes that divide the tiles take the kernel without edge tests.

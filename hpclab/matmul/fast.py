@@ -91,16 +91,11 @@ def acc_dtype(dtype) -> np.dtype:
 
 
 @lru_cache(maxsize=None)
-def fast_kernel(dtype, config: FastConfig, trans_a: bool = False, trans_b: bool = False,
-                batched: bool = False, split: int = 1):
+def fast_kernel(dtype, config: FastConfig, trans_a: bool = False, trans_b: bool = False, split: int = 1):
     """The register-blocked kernel for one input dtype, tile shape and pair of transposes (compiled
-    on first launch). ``batched``: a, b and c are stacks of matrices and ``blockIdx.z`` picks the
-    product, c[z] = op(a[z]) @ op(b[z]): many small products in one launch (the Winograd convolution's).
-    ``split`` > 1 (split-K): ``blockIdx.z`` picks one of ``split`` slices of K, and each block adds its
-    partial sums into c atomically (c must be zero before)."""
+    on first launch). ``split`` > 1 (split-K): ``blockIdx.z`` picks one of ``split`` slices of K, and each
+    block adds its partial sums into c atomically (c must be zero before)."""
     bad = config.problems(trans_a, trans_b)
-    if split > 1 and batched:
-        bad = bad + ["split-K and batched products both need blockIdx.z"]
     if bad:
         raise ValueError(f"fast kernel configuration {config.label()} cannot be built: {'; '.join(bad)}")
     nbt = numba.from_dtype(acc_dtype(dtype))       # what products accumulate in
@@ -141,8 +136,7 @@ def fast_kernel(dtype, config: FastConfig, trans_a: bool = False, trans_b: bool 
     a_shared, b_shared = int(2 * A_BUF), int(2 * B_BUF)
     a_steps, b_steps = int(A_STEPS), int(B_STEPS)
     # 16-byte aligned tiles let the compiler merge adjacent shared loads into one 128-bit load. The
-    # body is a device function, inlined into the 2-D and the batched kernel alike. (The simulator
-    # takes neither option.)
+    # body is a device function, inlined into the kernel. (The simulator takes neither option.)
     align = None if backend.is_simulator() else 16
     inline = {} if backend.is_simulator() else {"forceinline": True}
 
@@ -259,14 +253,6 @@ def fast_kernel(dtype, config: FastConfig, trans_a: bool = False, trans_b: bool 
                         else:
                             c[r, cc] = acc[i, j]
 
-    if batched:
-        @cuda.jit(fastmath=True)
-        def fast_batched(a, b, c):
-            z = cuda.blockIdx.z
-            product(a[z], b[z], c[z])
-
-        return fast_batched
-
     @cuda.jit(fastmath=True)
     def fast(a, b, c):
         product(a, b, c)
@@ -277,16 +263,6 @@ def fast_kernel(dtype, config: FastConfig, trans_a: bool = False, trans_b: bool 
 def fast_config(dtype) -> FastConfig:
     """The fast kernel's tile shape for ``dtype`` inputs on this backend (float16 takes float32's)."""
     return SIM_FAST_CONFIG if backend.is_simulator() else FAST_CONFIG[acc_dtype(dtype)]
-
-
-def launch_batched(a, b, c, stream=0, trans_a: bool = False, trans_b: bool = False) -> None:
-    """c[z] = op(a[z]) @ op(b[z]) for every z, in one launch of the fast kernel: device arrays a (Z, M, K),
-    b (Z, K, N), c (Z, M, N) (transposed operands stored as in :func:`launch`), float32 or float64; no checks."""
-    z, m, n = c.shape
-    dtype = np.dtype(a.dtype)
-    cfg = fast_config(dtype)
-    grid = ((n + cfg.bn - 1) // cfg.bn, (m + cfg.bm - 1) // cfg.bm, z)
-    fast_kernel(dtype, cfg, bool(trans_a), bool(trans_b), True)[grid, cfg.threads, stream](a, b, c)
 
 
 @lru_cache(maxsize=None)
