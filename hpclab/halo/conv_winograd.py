@@ -83,9 +83,31 @@ def _tile_origin(t, per_image, tiles_w, m, row0):
 
 
 @lru_cache(maxsize=None)
+def _add_row(mat: tuple):
+    """A device function acc += outer(columns[i, :], mat @ row) for a constant matrix ``mat`` and
+    columns = mat^T: row i of a tile X through both sides of a transform, mat X mat^T summed over X's rows
+    (B^T d B and A^T P A in the kernels below). ``tmp`` holds mat @ row. The loops are unrolled at compile
+    time, so acc, row and tmp stay in registers."""
+    n_out, n_in = len(mat), len(mat[0])
+
+    @cuda.jit(device=True, fastmath=True)
+    def add_row(acc, columns, i, row, tmp):
+        for q in range(n_out):
+            s = float32(0.0)
+            for j in range(n_in):
+                s += row[j] * float32(mat[q][j])
+            tmp[q] = s
+        for p in range(n_out):
+            for q in range(n_out):
+                acc[p, q] += columns[i, p] * tmp[q]
+
+    return add_row
+
+
+@lru_cache(maxsize=None)
 def _input_kernel(m: int, r: int):
     M, AL = m, m + r - 1
-    BT = _constants(transforms(m, r)[2])
+    add_row = _add_row(_constants(transforms(m, r)[2]))
     BT_COLUMNS = np.ascontiguousarray(transforms(m, r)[2].T, dtype=np.float32)   # read with a row index i
 
     @cuda.jit(fastmath=True)
@@ -120,14 +142,7 @@ def _input_kernel(m: int, r: int):
                     if ih >= 0 and ih < H and iw >= 0 and iw < W:
                         val = x[n0 + n, c, ih, iw]
                     row[j] = val
-                for q in range(AL):
-                    s = float32(0.0)
-                    for j in range(AL):
-                        s += row[j] * float32(BT[q][j])
-                    rb[q] = s
-                for p in range(AL):
-                    for q in range(AL):
-                        acc[p, q] += bt_columns[i, p] * rb[q]
+                add_row(acc, bt_columns, i, row, rb)
             for p in range(AL):
                 for q in range(AL):
                     v[p * AL + q, c, t] = acc[p, q]
@@ -138,7 +153,7 @@ def _input_kernel(m: int, r: int):
 @lru_cache(maxsize=None)
 def _output_kernel(m: int, r: int):
     M, AL = m, m + r - 1
-    AT = _constants(transforms(m, r)[0])
+    add_row = _add_row(_constants(transforms(m, r)[0]))
     AT_COLUMNS = np.ascontiguousarray(transforms(m, r)[0].T, dtype=np.float32)   # read with a row index q
 
     @cuda.jit(fastmath=True)
@@ -163,14 +178,7 @@ def _output_kernel(m: int, r: int):
             for q in range(AL):
                 for l in range(AL):
                     row[l] = prod[q * AL + l, k, t]
-                for j in range(M):
-                    s = float32(0.0)
-                    for l in range(AL):
-                        s += row[l] * float32(AT[j][l])
-                    ra[j] = s
-                for i in range(M):
-                    for j in range(M):
-                        acc[i, j] += at_columns[q, i] * ra[j]
+                add_row(acc, at_columns, q, row, ra)
             for i in range(M):
                 oh = oh0 + i
                 if oh < oh_end:
