@@ -82,20 +82,22 @@ def _tile_origin(t, per_image, tiles_w, m, row0):
     return n, row0 + ty * m, (tile - ty * tiles_w) * m
 
 
-@lru_cache(maxsize=None)
-def _add_row(mat: tuple):
-    """A device function acc += outer(columns[i, :], mat @ row) for a constant matrix ``mat`` and
-    columns = mat^T: row i of a tile X through both sides of a transform, mat X mat^T summed over X's rows
-    (B^T d B and A^T P A in the kernels below). ``tmp`` holds mat @ row. The loops are unrolled at compile
-    time, so acc, row and tmp stay in registers."""
-    n_out, n_in = len(mat), len(mat[0])
+def _add_row(mat: np.ndarray):
+    """A device function acc += outer(mat[:, i], mat @ row) for a constant matrix ``mat``: row i of a tile X
+    through both sides of a transform, mat X mat^T summed over X's rows (B^T d B and A^T P A in the kernels
+    below). ``tmp`` holds mat @ row. The loops are unrolled at compile time, so acc, row and tmp stay in
+    registers; mat @ row takes ``mat`` as constants, mat[:, i] (i not a constant) comes from constant memory."""
+    n_out, n_in = mat.shape
+    entries = _constants(mat)
+    columns_host = np.ascontiguousarray(mat.T, dtype=np.float32)
 
     @cuda.jit(device=True, fastmath=True)
-    def add_row(acc, columns, i, row, tmp):
+    def add_row(acc, i, row, tmp):
+        columns = cuda.const.array_like(columns_host)
         for q in range(n_out):
             s = float32(0.0)
             for j in range(n_in):
-                s += row[j] * float32(mat[q][j])
+                s += row[j] * float32(entries[q][j])
             tmp[q] = s
         for p in range(n_out):
             for q in range(n_out):
@@ -107,8 +109,7 @@ def _add_row(mat: tuple):
 @lru_cache(maxsize=None)
 def _input_kernel(m: int, r: int):
     M, AL = m, m + r - 1
-    add_row = _add_row(_constants(transforms(m, r)[2]))
-    BT_COLUMNS = np.ascontiguousarray(transforms(m, r)[2].T, dtype=np.float32)   # read with a row index i
+    add_row = _add_row(transforms(m, r)[2])
 
     @cuda.jit(fastmath=True)
     def input_transform(x, v, n0, t0, trows, tiles_w, pad_t, pad_w):
@@ -119,7 +120,6 @@ def _input_kernel(m: int, r: int):
         row = cuda.local.array(AL, float32)
         rb = cuda.local.array(AL, float32)
         acc = cuda.local.array((AL, AL), float32)
-        bt_columns = cuda.const.array_like(BT_COLUMNS)
         per_image = trows * tiles_w
         for e in range(cuda.grid(1), C * T, cuda.gridsize(1)):
             c = e // T
@@ -130,10 +130,9 @@ def _input_kernel(m: int, r: int):
             for p in range(AL):
                 for q in range(AL):
                     acc[p, q] = float32(0.0)
-            # B^T d B summed over the patch's rows i: B^T[:, i] (d[i, :] B). Every index into acc is a
-            # constant once the loops over p and q are unrolled, so acc stays in registers. (B^T d first, then
-            # (B^T d) B, left the intermediate indexed by a loop that was not unrolled: 200 bytes of local
-            # memory per thread.)
+            # B^T d B summed over the patch's rows i, B^T[:, i] (d[i, :] B), so acc stays in registers. (B^T d
+            # first, then (B^T d) B, left the intermediate indexed by a loop that was not unrolled: 200 bytes
+            # of local memory per thread.)
             for i in range(AL):
                 ih = ih0 + i
                 for j in range(AL):
@@ -142,7 +141,7 @@ def _input_kernel(m: int, r: int):
                     if ih >= 0 and ih < H and iw >= 0 and iw < W:
                         val = x[n0 + n, c, ih, iw]
                     row[j] = val
-                add_row(acc, bt_columns, i, row, rb)
+                add_row(acc, i, row, rb)
             for p in range(AL):
                 for q in range(AL):
                     v[p * AL + q, c, t] = acc[p, q]
@@ -153,8 +152,7 @@ def _input_kernel(m: int, r: int):
 @lru_cache(maxsize=None)
 def _output_kernel(m: int, r: int):
     M, AL = m, m + r - 1
-    add_row = _add_row(_constants(transforms(m, r)[0]))
-    AT_COLUMNS = np.ascontiguousarray(transforms(m, r)[0].T, dtype=np.float32)   # read with a row index q
+    add_row = _add_row(transforms(m, r)[0])
 
     @cuda.jit(fastmath=True)
     def output_transform(prod, bias, out, n0, t0, trows, tiles_w, oh_end, relu):
@@ -166,7 +164,6 @@ def _output_kernel(m: int, r: int):
         row = cuda.local.array(AL, float32)
         ra = cuda.local.array(M, float32)
         acc = cuda.local.array((M, M), float32)
-        at_columns = cuda.const.array_like(AT_COLUMNS)
         for e in range(cuda.grid(1), K * T, cuda.gridsize(1)):
             k = e // T
             t = e - k * T
@@ -178,7 +175,7 @@ def _output_kernel(m: int, r: int):
             for q in range(AL):
                 for l in range(AL):
                     row[l] = prod[q * AL + l, k, t]
-                add_row(acc, at_columns, q, row, ra)
+                add_row(acc, q, row, ra)
             for i in range(M):
                 oh = oh0 + i
                 if oh < oh_end:
