@@ -112,11 +112,10 @@ def _input_kernel(m: int, r: int):
     add_row = _add_row(transforms(m, r)[2])
 
     @cuda.jit(fastmath=True)
-    def input_transform(x, v, n0, t0, trows, tiles_w, pad_t, pad_w):
-        # v[xi * AL + nu, c, t] = (B^T d B)[xi, nu] for the patch d of tile t, channel c.
+    def input_transform(x, v, T, n0, t0, trows, tiles_w, pad_t, pad_w):
+        # v[xi * AL + nu, c, t] = (B^T d B)[xi, nu] for the patch d of tile t < T, channel c.
         # Consecutive threads take consecutive tiles: coalesced stores into v.
         _, C, H, W = x.shape
-        T = v.shape[2]
         row = cuda.local.array(AL, float32)
         rb = cuda.local.array(AL, float32)
         acc = cuda.local.array((AL, AL), float32)
@@ -155,10 +154,10 @@ def _output_kernel(m: int, r: int):
     add_row = _add_row(transforms(m, r)[0])
 
     @cuda.jit(fastmath=True)
-    def output_transform(prod, bias, out, n0, t0, trows, tiles_w, oh_end, relu):
-        # out[n, k, rows of tile t] = A^T prod[:, k, t] A + bias[k] (then ReLU), summed over the rows q of
+    def output_transform(prod, T, bias, out, n0, t0, trows, tiles_w, oh_end, relu):
+        # out[n, k, rows of tile t < T] = A^T prod[:, k, t] A + bias[k] (then ReLU), summed over the rows q of
         # prod's alpha x alpha tile as the input transform sums over its patch's rows.
-        _, K, T = prod.shape
+        K = prod.shape[1]
         Wo = out.shape[3]
         per_image = trows * tiles_w
         row = cuda.local.array(AL, float32)
@@ -204,15 +203,18 @@ def conv_rows_winograd(x, u, bias, out, r: int, pad_top: int, pad_w: int, oh_beg
     tiles_h, tiles_w = -(-(oh_end - oh_begin) // m), -(-wo // m)
     ws = workspace or WORKSPACE
     into, back = _input_kernel(m, r), _output_kernel(m, r)
+    bn = warp.config_for(c).bn
     # A tile's buffers: alpha^2 (C + K) floats.
     for n0, nb, r0, trows in chunks(n, tiles_h, tiles_w, 4 * al2 * (c + k), max_bytes()):
         t0 = oh_begin + r0 * m
         tiles = nb * trows * tiles_w
-        v = ws.array("wino-in", (al2, c, tiles))
-        prod = ws.array("wino-prod", (al2, k, tiles))
+        # The products run on whole tiles of the warp kernel (no edge tests): its columns padded.
+        cols = -(-tiles // bn) * bn
+        v = ws.array("wino-in", (al2, c, cols))
+        prod = ws.array("wino-prod", (al2, k, cols))
         blocks, threads = launch_1d(c * tiles)
-        into[blocks, threads, stream](x, v, n0, t0, trows, tiles_w, pad_top, pad_w)
+        into[blocks, threads, stream](x, v, tiles, n0, t0, trows, tiles_w, pad_top, pad_w)
         warp.launch(u, v, prod, stream=stream)
         blocks, threads = launch_1d(k * tiles)
-        back[blocks, threads, stream](prod, bias, out, n0, t0, trows, tiles_w, oh_end, bool(relu))
+        back[blocks, threads, stream](prod, tiles, bias, out, n0, t0, trows, tiles_w, oh_end, bool(relu))
 
