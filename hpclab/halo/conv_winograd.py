@@ -208,7 +208,8 @@ def conv_rows_winograd(x, u, bias, out, r: int, pad_top: int, pad_w: int, oh_beg
     for n0, nb, r0, trows in chunks(n, tiles_h, tiles_w, 4 * al2 * (c + k), max_bytes()):
         t0 = oh_begin + r0 * m
         tiles = nb * trows * tiles_w
-        # The products run on whole tiles of the warp kernel (no edge tests): its columns padded.
+        # Columns padded to whole block tiles: the products take the warp kernel without edge tests (the padding
+        # is computed on whatever the buffer holds and never read back).
         cols = -(-tiles // bn) * bn
         v = ws.array("wino-in", (al2, c, cols))
         prod = ws.array("wino-prod", (al2, k, cols))
