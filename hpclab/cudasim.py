@@ -4,7 +4,8 @@ Shared arrays: each CUDA thread is a Python thread; the first to reach ``cuda.sh
 allocates the block's array under the caller's file and line, the others look it up, not atomically
 (``FakeCUDAShared.array``): under load a thread got an array of its own, and a block reduction returned
 ``np.empty``'s garbage. Here lookup and store happen under a lock, the caller is found from its frame
-(the original walks the whole stack per call), and a GPU kernel's ``alignment`` is accepted.
+(the original walks the whole stack per call), and a GPU kernel's ``alignment`` is accepted. Dynamic
+shared memory (size 0) is the launch's buffer, as in the original.
 
 Device calls: Numba swaps a module's ``cuda`` global for the fake module on every device function call,
 under one lock per module (numba-cuda PR #690): with 32 threads calling per sample, one block counting
@@ -42,6 +43,8 @@ def _install_shared_array() -> None:
         # and accepting it keeps kernels free of simulator branches.
         if isinstance(dtype, kernelapi.types.Type):
             dtype = kernelapi.numpy_support.as_dtype(dtype)
+        if shape == 0:          # dynamic shared memory: the launch's one buffer, as in the original
+            return np.frombuffer(self._dynshared.data, dtype=dtype, count=self._dynshared_size // dtype.itemsize)
         frame = sys._getframe(1)
         key = (frame.f_code.co_filename, frame.f_lineno)     # as the original: one array per line
         with _lock:

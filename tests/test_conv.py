@@ -136,6 +136,38 @@ def test_winograd_other_tile_sizes_match_scipy(tile):
     np.testing.assert_allclose(out.copy_to_host(), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
+@pytest.mark.parametrize("tile, r, pad, rows", [(4, 5, 2, (3, 13)), (2, 3, 1, (2, 9)), (4, 3, 1, (0, 13))])
+def test_winograd_band_of_rows_leaves_the_others(tile, r, pad, rows):
+    """Rows [oh_begin, oh_end) of several images, many rows of tiles per block and several blocks: the rows
+    asked for equal SciPy's, every other value of ``out`` is untouched."""
+    from hpclab.halo import conv_winograd
+
+    x = RNG.uniform(-1, 1, (3, 2, 13, 9)).astype(np.float32)
+    wt = RNG.uniform(-1, 1, (3, 2, r, r)).astype(np.float32)
+    weights = gpu.ConvWeights(wt)
+    want = scipy_conv(x, wt, 1, pad)
+    out = gpu.cuda.to_device(np.full(want.shape, np.nan, np.float32))
+    u = gpu.cuda.to_device(conv_winograd.filter_transform(wt, tile))
+    conv_winograd.conv_rows_winograd(gpu.cuda.to_device(x), u, weights.bias, out, r, pad, pad, *rows)
+    got = out.copy_to_host()
+    band = slice(*rows)
+    np.testing.assert_allclose(got[:, :, band], want[:, :, band], rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    outside = np.ones(got.shape, bool)
+    outside[:, :, band] = False
+    assert np.isnan(got[outside]).all()
+
+
+def test_winograd_refuses_an_output_that_is_not_contiguous():
+    from hpclab.halo import conv_winograd
+
+    wt = RNG.uniform(-1, 1, (2, 1, 3, 3)).astype(np.float32)
+    out = gpu.cuda.device_array((1, 2, 6, 12), np.float32)[:, :, :, ::2]
+    with pytest.raises(ValueError, match="C-contiguous output array"):
+        conv_winograd.conv_rows_winograd(gpu.cuda.to_device(np.zeros((1, 1, 6, 6), np.float32)),
+                                         gpu.cuda.to_device(conv_winograd.filter_transform(wt)),
+                                         gpu.ConvWeights(wt).bias, out, 3, 1, 1, 0, 6)
+
+
 @pytest.mark.parametrize("m, r", [(2, 3), (2, 5), (4, 3), (3, 5), (4, 5)])
 def test_winograd_transforms_are_exact_in_one_and_two_dimensions(m, r):
     from hpclab.halo.conv_winograd import transforms
