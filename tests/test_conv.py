@@ -168,6 +168,20 @@ def test_winograd_refuses_an_output_that_is_not_contiguous():
                                          gpu.ConvWeights(wt).bias, out, 3, 1, 1, 0, 6)
 
 
+def test_winograd_keeps_the_output_vector_only_while_the_array_lives():
+    import gc
+
+    from hpclab.halo import conv_winograd
+
+    out = gpu.cuda.device_array((1, 2, 3, 4), np.float32)
+    flat = conv_winograd._flat(out)
+    assert conv_winograd._flat(out) is flat and flat.shape == (24,)
+    key = id(out)
+    del out, flat
+    gc.collect()
+    assert key not in conv_winograd._FLAT
+
+
 @pytest.mark.parametrize("m, r", [(2, 3), (2, 5), (4, 3), (3, 5), (4, 5)])
 def test_winograd_transforms_are_exact_in_one_and_two_dimensions(m, r):
     from hpclab.halo.conv_winograd import transforms

@@ -17,6 +17,7 @@ versions, which compare digests, use direct or GEMM.
 from __future__ import annotations
 
 import math
+import weakref
 from functools import lru_cache
 
 import numpy as np
@@ -164,7 +165,8 @@ def _output_kernel(m: int, r: int):
         # prod's alpha x alpha tile as the input transform sums over its patch's rows, into ``stage``: the
         # block's G * m output rows of Wo, back to back. Then the block copies them to ``flat`` (out as one
         # vector) in long runs: stored from registers, each m x m tile wrote m short pieces of m floats, and
-        # the partial writes kept L2 busy (C2 on an H100: 87 us that way, 66 us staged).
+        # the partial writes kept L2 busy (C2 on an H100: 87 us that way, 66 us staged). Through out's four
+        # indices, or a reshape in the kernel, the copy took more instructions: the layer 13-24 us slower.
         stage = cuda.shared.array(0, float32)
         start = cuda.shared.array(MAX_ROWS, int64)      # where each row of tiles begins in flat
         size = cuda.shared.array(MAX_ROWS, int64)       # and how many of its values are outputs
@@ -229,6 +231,22 @@ def _output_shape(tiles_w: int) -> tuple[int, int]:
     return g, threads
 
 
+_FLAT: dict[int, tuple] = {}     # id(out) -> (a weak reference to out, out as one vector)
+
+
+def _flat(out):
+    """``out`` as one vector. Made once per array and kept while the array lives: a view costs the host about
+    40 us, and a forward pass calls each layer with the same output array."""
+    hit = _FLAT.get(id(out))
+    if hit is not None and hit[0]() is out:
+        return hit[1]
+    if not out.is_c_contiguous():
+        raise ValueError("the Winograd path writes a C-contiguous output array; pass one (np.ascontiguousarray)")
+    _FLAT[id(out)] = (weakref.ref(out), out.reshape(out.size))
+    weakref.finalize(out, _FLAT.pop, id(out), None)
+    return _FLAT[id(out)][1]
+
+
 def conv_rows_winograd(x, u, bias, out, r: int, pad_top: int, pad_w: int, oh_begin: int, oh_end: int,
                        relu: bool = False, stream=0, workspace: Workspace | None = None) -> None:
     """Output rows [oh_begin, oh_end) of ``out`` (N, K, Ho, Wo) from the band ``x``, stride 1, in tiles of
@@ -244,9 +262,7 @@ def conv_rows_winograd(x, u, bias, out, r: int, pad_top: int, pad_w: int, oh_beg
     ws = workspace or WORKSPACE
     into, back = _input_kernel(m, r), _output_kernel(m, r)
     bn = warp.config_for(c).bn
-    if not out.is_c_contiguous():
-        raise ValueError("the Winograd path writes a C-contiguous output array; pass one (np.ascontiguousarray)")
-    flat = out.reshape(out.size)              # the output transform writes whole rows as one vector
+    flat = _flat(out)                         # the output transform writes whole rows as one vector
     # A tile's buffers: alpha^2 (C + K) floats.
     for n0, nb, r0, trows in chunks(n, tiles_h, tiles_w, 4 * al2 * (c + k), max_bytes()):
         t0 = oh_begin + r0 * m
