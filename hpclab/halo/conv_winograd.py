@@ -159,7 +159,8 @@ def _output_kernel(m: int, r: int):
     add_row = _add_row(transforms(m, r)[0])
 
     @cuda.jit(fastmath=True)
-    def output_transform(prod, T, bias, out, flat, n0, t0, trows, tiles_w, oh_end, relu, G):
+    def output_transform(prod, T, bias, flat, K, Ho, Wo, n0, t0, trows, tiles_w, oh_end, relu, G):
+        # flat: the output (N, K, Ho, Wo) as one vector, its shape given by K, Ho, Wo.
         # Block (x, k): rows of tiles x*G .. x*G + G - 1 of output channel k, numbered across the chunk's images.
         # Each thread makes one tile, A^T prod[:, k, t] A + bias[k] (then ReLU), summed over the rows q of
         # prod's alpha x alpha tile as the input transform sums over its patch's rows, into ``stage``: the
@@ -173,7 +174,6 @@ def _output_kernel(m: int, r: int):
         row = cuda.local.array(AL, float32)
         ra = cuda.local.array(M, float32)
         acc = cuda.local.array((M, M), float32)
-        K, Ho, Wo = out.shape[1], out.shape[2], out.shape[3]
         k, tid = cuda.blockIdx.y, cuda.threadIdx.x
         tr0 = cuda.blockIdx.x * G
         g = tid // tiles_w
@@ -277,5 +277,5 @@ def conv_rows_winograd(x, u, bias, out, r: int, pad_top: int, pad_w: int, oh_beg
         warp.launch(u, v, prod, stream=stream)
         g, threads = _output_shape(tiles_w)
         back[(-(-nb * trows // g), k), threads, stream, 4 * g * m * wo](
-            prod, tiles, bias, out, flat, n0, t0, trows, tiles_w, oh_end, bool(relu), g)
+            prod, tiles, bias, flat, *out.shape[1:], n0, t0, trows, tiles_w, oh_end, bool(relu), g)
 
