@@ -168,6 +168,14 @@ def test_winograd_refuses_an_output_that_is_not_contiguous():
                                          gpu.ConvWeights(wt).bias, out, 3, 1, 1, 0, 6)
 
 
+@pytest.mark.parametrize("wo", [3100, 5000])
+def test_winograd_refuses_rows_too_wide_for_one_block(wo):
+    from hpclab.halo import conv_winograd
+
+    with pytest.raises(ValueError, match=f"rows of {wo} values .* use method='gemm'"):
+        conv_winograd._output_shape(-(-wo // 4), 4, wo)
+
+
 def test_winograd_keeps_the_output_vector_only_while_the_array_lives():
     import gc
 

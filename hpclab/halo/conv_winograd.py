@@ -10,9 +10,9 @@ Toom-Cook interpolation at 0, 1, -1, 2, -2, 1/2, -1/2 (the first alpha - 1) and 
 that the formula is exact.
 
 ``TILES`` holds m. For C2 at batch 32 on one H100 (``hpclab bench conv throughput``, 2026-11-26) m = 4 ran
-at 110.4 effective TFLOP/s (0.76 of cuDNN FP32), m = 3 at 96.7, m = 2 at 60.5; errors against float64
-7.4e-6 (m = 3) to 8.5e-6 (4). A value depends on where its tile starts, so bands are not bit for bit the whole image: the halo
-versions, which compare digests, use direct or GEMM.
+at 110.4 effective TFLOP/s (0.76 of cuDNN FP32 in that run), m = 3 at 96.7, m = 2 at 60.5; errors against
+float64 7.4e-6 (m = 3) to 8.5e-6 (4). A value depends on where its tile starts, so bands are not bit for bit
+the whole image: the halo versions, which compare digests, use direct or GEMM.
 """
 from __future__ import annotations
 
@@ -160,14 +160,13 @@ def _output_kernel(m: int, r: int):
 
     @cuda.jit(fastmath=True)
     def output_transform(prod, T, bias, flat, K, Ho, Wo, n0, t0, trows, tiles_w, oh_end, relu, G):
-        # flat: the output (N, K, Ho, Wo) as one vector, its shape given by K, Ho, Wo.
         # Block (x, k): rows of tiles x*G .. x*G + G - 1 of output channel k, numbered across the chunk's images.
         # Each thread makes one tile, A^T prod[:, k, t] A + bias[k] (then ReLU), summed over the rows q of
         # prod's alpha x alpha tile as the input transform sums over its patch's rows, into ``stage``: the
-        # block's G * m output rows of Wo, back to back. Then the block copies them to ``flat`` (out as one
-        # vector) in long runs: stored from registers, each m x m tile wrote m short pieces of m floats, and
-        # the partial writes kept L2 busy (C2 on an H100: 87 us that way, 66 us staged). Through out's four
-        # indices, or a reshape in the kernel, the copy took more instructions: the layer 13-24 us slower.
+        # block's G * m output rows of Wo, back to back. Then the block copies them to ``flat``, the output
+        # (N, K, Ho, Wo) as one vector, in long runs: stored from registers, each m x m tile wrote m short
+        # pieces of m floats, and the partial writes kept L2 busy (C2 on an H100: 87 us that way, 66 us
+        # staged). Copied through out's four indices, or a reshape in the kernel, the layer was 13-24 us slower.
         stage = cuda.shared.array(0, float32)
         start = cuda.shared.array(MAX_ROWS, int64)      # where each row of tiles begins in flat
         size = cuda.shared.array(MAX_ROWS, int64)       # and how many of its values are outputs
@@ -219,16 +218,17 @@ def _output_kernel(m: int, r: int):
     return output_transform
 
 
-def _output_shape(tiles_w: int) -> tuple[int, int]:
-    """(rows of tiles G, threads) per block of the output transform: whole rows of tiles, about 256 threads in
-    whole warps (on the simulator, where each thread is a Python thread, about 8)."""
+def _output_shape(tiles_w: int, m: int, wo: int) -> tuple[int, int, int]:
+    """(rows of tiles G, threads, bytes of shared memory) per block of the output transform: whole rows of
+    tiles, about 256 threads in whole warps (on the simulator, where each thread is a Python thread, about 8)."""
     want = 8 if backend.is_simulator() else 256
     g = max(1, min(MAX_ROWS, want // tiles_w))
     threads = g * tiles_w if backend.is_simulator() else -(-g * tiles_w // 32) * 32
-    if threads > 1024:
-        raise ValueError(f"Winograd output rows of {tiles_w} tiles are wider than one block of 1024 threads; "
-                         "use method='gemm' for so wide a layer")
-    return g, threads
+    shared = 4 * g * m * wo
+    if threads > 1024 or shared > 48 << 10:
+        raise ValueError(f"Winograd output rows of {wo} values ({tiles_w} tiles) do not fit one block (1024 threads, "
+                         "48 KiB of shared memory); use method='gemm' for so wide a layer")
+    return g, threads, shared
 
 
 _FLAT: dict[int, tuple] = {}     # id(out) -> (a weak reference to out, out as one vector)
@@ -275,7 +275,7 @@ def conv_rows_winograd(x, u, bias, out, r: int, pad_top: int, pad_w: int, oh_beg
         blocks, threads = launch_1d(c * tiles)
         into[blocks, threads, stream](x, v, tiles, n0, t0, trows, tiles_w, pad_top, pad_w)
         warp.launch(u, v, prod, stream=stream)
-        g, threads = _output_shape(tiles_w)
-        back[(-(-nb * trows // g), k), threads, stream, 4 * g * m * wo](
+        g, threads, shared = _output_shape(tiles_w, m, wo)
+        back[(-(-nb * trows // g), k), threads, stream, shared](
             prod, tiles, bias, flat, *out.shape[1:], n0, t0, trows, tiles_w, oh_end, bool(relu), g)
 
