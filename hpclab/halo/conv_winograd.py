@@ -197,8 +197,7 @@ def _output_kernel(m: int, r: int):
                             val = float32(0.0)
                         stage[g * MWo + i * Wo + ow] = val
             if tx == 0:
-                n = (tr0 + g) // trows
-                oh0 = t0 + (tr0 + g - n * trows) * M
+                n, oh0, _ = _tile_origin(t, trows * tiles_w, tiles_w, M, t0)
                 start[g] = ((n0 + n) * K + k) * Ho * Wo + oh0 * Wo
                 size[g] = min(M, oh_end - oh0) * Wo
         elif g < G and tx == 0:
@@ -242,9 +241,10 @@ def _flat(out):
         return hit[1]
     if not out.is_c_contiguous():
         raise ValueError("the Winograd path writes a C-contiguous output array; pass one (np.ascontiguousarray)")
-    _FLAT[id(out)] = (weakref.ref(out), out.reshape(out.size))
+    view = out.reshape(out.size)
+    _FLAT[id(out)] = (weakref.ref(out), view)
     weakref.finalize(out, _FLAT.pop, id(out), None)
-    return _FLAT[id(out)][1]
+    return view
 
 
 def conv_rows_winograd(x, u, bias, out, r: int, pad_top: int, pad_w: int, oh_begin: int, oh_end: int,
@@ -263,6 +263,7 @@ def conv_rows_winograd(x, u, bias, out, r: int, pad_top: int, pad_w: int, oh_beg
     into, back = _input_kernel(m, r), _output_kernel(m, r)
     bn = warp.config_for(c).bn
     flat = _flat(out)                         # the output transform writes whole rows as one vector
+    g, threads_out, shared = _output_shape(tiles_w, m, wo)     # checked before any kernel runs
     # A tile's buffers: alpha^2 (C + K) floats.
     for n0, nb, r0, trows in chunks(n, tiles_h, tiles_w, 4 * al2 * (c + k), max_bytes()):
         t0 = oh_begin + r0 * m
@@ -275,7 +276,6 @@ def conv_rows_winograd(x, u, bias, out, r: int, pad_top: int, pad_w: int, oh_beg
         blocks, threads = launch_1d(c * tiles)
         into[blocks, threads, stream](x, v, tiles, n0, t0, trows, tiles_w, pad_top, pad_w)
         warp.launch(u, v, prod, stream=stream)
-        g, threads, shared = _output_shape(tiles_w, m, wo)
-        back[(-(-nb * trows // g), k), threads, stream, shared](
+        back[(-(-nb * trows // g), k), threads_out, stream, shared](
             prod, tiles, bias, flat, *out.shape[1:], n0, t0, trows, tiles_w, oh_end, bool(relu), g)
 
