@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 META = re.compile(r'<meta name="hpclab-source" content="sha256:([0-9a-f]{64})"')
 STYLE = re.compile(r"<style[^>]*>(.*?)</style>\n?", re.S)
 CSS = "notebook.css"   # the template's stylesheets: the same ~7,000 lines on every page, kept once beside them
+OVERWRITTEN = re.compile(r"[^\n]*\r(?=[^\n])")   # a line's text that a carriage return sends back over
 
 
 def source_hash(nb) -> str:
@@ -63,6 +64,25 @@ def shared_styles(html: str) -> tuple[str, str]:
     return f"{head}</head>{rest}", css
 
 
+def as_jupyterlab_shows(outputs: list) -> list:
+    """A cell's outputs with each run of one stream merged and carriage returns applied, as JupyterLab shows them.
+
+    A progress bar (ipyparallel's %px, tqdm) redraws its line with "\\r" ten times a second: each redraw
+    is a stream output of its own, and nbconvert would print every one. nbclient's ``coalesce_streams``
+    merges all of a cell's stdout into its first, which would move text printed after a figure above it.
+    """
+    merged = []
+    for out in outputs:
+        if out.output_type == "stream" and merged and merged[-1].output_type == "stream" and merged[-1].name == out.name:
+            merged[-1].text += out.text
+        else:
+            merged.append(out)
+    for out in merged:
+        if out.output_type == "stream":
+            out.text = OVERWRITTEN.sub("", out.text)
+    return merged
+
+
 def execute(notebooks: Path, out: Path) -> dict:
     """Run `hpclab workbook` on ``notebooks`` into ``out``; what ran where, for the pages' banners."""
     cmd = [sys.executable, "-m", "hpclab", "workbook", "--notebooks", str(notebooks), "--out", str(out)]
@@ -89,6 +109,9 @@ def render(executed: Path, out: Path, run: dict, notebooks: Path = ROOT / "noteb
             f"*Executed on {run['device']}, {run['date']}, with `{run['command']}`, from `notebooks/{path.name}` "
             f"(cell sources sha256 `{digest[:12]}`). An expected output, not a result to copy.*")
         nb.cells.insert(0, banner)
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                cell.outputs = as_jupyterlab_shows(cell.outputs)
         html, _ = HTMLExporter().from_notebook_node(nb)
         html = html.replace("<head>", f'<head>\n<meta name="hpclab-source" content="sha256:{digest}">', 1)
         html, css = shared_styles(html)

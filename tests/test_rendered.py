@@ -52,3 +52,16 @@ def test_render_on_the_simulator_and_notice_a_changed_notebook(tmp_path):
         render.render(executed, tmp_path / "again", run, notebooks)
     shutil.copy(ROOT / "notebooks" / "01_collectives.ipynb", notebooks)
     assert "notebooks/01_collectives.ipynb has no rendered page" in render.stale(tmp_path / "rendered", notebooks)
+
+
+def test_a_progress_bar_shows_once_as_in_jupyterlab():
+    """Each redraw of a %px progress bar is a stream output of its own; the page shows the last, in its place."""
+    new = nbformat.v4.new_output
+    bars = [new("stream", name="stdout", text=f"\r%px: {p:3d}%| {p // 25}/4") for p in (0, 25, 50, 75)]
+    outputs = [*bars, new("stream", name="stdout", text="\r%px: 100%| 4/4\n[stdout:0] done\n"),
+               new("stream", name="stderr", text="[stderr:1] a warning\n"),
+               new("display_data", data={"text/plain": "<Figure>"}), new("stream", name="stdout", text="after\n")]
+    shown = render.as_jupyterlab_shows(outputs)
+    assert [(o.output_type, o.get("text")) for o in shown] == [
+        ("stream", "%px: 100%| 4/4\n[stdout:0] done\n"), ("stream", "[stderr:1] a warning\n"),
+        ("display_data", None), ("stream", "after\n")]
