@@ -420,6 +420,26 @@ def test_digest_and_error():
     assert max_rel_error(x, x) == 0.0 and max_rel_error(y, x) > 1e-3
 
 
+
+@pytest.mark.parametrize("version", ["v2", "v3"])       # v3 runs on rank 0 alone (and synchronised on a GPU)
+def test_time_per_phase_is_the_median_over_passes(monkeypatch, version):
+    """One slow pass must not make a phase's bar: each phase takes its median over the passes."""
+    from hpclab.halo import versions
+    from hpclab.mpi import world
+
+    passes = iter([0.3, 0.1, 0.5, 0.2, 0.6, 0.4])   # timed passes, then (v3 on a GPU) synchronised ones
+
+    def one_pass(version, ops, shape, seed, on, be, overlap, phases, buffers):
+        s = next(passes)
+        phases.seconds["compute"] += s
+        phases.seconds["halo"] += s / 10
+        return None, s
+
+    monkeypatch.setattr(versions, "_forward", one_pass)
+    o = versions.run_version(version, [], [], (1, 1, 4, 4), 1, world(), repeats=3)
+    split = 0.4 if version == "v3" and not backend.is_simulator() else 0.3
+    assert o.wall_s == 0.3 and o.phases == pytest.approx({"compute": split, "halo": split / 10})
+
 # -- hpclab bench conv trunk ---------------------------------------------------
 def _trunk_bench(capsys, *argv):
     """``hpclab bench conv trunk ARGV`` in this process: (exit status, its JSON line, stderr)."""

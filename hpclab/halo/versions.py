@@ -141,8 +141,9 @@ def _forward(version, ops, shape, seed, comm, be, overlap, phases, buffers):
 def run_version(version: str, ops, dense, shape, seed, comm, comm_name="auto", overlap=True,
                 repeats: int = 1, warmup: int = 0) -> Outcome:
     """``repeats`` timed passes of ``version`` after ``warmup`` ones (the median wall time), and the time per
-    phase (max over ranks; on a GPU from a separate pass without overlap, synchronised at every phase
-    boundary). Gathering to rank 0 and the dense layers (on rank 0) come after the timed region."""
+    phase (max over ranks, the median over passes; on a GPU from as many separate passes without overlap,
+    synchronised at every phase boundary). Gathering to rank 0 and the dense layers (on rank 0) come after
+    the timed region."""
     be, note, used = None, "", "mpi4py (host)" if version == "v2" else ""
     if version in ("v4", "v5") and comm.size > 1:
         be, note = (hcomm.get("mpi-host", comm), "") if version == "v4" else gpu_aware_backend(comm, comm_name)
@@ -163,24 +164,31 @@ def run_version(version: str, ops, dense, shape, seed, comm, comm_name="auto", o
 
     for _ in range(warmup):
         once()
-    walls = []
+    walls, splits = [], []
     for _ in range(repeats):
         out, seconds, phases = once()
         walls.append(seconds)
+        splits.append(phases)
     if version in ("v3", "v4", "v5") and not backend.is_simulator():
-        phases = once(sync=True)[2]         # GPU kernels run asynchronously: the split needs a synchronised pass
-    times = comm.bcast(dict(phases.seconds), root=0) if alone else phases.max_over_ranks(comm)
+        # GPU kernels run asynchronously: the split needs synchronised passes, as many as the timed ones
+        splits = [once(sync=True)[2] for _ in range(repeats)]
+    per_pass = [comm.bcast(dict(p.seconds), root=0) if alone else p.max_over_ranks(comm) for p in splits]
+    # the median over passes, phase by phase: one slow pass does not make the bar
+    times = {name: statistics.median(t.get(name, 0.0) for t in per_pass)
+             for name in dict.fromkeys(name for t in per_pass for name in t)}
     return Outcome(version, out, comm.bcast(statistics.median(walls), root=0), times, used, note)
 
 
 def scaling_point(mode: str, ranks: int, ops, shape, comm, version: str = "v4") -> dict | None:
-    """Time ``version`` on the first ``ranks`` ranks of ``comm`` (the others wait): on the ranks that ran,
+    """Time ``version`` on the first ``ranks`` ranks of ``comm`` (the others wait; on a GPU the median of three
+    passes after an untimed one): on the ranks that ran,
     {mode, ranks, height, wall_s, compute, halo, transfer, ranks_per_gpu} (seconds, max over those ranks;
     ranks_per_gpu > 1: they took turns on a GPU, time sharing, not scaling); None elsewhere."""
     point = None
     with first_ranks(comm, ranks) as sub:
         if sub is not None:
-            o = run_version(version, ops, [], shape, 1, sub)
+            o = run_version(version, ops, [], shape, 1, sub, repeats=backend.auto_size(gpu=3, sim=1),
+                            warmup=backend.auto_size(gpu=1, sim=0))   # as the conv-halo program times them
             point = {"mode": mode, "ranks": ranks, "height": shape[2], "wall_s": o.wall_s,
                      **{k: o.phases.get(k, 0.0) for k in ("compute", "halo", "transfer")},
                      "ranks_per_gpu": ranks_per_gpu(sub)}
