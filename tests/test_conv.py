@@ -420,7 +420,6 @@ def test_digest_and_error():
     assert max_rel_error(x, x) == 0.0 and max_rel_error(y, x) > 1e-3
 
 
-
 @pytest.mark.parametrize("version", ["v2", "v3"])       # v3 runs on rank 0 alone (and synchronised on a GPU)
 def test_time_per_phase_is_the_median_over_passes(monkeypatch, version):
     """One slow pass must not make a phase's bar: each phase takes its median over the passes."""
@@ -439,6 +438,7 @@ def test_time_per_phase_is_the_median_over_passes(monkeypatch, version):
     o = versions.run_version(version, [], [], (1, 1, 4, 4), 1, world(), repeats=3)
     split = 0.4 if version == "v3" and not backend.is_simulator() else 0.3
     assert o.wall_s == 0.3 and o.phases == pytest.approx({"compute": split, "halo": split / 10})
+
 
 # -- hpclab bench conv trunk ---------------------------------------------------
 def _trunk_bench(capsys, *argv):
