@@ -230,20 +230,18 @@ def _output_shape(tiles_w: int, m: int, wo: int) -> tuple[int, int, int]:
     return g, threads, shared
 
 
-_FLAT: dict[int, tuple] = {}     # id(out) -> (a weak reference to out, out as one vector)
+_FLAT: dict[int, object] = {}    # id(out) -> out as one vector, dropped when out dies (so an id is never stale)
 
 
 def _flat(out):
     """``out`` as one vector. Made once per array and kept while the array lives: a view costs the host about
     40 us, and a forward pass calls each layer with the same output array."""
-    hit = _FLAT.get(id(out))
-    if hit is not None and hit[0]() is out:
-        return hit[1]
-    if not out.is_c_contiguous():
-        raise ValueError("the Winograd path writes a C-contiguous output array; pass one (np.ascontiguousarray)")
-    view = out.reshape(out.size)
-    _FLAT[id(out)] = (weakref.ref(out), view)
-    weakref.finalize(out, _FLAT.pop, id(out), None)
+    view = _FLAT.get(id(out))
+    if view is None:
+        if not out.is_c_contiguous():
+            raise ValueError("the Winograd path writes a C-contiguous output array; pass one (np.ascontiguousarray)")
+        view = _FLAT[id(out)] = out.reshape(out.size)
+        weakref.finalize(out, _FLAT.pop, id(out), None)
     return view
 
 
