@@ -103,6 +103,20 @@ def test_gemm_in_chunks_equals_one_product_bitwise(monkeypatch):
         np.testing.assert_array_equal(gpu.conv2d(x, w, 1, 1, method="gemm"), whole)
 
 
+def test_workspace_buffers_start_zeroed(monkeypatch):
+    """The products run over columns padded to whole tiles: a new buffer must not hold what the allocator left
+    there (NaN stands for it here), also when a buffer grows."""
+    from hpclab.halo import conv_gemm
+
+    monkeypatch.setattr(conv_gemm.cuda, "device_array",
+                        lambda n, dtype: conv_gemm.cuda.to_device(np.full(n, np.nan, dtype)))
+    work = conv_gemm.Workspace()
+    small = work.array("cols", (2, 3))
+    np.testing.assert_array_equal(small.copy_to_host(), np.zeros((2, 3), np.float32))
+    small.copy_to_device(np.ones((2, 3), np.float32))
+    np.testing.assert_array_equal(work.array("cols", (4, 5)).copy_to_host(), np.zeros((4, 5), np.float32))
+
+
 WINOGRAD_GEOMETRIES = [  # N, C, H, W, K, R, pad: odd sizes leave partial tiles at both edges
     (1, 5, 9, 8, 6, 5, 2),                # C2's 5x5 pad 2
     (2, 3, 7, 6, 4, 3, 1),                # batch of 2, 3x3 pad 1 (C3-C5)

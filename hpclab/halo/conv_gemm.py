@@ -88,7 +88,10 @@ class Workspace:
             need = int(np.prod(shape))
             buf = self._bufs.get(name)
             if buf is None or buf.size < need:
-                buf = self._bufs[name] = cuda.device_array(need, dtype=np.float32)
+                # Zeroed, not empty: the products run over columns padded to whole tiles, never read back,
+                # and garbage there (NaN on the simulator) made NumPy warn. A synchronous copy, done before
+                # any stream (the halo executors' are non-blocking) can use the buffer.
+                buf = self._bufs[name] = cuda.to_device(np.zeros(need, dtype=np.float32))
                 self._views = {k: v for k, v in self._views.items() if k[0] != name}
             view = self._views[key] = buf[:need].reshape(*shape)
         return view
