@@ -112,8 +112,10 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
     B_HELD = 4 * B_N
     MI, NI, TM, TN = cfg.mi, cfg.ni, 4 * cfg.mi, 4 * cfg.ni
     A_SUB, B_SUB = U(4 * cfg.lanes[0]), U(4 * cfg.lanes[1])    # sub-tiles of one lane, this far apart
-    A_BUF, B_BUF = cfg.bk * (cfg.bm + cfg.pad), cfg.bk * (cfg.bn + cfg.pad)
-    A_SHARED, B_SHARED = 2 * A_BUF, 2 * B_BUF          # array sizes: plain ints, known before compiling
+    A_SHARED, B_SHARED = 2 * cfg.bk * (cfg.bm + cfg.pad), 2 * cfg.bk * (cfg.bn + cfg.pad)  # plain ints: array sizes
+    # Unsigned too: Numba types uint64 * int as int64, and a signed shared index gets a negative-index test
+    # (16 x 8 outputs per lane: 256 compares and selects, scalar shared loads instead of 16-byte ones).
+    A_BUF, B_BUF = U(A_SHARED // 2), U(B_SHARED // 2)
     ZERO, ONE, TWO, THREE, FOUR = U(0), U(1), U(2), U(3), U(4)
     EDGES, RUNS = bool(edges), bool(runs)
 
