@@ -128,8 +128,13 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
         for s in range(NI):
             for j in range(4):
                 b_frag[4 * s + j] = Bs[b_at + U(s) * B_SUB + U(j)]
+        # Row by row, every other row backwards (serpentine): the B value that ends a row starts the next,
+        # so more FFMAs take an operand from the reuse cache (940 of 1,024 in the SASS, 822 in plain order)
+        # and fewer wait to be dispatched (ncu on an H100: 0.21 cycles per instruction, 0.53 in plain
+        # order, cuBLAS 0.10). Each output sums the same products in the same order: bit for bit the same C.
         for i in range(TM):
-            for j in range(TN):
+            for jj in range(TN):
+                j = jj if i % 2 == 0 else TN - 1 - jj
                 acc[i, j] += a_frag[i] * b_frag[j]
 
     @cuda.jit(device=True, fastmath=True)
