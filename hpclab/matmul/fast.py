@@ -106,7 +106,7 @@ def fast_kernel(dtype, config: FastConfig, trans_a: bool = False, trans_b: bool 
     # Index arithmetic is unsigned 64-bit throughout: Numba guards every signed index against
     # negative values (Python's a[-1]); unsigned ones need no guard, so the compiler can fold the
     # constant part of each shared-memory index into the load instruction. Constants are uint64
-    # too: mixing signed and unsigned integers would give float64 in Numba.
+    # too: Numba types uint64 * int as a signed int64, and the guard is back.
     C = np.uint64
     ZERO, ONE, TWO = C(0), C(1), C(2)
     SPLIT = C(split)
