@@ -10,6 +10,7 @@ load. Also unlike ``fast``:
 - B's tile is copied four columns at a time, one 16-byte global load and shared store (:mod:`.wide`).
   A's tile is stored transposed, its four values in four shared rows: as one 16-byte run they cost
   registers (143 instead of 123, one block per SM instead of two) and were slower on an H200.
+- A step's products in serpentine order (every other row backwards), so consecutive FFMAs share an operand.
 
 ``warp_kernel(WarpConfig)`` builds it; ``hpclab bench matmul`` sweeps several shapes; ``config_for``
 picks the one used. ``launch`` on 3-d arrays multiplies a batch of matrices in one launch (one per
