@@ -237,7 +237,9 @@ def stop(cluster: ipp.Cluster, log: logging.Logger, polite: bool = True) -> None
 
 def dead_rank(pdir: str, cluster_id: str, rank_of: dict[int, int]) -> str | None:
     """Which rank's death ended a cluster's MPI engine set (``rank_of``: engine id -> rank), from its logs:
-    Open MPI names it; for MPICH, the controller's log says whose nanny reported its engine's death first."""
+    Open MPI names the rank. MPICH's mpiexec does not (its "BAD TERMINATION" names some process of the job,
+    not always the one that died first), so the controller's log says whose nanny reported its engine gone
+    first; MPICH ends the others at once, so that may be another rank, and the message says only that."""
     try:
         with open(cluster_file(pdir, cluster_id)) as f:
             raw = json.load(f)
@@ -252,5 +254,5 @@ def dead_rank(pdir: str, cluster_id: str, rank_of: dict[int, int]) -> str | None
     controller = jobs.read_tail(raw.get("controller", {}).get("state", {}).get("output_file", ""), 20000)
     for engine in re.findall(r"unregister_engine\((\d+)\)", controller):
         if int(engine) in rank_of:
-            return f"rank {rank_of[int(engine)]} died first and MPI ended the other ranks"
+            return f"rank {rank_of[int(engine)]} was the first reported gone, and MPI ended the other ranks"
     return None
