@@ -230,7 +230,8 @@ def fast_kernel(dtype, config: FastConfig, trans_a: bool = False, trans_b: bool 
                 for j in range(ntn):
                     b_frag[j] = Bs[b_base + k * SB + B_OFF[j]]
                 for i in range(ntm):
-                    for j in range(ntn):
+                    for jj in range(ntn):      # serpentine order, as in warp.py: bit for bit the same C
+                        j = jj if i % 2 == 0 else ntn - 1 - jj
                         acc[i, j] += a_frag[i] * b_frag[j]
                 k += ONE
             if more:
