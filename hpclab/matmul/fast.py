@@ -26,6 +26,7 @@ import numba  # noqa: E402 - after the backend choice (numba reads NUMBA_ENABLE_
 
 from hpclab.launch import launch_1d  # noqa: E402
 from hpclab.matmul import naive, tiled, warp  # noqa: E402
+from hpclab.quick_launch import Launches  # noqa: E402
 
 KERNELS = ("naive", "tiled", "fast")  # any shape and dtype: what programs and training choose from
 LADDER = KERNELS + ("warp",)           # and the warp-tiled rung: float32, untransposed
@@ -296,19 +297,26 @@ def zero_kernel(c):
         c[e // c.shape[1], e % c.shape[1]] = 0
 
 
+def _choose_fast(a, b, c, variant):
+    """(kernel, grid, threads) of the fast kernel; ``variant``: (config, trans_a, trans_b, slices of K)."""
+    cfg, trans_a, trans_b, split = variant
+    grid = ((c.shape[1] + cfg.bn - 1) // cfg.bn, (c.shape[0] + cfg.bm - 1) // cfg.bm) + ((split,) if split > 1 else ())
+    return fast_kernel(np.dtype(a.dtype), cfg, trans_a, trans_b, split=split), grid, cfg.threads
+
+
+_fast_launches = Launches(_choose_fast)
+
+
 def launch(kernel: str, a, b, c, config=None,
            trans_a: bool = False, trans_b: bool = False, split: int | None = None) -> None:
     """c (M x N) = op(a) @ op(b) on device arrays, op(a) being a (M x K) or, with trans_a, a.T (a stored
     K x M), likewise b; no checks. ``split`` (fast kernel): slices of K, None = :func:`split_for`'s choice."""
     if kernel == "fast":
-        dtype = np.dtype(a.dtype)
-        cfg = config or fast_config(dtype)
-        grid = ((c.shape[1] + cfg.bn - 1) // cfg.bn, (c.shape[0] + cfg.bm - 1) // cfg.bm)
+        cfg = config or fast_config(np.dtype(a.dtype))
         split = auto_split(a, c, trans_a, cfg) if split is None else split
         if split > 1:
             zero_kernel[launch_1d(c.size)](c)
-            grid = (*grid, split)
-        fast_kernel(dtype, cfg, bool(trans_a), bool(trans_b), split=split)[grid, cfg.threads](a, b, c)
+        _fast_launches(a, b, c, variant=(cfg, bool(trans_a), bool(trans_b), split))
     elif kernel == "warp":
         warp.launch(a, b, c, config if isinstance(config, warp.WarpConfig) else None)
     elif kernel in ("naive", "tiled"):

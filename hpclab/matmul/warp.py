@@ -14,7 +14,8 @@ load. Also unlike ``fast``:
 
 ``warp_kernel(WarpConfig)`` builds it; ``hpclab bench matmul`` sweeps several shapes; ``config_for``
 picks the one used. ``launch`` on 3-d arrays multiplies a batch of matrices in one launch (one per
-blockIdx.z): Winograd convolution's products (:mod:`hpclab.halo.conv_winograd`).
+blockIdx.z): Winograd convolution's products (:mod:`hpclab.halo.conv_winograd`). It starts the kernel through
+:mod:`hpclab.quick_launch` (about half of Numba's host time per launch).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ import numpy as np
 from hpclab import backend
 from hpclab.backend import cuda as _cuda
 from hpclab.matmul.wide import aligned, load4, store4
+from hpclab.quick_launch import Launches
 
 cuda = _cuda()  # decides GPU or simulator before numba reads its configuration
 
@@ -83,11 +85,12 @@ class WarpConfig:
 # were 0.5 % slower against cuBLAS on an H100 at N = 4096); on the simulator, where each
 # thread is a Python thread, 32 x 32 blocks of 2 warps, 4 x 4 per lane.
 CONFIG = WarpConfig() if backend.name() == "gpu" else WarpConfig(32, 32, 8, 16, 32, 1, 1, pad=4)
-# For a shallow product (K below SHALLOW_K) half-height blocks of four warps, four per SM: each block's
-# fixed costs (the first tile's loads, the stores of C) are then hidden by three others rather than one
-# (3000 x 5000 x 700 on an H200: 82.6 % of cuBLAS, 79.0 % with CONFIG; on an H100 83.5 %; at N = 4095, where
-# K is deep, 82.5 % against 84.7 % in a sweep on an H100).
-SHALLOW = WarpConfig(64, 128, 16, 32, 64, 2, 2) if backend.name() == "gpu" else CONFIG
+# For a shallow product (K below SHALLOW_K) half-width blocks of four warps, four per SM: each block's
+# fixed costs (the first tile's loads, the stores of C) are then hidden by three others rather than one.
+# 3000 x 5000 x 700, three rounds in turns with cuBLAS: H100 92.5 / 91.7 / 93.5 % (64 x 128 blocks 90.3 / 90.6 /
+# 88.3, CONFIG 89.9 / 89.0 / 90.5); H200 91.9 / 88.7 / 89.3 (64 x 128 88.8 / 86.4 / 86.5). At N = 4095, where K is
+# deep, CONFIG is best (check log, thirteenth round).
+SHALLOW = WarpConfig(128, 64, 16, 32, 64, 2, 2) if backend.name() == "gpu" else CONFIG
 SHALLOW_K = 1024
 
 
@@ -158,8 +161,11 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
             for j in range(4):
                 b_next[4 * s + j] = b[kk, cc + U(j)] if kk < K and cc + U(j) < N else float32(0)
 
-    # The edge tests take registers: ask for two blocks of 256 threads per SM still (128 registers each).
-    bounds = {"launch_bounds": (cfg.threads, max(1, 512 // cfg.threads))} if edges and backend.name() == "gpu" else {}
+    # The edge tests take registers, and blocks of fewer than 256 threads are meant to share an SM four at a time:
+    # ask for 512 threads per SM still (128 registers each).
+    small = cfg.threads < 256
+    bounds = ({"launch_bounds": (cfg.threads, max(1, 512 // cfg.threads))}
+              if (edges or small) and backend.name() == "gpu" else {})
 
     @cuda.jit(device=True, fastmath=True)
     def block_tile(a, b, c):
@@ -251,9 +257,17 @@ def kernel_for(a, b, c, cfg: WarpConfig = CONFIG):
     return warp_kernel(cfg, edges, aligned(b), len(c.shape) == 3)
 
 
+def _choose(a, b, c, variant: WarpConfig | None = None):
+    """(kernel, grid, threads) of c = a @ b with tile shape ``variant`` (None: ``config_for``'s)."""
+    shape = tuple(c.shape)
+    cfg = variant or config_for(tuple(a.shape)[-1])
+    grid = (-(-shape[-1] // cfg.bn), -(-shape[-2] // cfg.bm)) + shape[:-2]
+    return kernel_for(a, b, c, cfg), grid, cfg.threads
+
+
+_launches = Launches(_choose)
+
+
 def launch(a, b, c, cfg: WarpConfig | None = None, stream=0) -> None:
     """c = a @ b on float32 device arrays of any sizes (no checks); 3-d arrays: c[z] = a[z] @ b[z] for every z."""
-    shape = tuple(c.shape)
-    cfg = cfg or config_for(tuple(a.shape)[-1])
-    grid = (-(-shape[-1] // cfg.bn), -(-shape[-2] // cfg.bm)) + shape[:-2]
-    kernel_for(a, b, c, cfg)[grid, cfg.threads, stream](a, b, c)
+    _launches(a, b, c, variant=cfg, stream=stream)
