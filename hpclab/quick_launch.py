@@ -1,8 +1,8 @@
-"""Start a compiled kernel in about 12 µs instead of the 25 to 45 µs Numba's launch takes.
+"""Start a compiled kernel in 11 to 17 µs of host time instead of the 27 to 45 µs Numba's launch takes.
 
 numba-cuda 0.30 turns every array argument of every launch into a memory view before packing it, and looks up
-the current context and a stream object each time: on one H100 host 41 µs to start a kernel of three arrays,
-of which the driver's launch is 7 µs (CuPy's ``matmul`` takes 20 µs). A matrix product of half a millisecond
+the current context and a stream object each time: on one H100 machine 41 µs to start a kernel of three arrays,
+of which the driver's launch is 7 µs (CuPy's ``matmul`` takes 20 µs; check log, thirteenth round). A matrix product of half a millisecond
 loses several percent of its time to that. :class:`Launches` compiles through Numba once for each kind of
 arguments (dtype, shape, strides, 16-byte alignment: all a kernel's choice and its Numba types depend on) and
 CUDA context, keeps the compiled function and launch shape, and packs Numba device arrays itself, word for word
