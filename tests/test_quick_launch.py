@@ -65,7 +65,8 @@ def test_array_words_are_numbas_own(make):
     """What Numba's launch passes for each array, compared with ``array_words``: a change in Numba's layout for
     array arguments fails here rather than in a wrong product."""
     base = cuda.to_device(np.arange(6 * 8, dtype=np.float32).reshape(6, 8))
-    x = {"matrix": base, "column slice": base[:, 1:], "column-major": cuda.to_device(np.zeros((3, 5), np.float32, order="F")),
+    x = {"matrix": base, "column slice": base[:, 1:],
+         "column-major": cuda.to_device(np.zeros((3, 5), np.float32, order="F")),
          "batch": cuda.to_device(np.zeros((2, 3, 4), np.float32)), "empty": cuda.device_array((0, 4), np.float32)}[make]
 
     @cuda.jit
