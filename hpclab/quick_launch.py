@@ -3,11 +3,11 @@
 numba-cuda 0.30 turns every array argument of every launch into a memory view before packing it, and looks up
 the current context and a stream object each time: on one H100 machine 41 µs to start a kernel of three arrays,
 of which the driver's launch is 7 µs (CuPy's ``matmul`` takes 20 µs; check log, thirteenth round). A matrix
-product of half a millisecond loses several percent of its time to that. :class:`Launches` compiles through Numba once for each kind of
-arguments (dtype, shape, strides, 16-byte alignment: all a kernel's choice and its Numba types depend on) and
-CUDA context, keeps the compiled function and launch shape, and packs Numba device arrays itself, word for word
-as Numba passes an array to a kernel (``array_words``; a GPU test compares the two). Other arguments, and the
-simulator, take Numba's own launch.
+product of half a millisecond loses several percent of its time to that. :class:`Launches` compiles through
+Numba once for each kind of arguments (dtype, shape, strides, 16-byte alignment: all a kernel's choice and its
+Numba types depend on) and CUDA context, keeps the compiled function and launch shape, and packs Numba device
+arrays itself, word for word as Numba passes an array to a kernel (``array_words``; a GPU test compares the
+two). Other arguments, and the simulator, take Numba's own launch.
 """
 from __future__ import annotations
 
