@@ -14,10 +14,8 @@ from __future__ import annotations
 from itertools import chain
 
 from hpclab import backend
-from hpclab.backend import cuda as _cuda
 
-cuda = _cuda()
-QUICK = backend.name() == "gpu"
+QUICK = backend.name() == "gpu"      # (decides the backend before anything of Numba loads)
 if QUICK:
     from cuda.bindings.driver import cuCtxGetCurrent
     from cuda.core import LaunchConfig, launch as _driver_launch

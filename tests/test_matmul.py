@@ -46,7 +46,9 @@ def test_fast_configurations(config, shape):
 # The warp-tiled rung on the simulator's tiles (32 x 32 x 8): several blocks and several tiles of k,
 # a second configuration with other warp and lane shapes, and tiles 16 deep (all four written-out
 # groups of k steps, as on a GPU). Sizes that divide the tiles take the kernel without edge tests.
-WARP_CONFIGS = [warp.CONFIG, warp.WarpConfig(32, 64, 8, 32, 32, 2, 1), warp.WarpConfig(32, 32, 16, 16, 32, 1, 1)]
+# On a GPU also the shallow-K tiles (the simulator's are CONFIG).
+WARP_CONFIGS = list(dict.fromkeys([warp.CONFIG, warp.SHALLOW, warp.WarpConfig(32, 64, 8, 32, 32, 2, 1),
+                                   warp.WarpConfig(32, 32, 16, 16, 32, 1, 1)]))
 
 
 @pytest.mark.parametrize("config", WARP_CONFIGS)
