@@ -280,14 +280,21 @@ def dense_forward(x, w, b, out, relu: bool):
     return out
 
 
-def weight_gradient_in_slices(x, dz, dw, bounds, on_slice):
-    """dw = x^T dz in slices of rows [bounds[s], bounds[s + 1]), last rows first, ``on_slice(r0)`` after each.
-    A slice reads columns r0:r1 of x (a strided view) with the whole product's slices of K, so every element
-    gets the bits that one product would give it."""
+def row_slices(x, dw, bounds) -> list:
+    """(r0, x[:, r0:r1], dw[r0:r1]) for each slice [r0, r1) of dw's rows, last rows first: the views of
+    :func:`weight_gradient_in_slices`, made once and kept, as Numba builds a column slice of x one row's extent
+    at a time (for 512 rows, about 0.5 ms of host time per slice on an H200 machine)."""
+    return [(r0, x[:, r0:r1], dw[r0:r1]) for r0, r1 in reversed(list(zip(bounds[:-1], bounds[1:])))]
+
+
+def weight_gradient_in_slices(x, dz, dw, slices, on_slice):
+    """dw = x^T dz in the ``slices`` of :func:`row_slices`, ``on_slice(r0)`` after each. A slice reads columns
+    r0:r1 of x (a strided view) with the whole product's slices of K, so every element gets the bits that one
+    product would give it."""
     kernel = gemm_kernel(x.dtype)
     split = mm.auto_split(x, dw, trans_a=True) if kernel == "fast" else None
-    for r0, r1 in reversed(list(zip(bounds[:-1], bounds[1:]))):
-        gemm(x[:, r0:r1], dz, dw[r0:r1], trans_a=True, kernel=kernel, split=split)
+    for r0, x_cols, dw_rows in slices:
+        gemm(x_cols, dz, dw_rows, trans_a=True, kernel=kernel, split=split)
         on_slice(r0)
     return dw
 

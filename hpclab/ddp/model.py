@@ -93,6 +93,7 @@ class MLP:
         self.grads = unflatten(self.bucket[:self.n_params], self.sizes)
         self.stat_slots = self.bucket[self.n_params:]
         self._work: dict[int, dict] = {}
+        self._slices: dict[tuple[int, int], list] = {}
 
     def load(self, flat_host: np.ndarray) -> None:
         if flat_host.shape != (self.n_params,):
@@ -122,6 +123,14 @@ class MLP:
             }
         return self._work[n]
 
+    def first_layer_slices(self, n: int, slices: int) -> list:
+        """The first layer's input and weight gradient cut into ``slices`` slices of its rows for a batch of n
+        (:func:`hpclab.ddp.mlp.row_slices`; made once per n and number of slices)."""
+        if (n, slices) not in self._slices:
+            self._slices[n, slices] = K.row_slices(self.workspace(n)["acts"][0], self.grads[0][0],
+                                                   slice_bounds(self.sizes[0], slices))
+        return self._slices[n, slices]
+
     def forward(self, n: int):
         """Logits of a batch already placed in ``workspace(n)["acts"][0]``; returns them."""
         acts = self.workspace(n)["acts"]
@@ -148,7 +157,7 @@ class MLP:
             dw, db = self.grads[i]
             if i == 0 and first_layer_slices > 1:
                 K.col_sum(dz, db)                    # b0 lies after W0: written before W0's first slice
-                K.weight_gradient_in_slices(work["acts"][0], dz, dw, slice_bounds(dw.shape[0], first_layer_slices),
+                K.weight_gradient_in_slices(work["acts"][0], dz, dw, self.first_layer_slices(n, first_layer_slices),
                                             lambda r0: report(0, r0 * dw.shape[1]))
             else:
                 K.dense_backward(work["acts"][i], w, dz, dw, db)
