@@ -224,3 +224,22 @@ def test_backward_in_slices_reports_each_and_gives_the_same_bits():
     np.testing.assert_array_equal(buckets[0], buckets[1])
     assert reports[0] == [(1, 50), (0, 0)]
     assert reports[1] == [(1, 50), (0, 30), (0, 15), (0, 0)]         # rows 6-8, 3-5, 0-2 of W0 (5 wide)
+
+
+def test_the_slice_views_are_made_once_and_see_each_new_batch():
+    from hpclab.ddp import MLP, init_parameters
+
+    sizes = [9, 5, 3]
+    labels = dev(rng.integers(0, 3, 6).astype(np.int32).reshape(-1, 1))
+    sliced, whole = MLP(sizes, np.float32), MLP(sizes, np.float32)
+    for model in (sliced, whole):
+        model.load(init_parameters(sizes, seed=2))
+    views = sliced.first_layer_slices(6, 3)
+    assert sliced.first_layer_slices(6, 3) is views and [r0 for r0, _, _ in views] == [6, 3, 0]
+    for _ in range(2):          # the second batch goes through views made for the first
+        x = rng.standard_normal((6, 9)).astype(np.float32)
+        for model, slices in ((sliced, 3), (whole, 1)):
+            model.workspace(6)["acts"][0].copy_to_device(x)
+            model.loss_and_gradients(6, labels, "xent", 1 / 6, 1 / 6, first_layer_slices=slices)
+        np.testing.assert_array_equal(sliced.bucket.copy_to_host(), whole.bucket.copy_to_host())
+    assert sliced.first_layer_slices(6, 3) is views
