@@ -305,6 +305,7 @@ def _choose_fast(a, b, c, variant):
 
 
 _fast_launches = Launches(_choose_fast)
+_zero_launches = Launches(lambda c, variant=None: (zero_kernel, *launch_1d(c.size)))   # before each split product
 
 
 def launch(kernel: str, a, b, c, config=None,
@@ -315,7 +316,7 @@ def launch(kernel: str, a, b, c, config=None,
         cfg = config or fast_config(np.dtype(a.dtype))
         split = auto_split(a, c, trans_a, cfg) if split is None else split
         if split > 1:
-            zero_kernel[launch_1d(c.size)](c)
+            _zero_launches(c)
         _fast_launches(a, b, c, variant=(cfg, bool(trans_a), bool(trans_b), split))
     elif kernel == "warp":
         warp.launch(a, b, c, config if isinstance(config, warp.WarpConfig) else None)
