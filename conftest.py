@@ -81,6 +81,28 @@ def pytest_sessionfinish(session, exitstatus):
         _shared.stop()
 
 
+# Every notebook's kernel is started as on a cluster's login node: it sees no GPU and must do no GPU work
+# (hpclab.backend.LOGIN_NODE: a kernel launch or a problem size chosen there raises), while the engines,
+# started above from this process's environment, have the GPUs. So a cell that would time the simulator on
+# a login node, or run a GPU program beside the notebook, fails here, on the simulator and on GPUs alike.
+LOGIN_NODE_KERNEL = {"HPCLAB_LOGIN_NODE": "1", "CUDA_VISIBLE_DEVICES": ""}
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    """nbval starts a notebook's kernel in the setup of its first cell, from os.environ."""
+    notebook = item.parent if type(item.parent).__name__ == "IPyNbFile" else None
+    if notebook is None or notebook.kernel is not None:
+        return (yield)
+    saved = {k: os.environ.get(k) for k in LOGIN_NODE_KERNEL}
+    os.environ.update(LOGIN_NODE_KERNEL)
+    try:
+        return (yield)
+    finally:
+        for key, value in saved.items():
+            os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
     """After nbval runs a notebook cell: a cell that makes a figure must show it as an image."""

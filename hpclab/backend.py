@@ -12,6 +12,7 @@ import sys
 import warnings
 
 CHOICES = ("auto", "gpu", "sim")
+LOGIN_NODE = "HPCLAB_LOGIN_NODE"
 _selected: str | None = None
 _announced = False
 
@@ -110,12 +111,26 @@ def describe(choice: str | None = None) -> str:
     return "real GPU (CUDA)" if choice == "gpu" else "Numba CUDA simulator (no GPU; tiny problem sizes)"
 
 
+def login_node() -> bool:
+    """Whether this process stands for a login node: no GPU work here (``HPCLAB_LOGIN_NODE=1``)."""
+    return os.environ.get(LOGIN_NODE, "") not in ("", "0")
+
+
+def no_gpu_work_here(what: str) -> BackendError:
+    return BackendError(
+        f"{what} in the notebook's own process, which has no GPU on a login node ({LOGIN_NODE}=1): GPU work "
+        "belongs on the engines. Run it in a %%px cell (on rank 0 alone: `if comm.rank == 0:`) and pull "
+        "the result with session.view.pull(...), or run the program on the engines.")
+
+
 def cuda():
     """The ``numba.cuda`` module, imported after the backend is decided."""
     if select() == "sim":
         from hpclab import cudasim
 
         cudasim.install()            # shared arrays that every thread of a block agrees on
+        if login_node():
+            cudasim.forbid_launches(no_gpu_work_here("a kernel was launched"))
     from numba import cuda as numba_cuda
 
     return numba_cuda
@@ -131,4 +146,6 @@ def banner(rank: int = 0) -> None:
 
 def auto_size(gpu: int, sim: int) -> int:
     """Full problem size on a GPU, a tiny one on the simulator."""
+    if login_node():
+        raise no_gpu_work_here(f"a problem size was chosen (auto_size(gpu={gpu}, sim={sim}))")
     return gpu if name() == "gpu" else sim

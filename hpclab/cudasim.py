@@ -30,6 +30,24 @@ def install() -> None:
     _install_launch_scoped_swap()
 
 
+def forbid_launches(error: Exception) -> None:
+    """Make every kernel launch from the host raise ``error`` (device functions and threads still run)."""
+    from numba.cuda.simulator import kernel
+
+    fake = kernel.FakeCUDAKernel
+    if getattr(fake.__call__, "hpclab_forbidden", False):
+        return
+    call = fake.__call__
+
+    def forbidden(self, *args):
+        if not self._device and kernel._get_kernel_context() is None:
+            raise error
+        return call(self, *args)
+
+    forbidden.hpclab_forbidden = True
+    fake.__call__ = forbidden
+
+
 def _install_shared_array() -> None:
     """Make ``cuda.shared.array`` allocate once per block and call site, atomically."""
     from numba.cuda.simulator import kernelapi

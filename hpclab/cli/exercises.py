@@ -21,10 +21,11 @@ import nbformat
 from nbformat.v4.nbbase import random_cell_id
 
 from hpclab.options import UsageError
+from hpclab.stub import MESSAGE
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 LESSONS = "notebooks"
-STUB = 'raise NotImplementedError("exercise: write this part (see the instructions above)")'
+STUB = f'raise NotImplementedError("{MESSAGE}")'   # (hpclab.stub.written finds it in a kernel)
 
 
 class MarkerError(ValueError):

@@ -259,7 +259,8 @@ def _claim(client: ipp.Client, infos: dict[int, dict], record: dict, gone: tuple
     None when claimed, else the owner that holds them."""
     order = sorted(infos, key=lambda eid: infos[eid]["rank"])
     held = client[order[0]].apply_sync(owner.claim, record, gone)
-    refused = [h for h in client[order[1:]].apply_sync(owner.claim, record, gone) if h] if held is None else []
+    rest = order[1:] if held is None else []   # (an empty view would fail in ipyparallel: one engine)
+    refused = [h for h in client[rest].apply_sync(owner.claim, record, gone) if h] if rest else []
     if refused:
         client[order].apply_sync(owner.release, record["token"])
     return held or (refused[0] if refused else None)
