@@ -50,7 +50,7 @@ run: $(VENV)/.installed-run
 test: $(VENV)/.installed-test
 	$(BIN)/python -m hpclab exercises check
 	$(BIN)/python -m pytest -q --nbval-lax --nbval-cell-timeout=900 -p no:cacheprovider \
-		tests notebooks solutions
+		tests benchmarks/tests notebooks solutions
 
 # The suite on real GPUs: HPCLAB_BACKEND=gpu, MPI tests through $$HPCLAB_MPIEXEC or $$MPIRUN, notebooks
 # on max(2, GPUs) GPU engines. With the project's .venv: make test-gpu. On a GPU node without

@@ -1,4 +1,4 @@
-"""Convolution benchmarks (``hpclab bench conv ...``).
+"""Convolution benchmarks (``python -m benchmarks conv ...``).
 
   throughput  one GPU: AlexNet C2 at batch 32 by each of our methods (the direct kernel at each tile
               shape, Winograd F(m x m, 5x5) at m = 2, 3, 4) against PyTorch in the same process:
@@ -7,7 +7,7 @@
   trunk       one GPU: AlexNet's whole trunk (C1-C5 with ReLU, max-pools, LRN) forward at batch 32 by our
               kernels (``run_device`` on one rank) against the same network and weights in PyTorch (cuDNN
               FP32, TF32 forbidden), timed as throughput's, per layer too; both checked against a float64
-              NumPy trunk (exit status 1 where either differs); in :mod:`hpclab.halo.trunk_bench`
+              NumPy trunk (exit status 1 where either differs); in :mod:`benchmarks.conv_trunk`
   scaling     under mpirun: one large layer split by height, strong (fixed height) and weak (fixed
               rows per rank), host-staged (V4) and GPU-to-GPU (V5) halos; one JSON line
   summarize   JSON lines of several scaling runs -> speedup / efficiency CSV
@@ -32,27 +32,20 @@ from hpclab.halo import conv as kc, conv_tiled, conv_winograd
 from hpclab.halo.bands import hash_fill
 from hpclab.halo.executors import Buffers, run_device
 from hpclab.halo.layers import BAND_METHODS, Conv
+from hpclab.halo.measure import c2_operands
 from hpclab.halo.reference import conv_flops, output_size
-from hpclab.halo.trunk_bench import trunk
 from hpclab.halo.versions import gpu_aware_backend, max_rel_error
-from hpclab.halo.vs_cudnn import conv_float64, gpu_times, timing_row, torch_precision
-from hpclab.matmul import fast
 from hpclab.mpi import world
 from hpclab.options import Parser, count
 from hpclab.results.recorded import figure
 from hpclab.scaling import speedups
-from hpclab.timing import Phases, median_time, wall
+from hpclab.timing import Phases, wall
+
+from benchmarks.conv_trunk import trunk
+from benchmarks.cudnn import conv_float64, gpu_times, timing_row, torch_precision
 
 THROUGHPUT_TARGET, STRONG_TARGET, WEAK_TARGET = 0.25, 0.90, 0.95
 COMPARISONS = ("cudnn_fp32", "cudnn_tf32", "torch_im2col_sgemm_fp32")
-
-
-def _c2(batch: int) -> tuple[np.ndarray, np.ndarray]:
-    """AlexNet's C2 (96 -> 256 channels, 27 x 27, 5 x 5, pad 2; tiny on the simulator): input
-    (batch, 96, 27, 27) and weights (256, 96, 5, 5), uniform from a fixed seed."""
-    n, c, h, k = (1, 4, 7, 8) if backend.is_simulator() else (batch, 96, 27, 256)
-    rng = np.random.default_rng(0)
-    return rng.uniform(-1, 1, (n, c, h, h)).astype(np.float32), rng.uniform(-0.1, 0.1, (k, c, 5, 5)).astype(np.float32)
 
 
 def throughput_figures(d: dict) -> list[dict]:
@@ -77,7 +70,7 @@ def throughput(args) -> int:
     """C2 at batch 32: our direct tiled kernel, the plain one, im2col + GEMM and Winograd; cuDNN in FP32
     and TF32; one process."""
     cuda = kc.cuda
-    x, wt = _c2(args.batch)
+    x, wt = c2_operands(args.batch)
     (n, c, h, w), (k, _, r, _), stride, pad = x.shape, wt.shape, 1, 2
     ho = output_size(h, r, stride, pad)
     flops = conv_flops(n, k, c, r, r, ho, ho)
@@ -250,7 +243,7 @@ def summarize(args) -> int:
 
 def main(argv: list[str]) -> int:
     side = count(1, (1 << 31) - 1)
-    parser = Parser(prog="hpclab bench conv", description=__doc__)
+    parser = Parser(prog="python -m benchmarks conv", description=__doc__)
     sub = parser.add_subparsers(dest="what", required=True)
     t = sub.add_parser("throughput", help="C2 at batch 32 against cuDNN")
     t.add_argument("--batch", type=count(1, 1 << 16), default=32)
@@ -274,46 +267,3 @@ def main(argv: list[str]) -> int:
     m.add_argument("--csv", default="conv_scaling.csv")
     args = parser.parse_args(argv)
     return {"trunk": trunk, "throughput": throughput, "scaling": scaling, "summarize": summarize}[args.what](args)
-
-
-def conv_traffic(method: str, n: int, c: int, h: int, k: int, r: int, pad: int) -> tuple[float, float, str]:
-    """FLOPs (2 n k c r r ho ho) and bytes, no cache, of a stride-1 convolution (n, c, h, h) by (k, c, r, r):
-    naive, an input and a weight per multiply-add; direct, per block tile its input rows with halo and
-    its weights; gemm, im2col's matrix written and read, the GEMM's tiles, the scatter; others, each array once."""
-    ho = h + 2 * pad - r + 1
-    flops, pq, crs = 2.0 * n * k * c * r * r * ho * ho, n * ho * ho, c * r * r
-    if method == "naive":
-        return flops, 4.0 * flops, "no reuse"
-    if method == "direct":
-        plan = conv_tiled.plan_tiles(c, ho, r, 1, conv_tiled.default_config(k))
-        tiles = n * -(-ho // plan.th) * -(-ho // plan.tw) * -(-k // plan.config.bm)
-        per_tile = c * r * (plan.th * plan.wwin + r * plan.config.bm)
-        return flops, 4.0 * (tiles * per_tile + k * pq), f"{plan.th}x{plan.tw} px x {plan.config.bm} ch tiles"
-    if method == "gemm":
-        cfg = fast.fast_config(np.float32)
-        tiles = roofline.gemm_count(k, pq, crs, cfg.bm, cfg.bn)[1]
-        return flops, 8.0 * crs * pq + tiles + 8.0 * k * pq, "im2col + tiles"
-    return flops, 4.0 * (n * c * h * h + k * crs + k * pq), "each array once"
-
-
-def roofline_points(batch: int | None = None, repeats: int = 3) -> list:
-    """Notebook 06's roofline: AlexNet's C2 (96 -> 256, 27 x 27, 5 x 5, pad 2) by each method; cuDNN (TF32 off)."""
-    cuda = kc.cuda
-    xh, wt = _c2(batch or 32)
-    (n, c, h, _), k = xh.shape, wt.shape[0]
-    x, weights, out = cuda.to_device(xh), kc.ConvWeights(wt), cuda.device_array((n, k, h, h), np.float32)
-    timed = {m: median_time(lambda: kc.conv2d_device(x, weights, 1, 2, out=out, method=m), repeats)  # noqa: B023
-             for m in kc.METHODS}
-    try:    # PyTorch shares Numba's context: median_time's synchronize waits for both
-        import torch
-
-        torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = False, True
-        tx, tw = torch.as_tensor(xh).cuda(), torch.as_tensor(wt).cuda()
-        timed["cuDNN"] = median_time(lambda: torch.nn.functional.conv2d(tx, tw, padding=2), repeats, warmup=3)
-    except Exception:  # noqa: BLE001 - no PyTorch or no cuDNN: no cuDNN point
-        pass
-    points = []
-    for m, t in timed.items():
-        flops, nbytes, how = conv_traffic(m, n, c, h, k, 5, 2)
-        points.append(roofline.point(m, flops, nbytes, t, how, "06"))
-    return points

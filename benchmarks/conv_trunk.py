@@ -1,9 +1,9 @@
-"""``hpclab bench conv trunk``: AlexNet's whole trunk (C1-C5, ReLU, max-pools, LRN) forward on one GPU, our
+"""``python -m benchmarks conv trunk``: AlexNet's whole trunk (C1-C5, ReLU, max-pools, LRN) forward on one GPU, our
 kernels against the same network in PyTorch (cuDNN FP32), both checked against a float64 NumPy trunk.
 
 Ours is :func:`hpclab.halo.executors.run_device` on a one-rank communicator (no mpirun needed) with its
 buffers kept between calls, so no allocation is timed; one rank queues all its layers and waits once. Timed
-as ``throughput`` is, back to back and synchronised per call (:func:`hpclab.halo.vs_cudnn.gpu_times`).
+as ``throughput`` is, back to back and synchronised per call (:func:`benchmarks.cudnn.gpu_times`).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from hpclab.halo.executors import Buffers, run_device
 from hpclab.halo.layers import LRN, Conv, Pool
 from hpclab.halo.run import FULL_INPUT, SIM_INPUT, SIM_SCALE
 from hpclab.halo.versions import max_rel_error
-from hpclab.halo.vs_cudnn import conv_float64, gpu_times, timing_row, torch_precision
+from benchmarks.cudnn import conv_float64, gpu_times, timing_row, torch_precision
 from hpclab.mpi import MPI
 from hpclab.results.recorded import figure
 

@@ -1,13 +1,13 @@
 """Data-parallel training on real GPUs: accuracy, time to accuracy, throughput scaling.
 
-  hpclab bench ddp --mode digits [--json-out F]        one GPU: digits in fp32 and mixed
-  mpirun -n N hpclab bench ddp --mode scaling [--overlap] [--csv F]
+  python -m benchmarks ddp --mode digits [--json-out F]        one GPU: digits in fp32 and mixed
+  mpirun -n N python -m benchmarks ddp --mode scaling [--overlap] [--csv F]
                                                        samples/s of a wide MLP on N GPUs (with --overlap:
                                                        also with the all-reduce overlapped, same run)
-  mpirun -n N hpclab bench ddp --mode buckets [--bucket-sizes 1,4,16,64,256]
+  mpirun -n N python -m benchmarks ddp --mode buckets [--bucket-sizes 1,4,16,64,256]
                                                        overlapped steps for each bucket size (MiB)
-  hpclab bench ddp --summarize F.csv                   speedup and efficiency vs 1 GPU
-  [mpirun -n N] hpclab bench ddp --mode sweep [--batches 32,128,512 --lrs 1e-3,4e-3 --csv F]
+  python -m benchmarks ddp --summarize F.csv                   speedup and efficiency vs 1 GPU
+  [mpirun -n N] python -m benchmarks ddp --mode sweep [--batches 32,128,512 --lrs 1e-3,4e-3 --csv F]
                                                        digits: global batch x learning rate
 
 The scaling model is an MLP of ``--layers`` dense layers ``--width`` wide (default 3 x 4096: 50.3 M parameters,
@@ -204,7 +204,7 @@ def sweep_bench(args) -> int:
     bad = [b for b in batches if b % comm.size]
     if bad:
         if comm.rank == 0:
-            print(f"hpclab bench ddp: global batches {bad} do not divide among {comm.size} ranks; "
+            print(f"python -m benchmarks ddp: global batches {bad} do not divide among {comm.size} ranks; "
                   f"use multiples of {comm.size}", file=sys.stderr)
         return 2
     # Numba compiles each kernel on its first call: one short run keeps that out of the table.
@@ -226,7 +226,7 @@ def sweep_bench(args) -> int:
 
 
 def main(argv) -> int:
-    p = Parser(prog="hpclab bench ddp", description=__doc__)
+    p = Parser(prog="python -m benchmarks ddp", description=__doc__)
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--mode", choices=("digits", "scaling", "sweep", "buckets"))
     what.add_argument("--summarize", metavar="CSV", help="print speedup and efficiency from a scaling CSV")

@@ -8,13 +8,13 @@
 # output), runs.jsonl (which command wrote each result file, when, on which GPU) and curated/ (those results
 # as rows of the curated tables: `python benchmarks/record.py $OUT` adds them to benchmarks/results/).
 #   collectives/  collectives.txt                    the collectives program on every GPU; notebooks 00, 01 (nbval)
-#   matmul/       matmul_bench.json                  kernels against cuBLAS (hpclab bench matmul)
+#   matmul/       matmul_bench.json                  kernels against cuBLAS (python3 -m benchmarks matmul)
 #                 matmul_programs.jsonl              matmul-reduce (twice) and matmul on 2 ranks
 #                 matmul_strong.json, .csv, .png     distributed GEMM over 1, 2, 4 GPUs (hpclab scaling)
-#   pi/           bench_pi.json                      generators and midpoint kernels (hpclab bench pi)
+#   pi/           bench_pi.json                      generators and midpoint kernels (python3 -m benchmarks pi)
 #                 pi_programs.jsonl                  pi-mc on 1, 2, 4 GPUs (same estimate?) and pi-midpoint
 #                 pi-mc_strong.json, .csv, .png      strong scaling of pi-mc (hpclab scaling)
-#   comm/         allreduce.json                     every backend and raw NCCL, 4 B .. 1 GiB (hpclab bench allreduce)
+#   comm/         allreduce.json                     every backend and raw NCCL, 4 B .. 1 GiB (python3 -m benchmarks allreduce)
 #                 checks.jsonl                       every backend operation; Exercises 3, 4; collectives over NCCL
 #   conv/         conv_throughput.json               C2 three ways against cuDNN FP32 / TF32
 #                 conv_trunk.json                    AlexNet's trunk forward against cuDNN FP32
@@ -104,8 +104,8 @@ topic_collectives() {
 topic_matmul() {
     gpu_tests tests/test_matmul.py
     # naive (4096 only), tiled, the fast kernel's candidate tile shapes and cuBLAS, in one process
-    step bench 170 python3 -m hpclab bench matmul --sizes 4096,8192 --out "$DIR/matmul_bench.json"
-    note matmul_bench.json "python3 -m hpclab bench matmul --sizes 4096,8192"
+    step bench 170 python3 -m benchmarks matmul --sizes 4096,8192 --out "$DIR/matmul_bench.json"
+    note matmul_bench.json "python3 -m benchmarks matmul --sizes 4096,8192"
     grep -E "^(device|N =|cublas|naive|tiled|best)" "$DIR/logs/bench.log"
     # the tutorial's sum (N = 256, 2 ranks), a training loop, and the distributed GEMM at N = 4096
     step matmul-reduce 90 $MPIRUN -n 2 python3 -m hpclab run matmul-reduce --json
@@ -140,9 +140,9 @@ print("pi-mc on " + ", ".join(f"{r['ranks']} rank(s): pi {r['result']['pi']!r}, 
 print("pi-mc gives the same hits on every rank count:", len({r["result"]["hits"] for r in mc}) == 1)
 print("passed:", {f"{r['exercise']} -n {r['ranks']}": r["passed"] for r in runs})
 PY
-    CUDA_VISIBLE_DEVICES=0 step bench 150 python3 -m hpclab bench pi --json
+    CUDA_VISIBLE_DEVICES=0 step bench 150 python3 -m benchmarks pi --json
     last_json bench > "$DIR/bench_pi.json"
-    note bench_pi.json "CUDA_VISIBLE_DEVICES=0 python3 -m hpclab bench pi --json"
+    note bench_pi.json "CUDA_VISIBLE_DEVICES=0 python3 -m benchmarks pi --json"
     grep -v '^{' "$DIR/logs/bench.log" | tail -n 20
     # samples for about 5 s on one GPU (3 trials x (1 + 1/2 + 1/4) x 5 s), at most the workshop's 1e13
     local samples
@@ -160,7 +160,7 @@ topic_comm() {
     step ops 120 $MPIRUN -n "$NGPU" python3 tests/mpi_scripts/comm_ops.py mpi-host,nccl,auto
     check_json ops all
     # every backend that runs here and raw NCCL (cupy.cuda.nccl), interleaved size by size
-    step bench 240 $MPIRUN -n "$NGPU" python3 -m hpclab bench allreduce --backend all \
+    step bench 240 $MPIRUN -n "$NGPU" python3 -m benchmarks allreduce --backend all \
         --sizes 4,64,1K,4K,16K,64K,256K,1M,4M,16M,64M,256M,1G --json
     last_json bench > "$DIR/allreduce.json"
     note allreduce.json
@@ -178,25 +178,25 @@ topic_conv() {
     local mpirun="$MPIRUN -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS"
     gpu_tests tests/test_conv.py
     # C2 (96->256, 5x5 pad 2, 27x27) batch 32: direct, im2col + GEMM, Winograd; cuDNN FP32 (TF32 off) and TF32
-    step throughput 150 python3 -m hpclab bench conv throughput --batch 32
+    step throughput 150 python3 -m benchmarks conv throughput --batch 32
     last_json throughput > "$DIR/conv_throughput.json"
     note conv_throughput.json
     grep -v '^{' "$DIR/logs/throughput.log" | grep -v '^hpclab backend' | tail -n 12
     # AlexNet's whole trunk forward at batch 32, Winograd where a layer allows it, against PyTorch (cuDNN FP32)
-    step trunk_vs_cudnn 90 python3 -m hpclab bench conv trunk --batch 32 --method winograd
+    step trunk_vs_cudnn 90 python3 -m benchmarks conv trunk --batch 32 --method winograd
     last_json trunk_vs_cudnn > "$DIR/conv_trunk.json"
     note conv_trunk.json
     grep -v '^{' "$DIR/logs/trunk_vs_cudnn.log" | tail -n 5
     # one 96->256 5x5 layer 256 wide: 32768 rows (strong), 8192 rows per GPU (weak), host-staged and NCCL halos
     local n
     for n in ${RANKS//,/ }; do
-        step "scaling$n" 120 $mpirun -n "$n" python3 -m hpclab bench conv scaling && \
+        step "scaling$n" 120 $mpirun -n "$n" python3 -m benchmarks conv scaling && \
             grep '^{' "$DIR/logs/scaling$n.log" >> "$DIR/conv_runs.jsonl"
     done
-    step summarize 60 python3 -m hpclab bench conv summarize "$DIR/conv_runs.jsonl" --csv "$DIR/conv_scaling.csv" && \
+    step summarize 60 python3 -m benchmarks conv summarize "$DIR/conv_runs.jsonl" --csv "$DIR/conv_scaling.csv" && \
         grep -v '^{' "$DIR/logs/summarize.log"
     last_json summarize > "$DIR/conv_scaling.json"
-    note conv_scaling.json "\$MPIRUN -n N python3 -m hpclab bench conv scaling   (N = $RANKS; then hpclab bench conv summarize --csv)"
+    note conv_scaling.json "\$MPIRUN -n N python3 -m benchmarks conv scaling   (N = $RANKS; then python3 -m benchmarks conv summarize --csv)"
     # the conv-halo program, every version checked against V1: AlexNet C2 (batch 8) and the whole trunk (batch 2)
     step c2 100 $mpirun -n "$PAIR" python3 -m hpclab run conv-halo --layer c2 --batch 8 --repeats 1 --progress --json
     last_json c2 >> "$DIR/conv_runs.jsonl"
@@ -234,19 +234,19 @@ PY
         step mlp1 120 python3 -m hpclab run ddp-mlp --global-batch 32
     fi
     # Exercise 6: digits on one GPU, fp32 and mixed precision (test accuracy >= 95 %); then batch x lr on one GPU
-    step digits 240 python3 -m hpclab bench ddp --mode digits --json-out "$DIR/ddp_digits.json"
+    step digits 240 python3 -m benchmarks ddp --mode digits --json-out "$DIR/ddp_digits.json"
     note ddp_digits.json
     grep -v '^Epoch' "$DIR/logs/digits.log" | tail -n 8
-    step sweep 180 python3 -m hpclab bench ddp --mode sweep && grep -v '"bench"' "$DIR/logs/sweep.log" | tail -n 8
+    step sweep 180 python3 -m benchmarks ddp --mode sweep && grep -v '"bench"' "$DIR/logs/sweep.log" | tail -n 8
     # throughput of a 3 x 4096 MLP: strong (global batch 2048) and weak (1024 per GPU)
     local n
     for n in ${RANKS//,/ }; do
-        step "scaling$n" 150 $MPIRUN -n "$n" python3 -m hpclab bench ddp --mode scaling --csv "$DIR/ddp_scaling.csv"
+        step "scaling$n" 150 $MPIRUN -n "$n" python3 -m benchmarks ddp --mode scaling --csv "$DIR/ddp_scaling.csv"
     done
     if [ -f "$DIR/ddp_scaling.csv" ]; then
-        python3 -m hpclab bench ddp --summarize "$DIR/ddp_scaling.csv" | tee "$DIR/logs/summarize.log" | grep -v '^{'
+        python3 -m benchmarks ddp --summarize "$DIR/ddp_scaling.csv" | tee "$DIR/logs/summarize.log" | grep -v '^{'
         last_json summarize > "$DIR/ddp_scaling.json"
-        note ddp_scaling.json "\$MPIRUN -n N python3 -m hpclab bench ddp --mode scaling --csv ddp_scaling.csv   (N = $RANKS)"
+        note ddp_scaling.json "\$MPIRUN -n N python3 -m benchmarks ddp --mode scaling --csv ddp_scaling.csv   (N = $RANKS)"
     fi
 }
 

@@ -1,6 +1,6 @@
-"""``hpclab bench matmul``: the Numba kernels against cuBLAS, in one run, on one GPU.
+"""``python -m benchmarks matmul``: the Numba kernels against cuBLAS, in one run, on one GPU.
 
-    hpclab bench matmul --sizes 4096,8192,4095,3000x5000x700 [--json] [--out FILE]
+    python -m benchmarks matmul --sizes 4096,8192,4095,3000x5000x700 [--json] [--out FILE]
 
 For each size (float32; N is an N x N x N product, MxNxK an M x K by K x N one): the naive kernel
 (the smallest product only, up to 4096: it is slow), the tiled kernel, candidate tile shapes of
@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from hpclab import backend
-from hpclab.device import identity
 from hpclab.options import Parser, count
 from hpclab.results.recorded import figure
+from hpclab.matmul.measure import device_info, operands
 from hpclab.timing import median_time, median_times
 
 # Candidate tile shapes for the sweep: (bm, bn, bk, tm, tn, vec, pad) of the fast kernel ...
@@ -38,8 +38,6 @@ WARP_CANDIDATES = [(128, 128, 16, 32, 64, 2, 2), (128, 128, 16, 64, 32, 2, 2), (
                    (64, 128, 16, 32, 64, 2, 2), (128, 64, 16, 32, 64, 2, 2)]
 TOLERANCE = 1e-4          # max |C - cuBLAS| / max |cuBLAS| accepted for float32
 NAIVE_MAX = 4096          # the largest N the naive kernel runs at (it is slow)
-KNOWN_BOOST_GHZ = {"H100": 1.98, "H200": 1.98, "A100": 1.41}   # if the driver does not say
-FP32_LANES_PER_SM = {(7, 0): 64, (8, 0): 64}   # others (Turing excepted) have 128
 
 
 def _shape(text: str) -> tuple[int, int, int]:
@@ -58,35 +56,6 @@ def _sizes(text: str) -> tuple:
 
 
 GPU_SIZES = ((4096,) * 3, (8192,) * 3, (4095,) * 3, (3000, 5000, 700))
-
-
-def _attr(dev, name: str, default=None):
-    try:
-        return getattr(dev, name)
-    except Exception:  # noqa: BLE001 - attributes come and go between CUDA versions
-        return default
-
-
-def device_info(cuda) -> dict:
-    """Name, SMs, clock and the FP32 peak they imply (FMA = 2 flops per lane per clock)."""
-    if backend.is_simulator():
-        return {"name": "Numba CUDA simulator", "fp32_peak_tflops": None}
-    dev, name = cuda.get_current_device(), identity()[0]
-    cc = tuple(dev.compute_capability)
-    sms = _attr(dev, "MULTIPROCESSOR_COUNT", 0)
-    clock_khz = _attr(dev, "CLOCK_RATE")          # the boost clock; deprecated in newer CUDA
-    clock_ghz = clock_khz / 1e6 if clock_khz else \
-        KNOWN_BOOST_GHZ.get(next((k for k in KNOWN_BOOST_GHZ if k in name), ""), 0.0)
-    lanes = FP32_LANES_PER_SM.get(cc, 64 if cc[0] == 7 else 128)
-    info = {"name": name, "compute_capability": f"{cc[0]}.{cc[1]}", "sms": sms, "clock_ghz": clock_ghz,
-            "fp32_lanes_per_sm": lanes,
-            "fp32_peak_tflops": 2 * lanes * sms * clock_ghz / 1e3 if sms and clock_ghz else None}
-    values = {k: _attr(dev, f"MAX_{v}_PER_MULTIPROCESSOR") for k, v in (
-        ("regs_per_sm", "REGISTERS"), ("smem_per_sm", "SHARED_MEMORY"), ("threads_per_sm", "THREADS"),
-        ("blocks_per_sm", "BLOCKS"))}
-    if all(values.values()):
-        info.update(values)
-    return info
 
 
 def resources(kernel, threads: int, dev: dict) -> dict:
@@ -130,14 +99,6 @@ RESOURCES = {"regs_per_thread": "registers", "shared_bytes_per_block": "B", "loc
              "blocks_per_sm": "blocks", "warps_per_sm": "warps", "occupancy": "1"}
 
 
-def operands(cuda, m: int, n: int, k: int):
-    """(rng, A, B, A, B, C): uniform float32 A (m x k) and B (k x n) from seed n on the host, then A, B and an
-    empty C on the device; ``rng`` goes on (the NumPy check samples rows with it)."""
-    rng = np.random.default_rng(n)
-    a_h, b_h = (rng.uniform(-1, 1, shape).astype(np.float32) for shape in ((m, k), (k, n)))
-    return rng, a_h, b_h, cuda.to_device(a_h), cuda.to_device(b_h), cuda.device_array((m, n), dtype=np.float32)
-
-
 def figures(d: dict) -> list[dict]:
     """The run's figures (``hpclab.results.recorded.figure``): each kernel and tile shape against the cuBLAS
     timed in turns with it, and its resources and SASS counts. An M x N x K shape's figures are sized by M,
@@ -161,7 +122,7 @@ def figures(d: dict) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    p = Parser(prog="hpclab bench matmul", description=__doc__)
+    p = Parser(prog="python -m benchmarks matmul", description=__doc__)
     p.add_argument("--sizes", type=_sizes, default=None,
                    help="comma-separated N or MxNxK (default 4096,8192,4095,3000x5000x700 on a GPU, "
                         "32,33x20x17 on the simulator)")
@@ -196,7 +157,7 @@ def main(argv=None) -> int:
         configs += [mm.FastConfig(*c) for c in CANDIDATES if mm.FastConfig(*c) != default]
         warp_sweep = [warp.WarpConfig(*c) for c in WARP_CANDIDATES]
     record = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "command": "hpclab bench matmul " + " ".join(sys.argv[1:] if argv is None else argv),
+              "command": "python -m benchmarks matmul " + " ".join(sys.argv[1:] if argv is None else argv),
               "backend": backend.name(), "device": dev, "device_name": dev["name"],
               "default_fast_config": default.label(), "default_warp_config": warp.CONFIG.label(),   # per size below
               "sizes": {}, "shapes": {}}   # square sizes (N), other shapes (MxNxK)
@@ -304,40 +265,3 @@ def print_table(key: str, rows: list[dict], best: dict) -> None:
         if top:
             print(f"best {kernel} configuration: {top['config']} at {top['tflops']:.2f} TFLOP/s"
                   + (f" = {100 * top['vs_cublas']:.1f}% of cuBLAS" if "vs_cublas" in top else ""))
-
-
-def measure(n: int, repeats: int = 3, kernels=("naive", "tiled", "fast", "warp")) -> dict[str, float]:
-    """TFLOP/s of each kernel (default configurations: the notebook's chart), and of cuBLAS when CuPy
-    works, for one n x n float32 product; ``main`` runs the full sweep."""
-    backend.select()
-    from hpclab.matmul import fast as mm
-
-    _, _, _, a, b, c = operands(mm.cuda, n, n, n)
-    flop = mm.flops(n, n, n)
-    out = {}
-    for kernel in kernels:
-        t = median_time(lambda: mm.launch(kernel, a, b, c), repeats=repeats, warmup=1)  # noqa: B023
-        out[kernel] = flop / t / 1e12
-    if not backend.is_simulator():
-        try:
-            import cupy as cp
-
-            a_cp, b_cp = cp.asarray(a), cp.asarray(b)
-            out["cuBLAS"] = flop / median_time(lambda: cp.matmul(a_cp, b_cp), repeats=repeats, warmup=2) / 1e12
-        except Exception:  # noqa: BLE001 - no CuPy: no cuBLAS bar
-            pass
-    return out
-
-
-def roofline_points(n: int, rates: dict[str, float]) -> list:
-    """Notebook 04's roofline: ``measure(n)``'s TFLOP/s, each kernel placed by its tiles of C
-    (:func:`hpclab.roofline.gemm_count`); cuBLAS as if it read each input once (one tile of all C)."""
-    from hpclab import roofline
-    from hpclab.matmul import fast, tiled, warp
-
-    cfg = fast.fast_config(np.float32)
-    tiles = {"naive": (1, 1, "no reuse"), "tiled": (tiled.TILE, tiled.TILE, f"{tiled.TILE}x{tiled.TILE} tiles"),
-             "fast": (cfg.bm, cfg.bn, f"{cfg.bm}x{cfg.bn} block tiles"), "cuBLAS": (n, n, "each input once"),
-             "warp": (warp.CONFIG.bm, warp.CONFIG.bn, f"{warp.CONFIG.bm}x{warp.CONFIG.bn} block tiles")}
-    return [roofline.point(kernel, *roofline.gemm_count(n, n, n, *tiles[kernel][:2]), 2.0 * n ** 3 / (tflops * 1e12),
-                           tiles[kernel][2], "04") for kernel, tflops in rates.items()]

@@ -100,7 +100,7 @@ PY
         timeout 60 $LAUNCH -n 2 $PY -m hpclab run collectives --backend nccl >> "$log" 2>&1
         echo "===== rc=$? (non-zero expected, with the ranks, the GPU and the alternatives on every rank)" >> "$log"
         echo "===== [$(date +%T)] bench allreduce --backend all -n 2" >> "$log"
-        timeout "$(( $(left) > 90 ? 90 : $(left) ))" $LAUNCH -n 2 $PY -m hpclab bench allreduce --backend all \
+        timeout "$(( $(left) > 90 ? 90 : $(left) ))" $LAUNCH -n 2 $PY -m benchmarks allreduce --backend all \
             --sizes 4,1M,64M >> "$log" 2>&1
         echo "===== rc=$?" >> "$log"
     fi

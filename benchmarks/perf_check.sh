@@ -6,7 +6,7 @@
 #   OUT=/path bash benchmarks/perf_check.sh
 #
 # Writes to $OUT: summary.txt (each step, its exit status and seconds, the SGEMM ratios), one log per
-# step, matmul.json (`hpclab bench matmul --json`, which benchmarks/record.py reads: N = 4096, 8192,
+# step, matmul.json (`python -m benchmarks matmul --json`, which benchmarks/record.py reads: N = 4096, 8192,
 # 4095 under "sizes", 3000x5000x700 under "shapes"), roofline.csv (the format of
 # hpclab/data/roofline.csv) and, on two GPUs, timeline.csv (the format of hpclab/data/timeline.csv).
 # Exits 1 when any step fails (a wrong product, a failed test, a step over its time limit). BUDGET
@@ -55,7 +55,7 @@ for m, k, n in ((4095, 4095, 4095), (3000, 700, 5000), (515, 300, 1029), (129, 1
 EOF
 
 # SGEMM against cuBLAS in turns, N = 4096, 8192, 4095 and M x N x K = 3000 x 5000 x 700 (exit 1: a wrong result).
-step bench_matmul 150 "$PY" -m hpclab bench matmul --no-sweep --out "$OUT/matmul.json"
+step bench_matmul 150 "$PY" -m benchmarks matmul --no-sweep --out "$OUT/matmul.json"
 [ -f "$OUT/matmul.json" ] && "$PY" - "$OUT/matmul.json" >> "$SUMMARY" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))

@@ -11,9 +11,9 @@ from hpclab import backend, roofline, timeline
 
 
 def record_roofline(path: str) -> None:
-    from hpclab.halo.bench import roofline_points as conv
-    from hpclab.matmul.bench import measure, roofline_points as matmul
-    from hpclab.pi.bench import roofline_points as pi
+    from hpclab.halo.measure import roofline_points as conv
+    from hpclab.matmul.measure import measure, roofline_points as matmul
+    from hpclab.pi.measure import roofline_points as pi
 
     n = backend.auto_size(gpu=4096, sim=32)
     points = roofline.measure_roofs() + pi() + matmul(n, measure(n, repeats=5)) + conv()

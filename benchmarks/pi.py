@@ -1,4 +1,4 @@
-"""``hpclab bench pi``: how fast the pi kernels run on this rank's GPU.
+"""``python -m benchmarks pi``: how fast the pi kernels run on this rank's GPU.
 
 Monte Carlo samples/s with the counter-based generator (``fast.count_hits``, Philox4x32-7; and
 Philox4x32-10, its authors' default, for comparison) and with xoroshiro128+ (its host-side state
@@ -118,7 +118,7 @@ def format_table(r: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = Parser(prog="hpclab bench pi", description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m benchmarks pi", description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
     parser.add_argument("--seconds", type=real(0, 3600, lo_open=True), default=1.0,
                         help="target seconds per timed run (default 1)")
@@ -132,18 +132,3 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result))
     return 0
-
-
-def roofline_points(bins: int | None = None, repeats: int = 5) -> list:
-    """Notebook 02's roofline: both midpoint kernels, float64. Operations as the loop is written
-    ((i+1/2)*h, x*x+1, 4/d, acc+=: 6 a bin; ``fast``: 29 per 4 bins), a division counted as one; memory:
-    one 8-byte atomic add per block."""
-    from hpclab import roofline
-    from hpclab.launch import full_gpu
-    from hpclab.pi import fast, midpoint
-
-    bins = bins or backend.auto_size(gpu=10**11, sim=4000)
-    return [roofline.point(name, per_bin * bins, 8.0 * full_gpu(bins)[0],
-                           median_time(lambda: mod.partial_sum(0, bins, bins), repeats),  # noqa: B023
-                           f"{per_bin:g} FLOP a bin, 8 B a block", "02")
-            for name, mod, per_bin in (("midpoint", midpoint, 6.0), ("fast", fast, 29 / 4))]

@@ -1,10 +1,10 @@
 """Add a run's figures to the curated tables, benchmarks/results/<machine>_<topic>.csv.
 
     python benchmarks/record.py build/bench   # `make bench`'s folder (runs.jsonl: each file's command, date, device)
-    python benchmarks/record.py FILE --command "python3 -m hpclab bench pi --json" [--date 2026-11-22]
+    python benchmarks/record.py FILE --command "python3 -m benchmarks pi --json" [--date 2026-11-22]
                                      [--device "NVIDIA H200"] [--run NAME] [--note TEXT] [--into DIR]
 
-A result file is a benchmark's JSON line (`hpclab bench ... --json`, `hpclab scaling`'s PROGRAM_MODE.json) whose
+A result file is a benchmark's JSON line (`python -m benchmarks ... --json`, `hpclab scaling`'s PROGRAM_MODE.json) whose
 "figures" are rows of ``hpclab.results.recorded.figure``, with its "topic" and, where it knows them, "date",
 "device_name", "command" and "note". Its table is named by the GPU and the job's GPU count (h200, h200x4). A record
 replaces the rows of the same program, variant and run there (git keeps the old ones); --run NAME keeps it beside
@@ -75,7 +75,7 @@ def complete(d: dict, path: Path, given: dict, fallback: dict) -> list[dict]:
     if run and not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", run):
         raise RecordError(f"--run {run!r}: a short name of lower-case letters, digits, '-' and '.' "
                           "(it becomes part of keys)")
-    command = re.sub(r"^hpclab ", "python3 -m hpclab ", re.sub(r"\s--out\s+\S+", "", meta["command"]))
+    command = re.sub(r"^python -m ", "python3 -m ", re.sub(r"\s--out\s+\S+", "", meta["command"]))
     note = "; ".join(x for x in (d.get("note", ""), given.get("note") or fallback.get("note", "")) if x)
     return [{**r, "date": date.group(0), "run": run, "device": meta["device"], "note": note,
              "size": number(r["size"], True), "command": command,

@@ -41,7 +41,7 @@ MAX_THREADS = 1024          # CUDA's limit on threads per block
 
 def full_gpu(work: int, blocks: int | None = None, threads: int | None = None) -> tuple[int, int]:
     """(blocks, threads) for a grid-stride kernel over ``work`` items that fills the GPU: 1024 threads per block
-    and 2 blocks per SM (of the shapes ``hpclab bench pi`` scans, the fastest on an H200), fewer for little
+    and 2 blocks per SM (of the shapes ``python -m benchmarks pi`` scans, the fastest on an H200), fewer for little
     work; on the simulator 2 blocks of 32. ``threads``: a power of two (tree reductions over a block halve it)."""
     if threads is None:
         threads = backend.auto_size(gpu=MAX_THREADS, sim=32)

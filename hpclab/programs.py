@@ -1,4 +1,4 @@
-"""Every `hpclab run` program and `hpclab bench` benchmark, and what the harness knows of each.
+"""Every `hpclab run` program, and what the harness knows of each.
 
 The command line, the runner, scaling sweeps, the recorded results and benchmarks/record.py read this
 table only: a program is one line here and a module defining ``HELP`` (one line), ``add_arguments(parser)``,
@@ -29,12 +29,4 @@ PROGRAMS = {
     "conv-halo": Program("hpclab.halo.run", "conv"),
     "ddp-mlp": Program("hpclab.ddp.run_mlp", "ddp"),
     "ddp-digits": Program("hpclab.ddp.run_digits", "ddp"),
-}
-
-BENCHMARKS = {          # name -> module with main(argv)
-    "pi": "hpclab.pi.bench",
-    "matmul": "hpclab.matmul.bench",
-    "allreduce": "hpclab.comm.bench",
-    "conv": "hpclab.halo.bench",
-    "ddp": "hpclab.ddp.bench",
 }

@@ -46,9 +46,9 @@ def env(**extra) -> dict:
     return e
 
 
-def run_mpi(n: int, *args: str, timeout: float = 120, **extra_env) -> subprocess.CompletedProcess:
-    """``mpiexec -n n python -m hpclab ARGS``; fails the test if it outlives timeout."""
-    cmd = [*launcher(), "-n", str(n), sys.executable, "-m", "hpclab", *args]
+def run_mpi(n: int, *args: str, timeout: float = 120, module: str = "hpclab", **extra_env) -> subprocess.CompletedProcess:
+    """``mpiexec -n n python -m MODULE ARGS`` (hpclab, or benchmarks); fails the test if it outlives timeout."""
+    cmd = [*launcher(), "-n", str(n), sys.executable, "-m", module, *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env(**extra_env),
                           cwd=ROOT)
 
@@ -56,6 +56,12 @@ def run_mpi(n: int, *args: str, timeout: float = 120, **extra_env) -> subprocess
 def run_hpclab(*args: str, timeout: float = 120, **extra_env) -> subprocess.CompletedProcess:
     """``python -m hpclab ARGS`` as a single process (MPI singleton)."""
     return subprocess.run([sys.executable, "-m", "hpclab", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env(**extra_env), cwd=ROOT)
+
+
+def run_benchmark(*args: str, timeout: float = 120, **extra_env) -> subprocess.CompletedProcess:
+    """``python -m benchmarks ARGS`` from the checkout, as a single process."""
+    return subprocess.run([sys.executable, "-m", "benchmarks", *args], capture_output=True, text=True,
                           timeout=timeout, env=env(**extra_env), cwd=ROOT)
 
 

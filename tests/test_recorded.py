@@ -45,8 +45,8 @@ record = curate.record
 
 
 def _bench_line(d: dict) -> dict:
-    """What `hpclab bench allreduce --json` prints for these rows: its record, with its figures."""
-    from hpclab.comm.bench import figures
+    """What `python -m benchmarks allreduce --json` prints for these rows: its record, with its figures."""
+    from benchmarks.allreduce import figures
 
     return {**d, "topic": "allreduce", "device_name": d["gpu"], "figures": figures(d["rows"], d["ranks"])}
 
@@ -172,7 +172,7 @@ def test_check_notices_a_table_that_disagrees_with_the_readme(tmp_path, monkeypa
 
 # ---------------------------------------------------------------- results -> curated rows
 
-MATMUL = {"date": "2027-01-05T10:00:00+00:00", "command": "hpclab bench matmul --sizes 64 --out /tmp/x.json",
+MATMUL = {"date": "2027-01-05T10:00:00+00:00", "command": "python -m benchmarks matmul --sizes 64 --out /tmp/x.json",
           "device": {"name": "NVIDIA H100 80GB HBM3"}, "default_fast_config": "128x128x8 / 8x8 vec4 pad4",
           "sizes": {"64": {"rows": [
               {"kernel": "cublas", "config": "CuPy matmul (cuBLAS SGEMM)", "tflops": 40.0},
@@ -185,9 +185,9 @@ ALLREDUCE = {"benchmark": "allreduce", "ranks": 2, "gpu": "NVIDIA H200", "rows":
 
 
 def test_a_benchmark_json_becomes_curated_rows_with_its_comparison(tmp_path):
-    from hpclab.matmul.bench import figures
+    from benchmarks.matmul import figures
 
-    path = tmp_path / "matmul_bench.json"          # what `hpclab bench matmul --out` writes
+    path = tmp_path / "matmul_bench.json"          # what `python -m benchmarks matmul --out` writes
     path.write_text(json.dumps({**MATMUL, "topic": "matmul", "device_name": MATMUL["device"]["name"],
                                 "figures": figures(MATMUL)}))
     [(table, added, replaced)] = record.record(path, {}, tmp_path)
@@ -196,7 +196,7 @@ def test_a_benchmark_json_becomes_curated_rows_with_its_comparison(tmp_path):
     fast = rows["fast", "tflops"]
     assert (fast["date"], fast["device"], fast["size"], fast["unit"]) == ("2027-01-05", "NVIDIA H100 80GB HBM3", "64",
                                                                           "TFLOP/s")
-    assert fast["command"] == "python3 -m hpclab bench matmul --sizes 64"        # --out dropped
+    assert fast["command"] == "python3 -m benchmarks matmul --sizes 64"        # --out dropped
     assert (fast["baseline"], fast["baseline_value"], fast["ratio"]) == ("cublas", "40", "0.75")
     assert rows["fast-64x64x8-4x4-vec4-pad4", "tflops"]["ratio"] == "0.4"      # against cuBLAS timed in turns with it
     assert rows["fast", "regs_per_thread"]["value"] == "127" and not rows["cublas", "tflops"]["baseline"]
@@ -204,8 +204,8 @@ def test_a_benchmark_json_becomes_curated_rows_with_its_comparison(tmp_path):
 
 def test_a_new_run_replaces_the_record_and_a_named_run_stays_beside_it(tmp_path):
     path = tmp_path / "allreduce.json"
-    path.write_text("hpclab bench allreduce | 2 ranks\n" + json.dumps(_bench_line(ALLREDUCE)) + "\n")   # a log: its JSON line
-    given = {"command": "$MPIRUN -n 2 python3 -m hpclab bench allreduce --json", "date": "2027-01-05"}
+    path.write_text("benchmarks allreduce | 2 ranks\n" + json.dumps(_bench_line(ALLREDUCE)) + "\n")   # a log: its JSON line
+    given = {"command": "$MPIRUN -n 2 python3 -m benchmarks allreduce --json", "date": "2027-01-05"}
     [(table, added, _)] = record.record(path, given, tmp_path)
     assert table.name == "h200x2_allreduce.csv" and added == 4               # the 4-byte size is not a latency
     nccl = {r["metric"]: r for r in record.load(table) if r["variant"] == "nccl"}
@@ -240,7 +240,7 @@ def test_the_suite_folder_names_each_files_command(tmp_path):
     sweep = Sweep("pi-mc", "strong", [{"ranks": n, "trial": 0, "work": 1000, "wall_s": t, "passed": True}
                                       for n, t in ((1, 2.0), (4, 0.52))])
     (tmp_path / "pi" / "pi-mc_strong.json").write_text(json.dumps(figures(sweep)))   # what `hpclab scaling` writes
-    entries = [{"file": "comm/allreduce.json", "command": "$MPIRUN -n 2 python3 -m hpclab bench allreduce --json",
+    entries = [{"file": "comm/allreduce.json", "command": "$MPIRUN -n 2 python3 -m benchmarks allreduce --json",
                 "date": "2027-01-05T10:00:00Z", "device": "NVIDIA H200"},
                {"file": "pi/pi-mc_strong.json", "command": "python3 -m hpclab scaling pi-mc", "date": "2027-01-05",
                 "device": "NVIDIA H200"}]

@@ -52,7 +52,7 @@ def test_gemm_counts_follow_the_tiles():
 
 def test_matmul_points_place_each_rung_by_its_tiles():
     from hpclab.matmul import tiled
-    from hpclab.matmul.bench import roofline_points
+    from hpclab.matmul.measure import roofline_points
 
     n = 256       # above every tile size, the GPU's 128 x 128 too (a tile of all C reads each input once)
     pts = {p.kernel: p for p in roofline_points(n, {"naive": 1e-6, "tiled": 2e-6, "fast": 3e-6, "warp": 4e-6,
@@ -64,7 +64,7 @@ def test_matmul_points_place_each_rung_by_its_tiles():
 
 
 def test_conv_counts():
-    from hpclab.halo.bench import conv_traffic
+    from hpclab.halo.measure import conv_traffic
 
     flops, naive, _ = conv_traffic("naive", 2, 3, 9, 4, 5, 2)
     assert flops == 2 * 2 * 4 * 3 * 25 * 81 and naive == 4 * flops     # an input and a weight per MAC
@@ -75,7 +75,7 @@ def test_conv_counts():
 
 
 def test_conv_points_carry_their_counts_and_times():
-    from hpclab.halo.bench import conv_traffic, roofline_points
+    from hpclab.halo.measure import conv_traffic, roofline_points
 
     for p in roofline_points(repeats=1):
         flops, nbytes, how = conv_traffic(p.kernel, 1, 4, 7, 8, 5, 2) if backend.is_simulator() else \
@@ -86,7 +86,7 @@ def test_conv_points_carry_their_counts_and_times():
 
 def test_pi_points_count_one_atomic_per_block():
     from hpclab.launch import full_gpu
-    from hpclab.pi.bench import roofline_points
+    from hpclab.pi.measure import roofline_points
 
     midpoint, fast = roofline_points(bins=512, repeats=1)
     assert (midpoint.kernel, fast.kernel) == ("midpoint", "fast") and midpoint.notebook == "02"

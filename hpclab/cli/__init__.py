@@ -5,7 +5,7 @@ import importlib
 import sys
 
 from hpclab.options import Parser, UsageError, count
-from hpclab.programs import BENCHMARKS, PROGRAMS
+from hpclab.programs import PROGRAMS
 from hpclab.runner import env_rank
 
 
@@ -36,11 +36,9 @@ def _main(argv: list[str] | None) -> int:
     sub.add_parser("info", help="what this machine offers: backend, GPUs, MPI, NCCL").set_defaults(handler=_info)
     sub.add_parser("doctor", help="pre-flight of every requirement, with fixes (see hpclab doctor -h)",
                    add_help=False).set_defaults(handler=lambda args, rest: _command("doctor").main(rest))
-    for name, registry, what in (("run", PROGRAMS, "run a workshop program on every rank"),
-                                 ("bench", BENCHMARKS, "run a benchmark")):
-        named = sub.add_parser(name, help=what, add_help=False)      # NAME's own options follow, -h among them
-        named.add_argument("name", nargs="?", help=", ".join(sorted(registry)))
-        named.set_defaults(handler=_named)
+    named = sub.add_parser("run", help="run a workshop program on every rank", add_help=False)  # NAME's options follow
+    named.add_argument("name", nargs="?", help=", ".join(sorted(PROGRAMS)))
+    named.set_defaults(handler=_run)
     sub.add_parser("scaling", help="strong/weak scaling sweep over rank counts (see hpclab scaling -h)",
                    add_help=False).set_defaults(handler=lambda args, rest: _command("scaling").main(rest))
     ex = sub.add_parser("exercises", help="generate or check exercises/ from solutions/, or copy them to my-work/")
@@ -77,20 +75,14 @@ def _info(args, rest) -> int:
     return _command("doctor").info() if not rest else _unknown(rest)
 
 
-def _named(args, rest) -> int:
-    """``hpclab run|bench NAME ...``; without a NAME, or with -h, the list of names (exit status 0 with -h, else 2)."""
-    registry = PROGRAMS if args.command == "run" else BENCHMARKS
+def _run(args, rest) -> int:
+    """``hpclab run NAME ...``; without a NAME, or with -h, the list of names (exit status 0 with -h, else 2)."""
     if not args.name or args.name in ("-h", "--help"):
-        print(f"usage: hpclab {args.command} NAME [options]\n\navailable: {', '.join(sorted(registry))}")
+        print(f"usage: hpclab run NAME [options]\n\navailable: {', '.join(sorted(PROGRAMS))}")
         return 0 if args.name else 2
-    if args.command == "run":
-        from hpclab import runner
+    from hpclab import runner
 
-        return runner.main(args.name, rest)
-    if args.name not in BENCHMARKS:
-        raise UsageError(f"hpclab bench: error: unknown benchmark {args.name!r}; choose one of: "
-                         f"{', '.join(sorted(BENCHMARKS))}")
-    return importlib.import_module(BENCHMARKS[args.name]).main(rest)
+    return runner.main(args.name, rest)
 
 
 def _exercises(args, rest) -> int:

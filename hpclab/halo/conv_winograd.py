@@ -9,7 +9,7 @@ kernel (:mod:`hpclab.matmul.warp`), and the result back with bias and ReLU by an
 Toom-Cook interpolation at 0, 1, -1, 2, -2, 1/2, -1/2 (the first alpha - 1) and infinity, B^T solved so
 that the formula is exact.
 
-``TILES`` holds m. For C2 at batch 32 on one H100 (``hpclab bench conv throughput``, 2026-11-26) m = 4 ran
+``TILES`` holds m. For C2 at batch 32 on one H100 (``python -m benchmarks conv throughput``, 2026-11-26) m = 4 ran
 at 110.4 effective TFLOP/s (0.76 of cuDNN FP32 in that run), m = 3 at 96.7, m = 2 at 60.5; errors against
 float64 7.4e-6 (m = 3) to 8.5e-6 (4). A value depends on where its tile starts, so bands are not bit for bit
 the whole image: the halo versions, which compare digests, use direct or GEMM.

@@ -12,7 +12,7 @@ load. Also unlike ``fast``:
   registers (143 instead of 123, one block per SM instead of two) and were slower on an H200.
 - A step's products in serpentine order (every other row backwards), so consecutive FFMAs share an operand.
 
-``warp_kernel(WarpConfig)`` builds it; ``hpclab bench matmul`` sweeps several shapes; ``config_for``
+``warp_kernel(WarpConfig)`` builds it; ``python -m benchmarks matmul`` sweeps several shapes; ``config_for``
 picks the one used. ``launch`` on 3-d arrays multiplies a batch of matrices in one launch (one per
 blockIdx.z): Winograd convolution's products (:mod:`hpclab.halo.conv_winograd`). It starts the kernel through
 :mod:`hpclab.quick_launch` (about half of Numba's host time per launch).

@@ -1,4 +1,4 @@
-"""The pi kernels that ``hpclab run pi-midpoint|pi-mc`` and ``hpclab bench pi`` time: the sums of
+"""The pi kernels that ``hpclab run pi-midpoint|pi-mc`` and ``python -m benchmarks pi`` time: the sums of
 :mod:`hpclab.pi.midpoint` and :mod:`hpclab.pi.mc`, faster on a GPU.
 
 Midpoint rule: the loop is bound by float64 throughput, and a division costs about ten multiply-adds.

@@ -175,7 +175,7 @@ def beside_recorded(live, recorded: list, note: str | None = None, title: str | 
 
 def allreduce_figure(rows: list[dict], recorded: dict, note: str | None = None):
     """All-reduce time and bus bandwidth against message size, one colour per backend: measured here
-    (solid; ``hpclab.comm.bench.run`` rows) and recorded (a line style per run; label ->
+    (solid; ``hpclab.comm.measure.run`` rows) and recorded (a line style per run; label ->
     ``recorded.allreduce(run)``, its raw NCCL left out)."""
     fig, (ax_t, ax_bw) = _figure(11.0, 4.4)
     colour = {name: f"C{i}" for i, name in enumerate(("mpi-host", "nccl", "mpi-cuda", "raw-nccl"))}

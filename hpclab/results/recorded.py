@@ -182,7 +182,7 @@ def curves(program: str) -> list[Curve]:
         return [scaling("pi-mc", "h200x4"), scaling("pi-mc", "h200x2"), a100("pi-mc")]
     if program == "pi-midpoint":          # no multi-GPU sweep was recorded: one GPU's rate, and the A100 point
         r = get("pi-midpoint/bench/h200/1gpu/rate")
-        return [Curve(f"1× H200, {r['date']}, one GPU's rate (hpclab bench)", "strong", r["unit"].split("/")[0],
+        return [Curve(f"1× H200, {r['date']}, one GPU's rate (benchmarks/pi.py)", "strong", r["unit"].split("/")[0],
                       [{"ranks": 1, "rate": r["value"]}]), a100("pi-midpoint")]
     if program == "conv-halo":
         halos = {"mpi-host": "host-staged halos (V4)", "nccl": "NCCL halos (V5)"}
