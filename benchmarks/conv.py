@@ -38,7 +38,7 @@ from hpclab.halo.versions import gpu_aware_backend, max_rel_error
 from hpclab.mpi import world
 from hpclab.options import Parser, count
 from hpclab.results.recorded import figure
-from hpclab.scaling import speedups
+from hpclab.speedup import speedups
 from hpclab.timing import Phases, wall
 
 from benchmarks.conv_trunk import trunk

@@ -35,7 +35,7 @@ from hpclab.device import select_gpu
 from hpclab.mpi import world
 from hpclab.options import Parser, count, count_list, real, real_list
 from hpclab.results.recorded import figure
-from hpclab.scaling import speedups
+from hpclab.speedup import speedups
 
 FIELDS = ["sweep", "gpus", "width", "layers", "parameters", "global_batch", "per_gpu_batch", "precision", "comm",
           "overlap", "bucket_mb", "buckets", "first_layer_slices", "overlap_ctas", "step_s", "samples_per_s",
@@ -107,7 +107,7 @@ def buckets(args) -> int:
 
 
 def figures(table: list[dict]) -> list[dict]:
-    """Step time of the MLP per GPU count; efficiency against 1 GPU (:func:`hpclab.scaling.speedups`); with the
+    """Step time of the MLP per GPU count; efficiency against 1 GPU (:func:`hpclab.speedup.speedups`); with the
     all-reduce overlapped (variant ...-overlap, or buckets-<MiB>), how much of it was hidden."""
     def variant(r):
         if r.get("overlap") != "True":

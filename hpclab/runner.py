@@ -1,7 +1,9 @@
 """Run one workshop program on every MPI rank (``hpclab run NAME``).
 
-A program is a module named in :data:`hpclab.programs.PROGRAMS`; the runner does the rest for all of
-them: input checks, backend and GPU selection, the per-rank lines in rank order, the FINAL RESULTS block
+A program is a module (``hpclab.pi.run_mc``, ...) defining ``PROGRAM`` (a :class:`Program`: its name and what
+a scaling sweep needs), ``HELP`` (one line), ``add_arguments(parser)``, ``validate(args, launch)`` (what the
+arguments cost: ``hpclab.budget``) and ``run(args, ctx) -> Report``; :mod:`hpclab.programs` maps the names
+``hpclab run`` knows to their modules. The runner does the rest for all of them: input checks, backend and GPU selection, the per-rank lines in rank order, the FINAL RESULTS block
 (the workshop's format), the JSON line, and errors reported on every rank with a non-zero exit instead of
 a hang. :func:`checked` checks input before any work on both routes (here, and on notebook engines through
 ``scaling.engine_trial``): the parser's types, then the program's ``validate(args, launch)``. MPI starts
@@ -11,7 +13,6 @@ leaving them waiting in their first collective. Bad input exits with 2.
 """
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import sys
@@ -23,7 +24,16 @@ from hpclab.budget import Launch
 from hpclab.device import local_rank, select_gpu
 from hpclab.errors import RankError, step
 from hpclab.options import Parser, UsageError
-from hpclab.programs import PROGRAMS
+
+
+@dataclass(frozen=True)
+class Program:
+    """What the harness knows of a program besides its code."""
+
+    name: str                       # for `hpclab run NAME`
+    topic: str                      # its notebook's topic: the curated table it is recorded in
+    work: str | None = None         # the size option a weak scaling sweep multiplies by the ranks
+    unit: str = "work"              # what a sweep's work (that option, or --work-arg) counts
 
 
 @dataclass
@@ -45,16 +55,11 @@ class Context:
     backend: str
 
 
-def load(name: str):
-    if name not in PROGRAMS:
-        raise UsageError(f"hpclab run: error: unknown program {name!r}; choose one of: {', '.join(sorted(PROGRAMS))}")
-    return importlib.import_module(PROGRAMS[name].module)
-
-
-def checked(name: str, argv: list[str], launch: Launch | None = None):
-    """(module, args) as ``hpclab run NAME ARGV`` gets them, and with ``launch`` checked against it
-    (ranks, backend, memory). Raises :class:`UsageError` naming the option, the value and what is allowed."""
-    module = load(name)
+def checked(module, argv: list[str], launch: Launch | None = None):
+    """(module, args): the program's arguments as ``hpclab run NAME ARGV`` gets them, and with ``launch``
+    checked against it (ranks, backend, memory). Raises :class:`UsageError` naming the option, the value and
+    what is allowed."""
+    name = module.PROGRAM.name
     parser = Parser(prog=f"hpclab run {name}", description=module.HELP)
     module.add_arguments(parser)
     parser.add_argument("--json", action="store_true", help="end rank 0's output with one JSON line")
@@ -105,12 +110,14 @@ def _error_json(wanted: bool, name: str, size: int, message: str, **extra) -> No
                           "passed": False, "timings": {}, "error": message, **extra}), flush=True)
 
 
-def main(name: str, argv: list[str]) -> int:
+def main(program, argv: list[str]) -> int:
+    """``hpclab run``: the program (its module) on every rank of this MPI job; the exit status."""
+    name = program.PROGRAM.name
     prog = f"hpclab run {name}"
     want_json = "--json" in argv
-    problem, module, args = None, None, None
+    problem, module, args = None, program, None
     try:
-        module, args = checked(name, argv)
+        module, args = checked(program, argv)
         want_json = args.json
         backend.select()
     except Exception as exc:  # noqa: BLE001 - e.g. a module missing on one node: the others must hear of it
@@ -128,7 +135,7 @@ def main(name: str, argv: list[str]) -> int:
     launch = launch_of(comm)
     if problem is None:
         try:
-            checked(name, argv, launch)
+            checked(program, argv, launch)
         except Exception as exc:  # noqa: BLE001 - whatever stops this rank must reach the others
             problem = _problem(prog, exc)
     problem = agree(comm, problem)

@@ -1,20 +1,18 @@
 """Strong and weak scaling sweeps of any ``hpclab run`` program, over rank counts.
 
-Two routes, one record format: ``sweep_mpiexec`` runs ``mpiexec -n N python -m hpclab run PROGRAM ...
---json`` per rank count and trial (``hpclab scaling``); ``sweep_engines`` runs the program's ``run(args,
-ctx)`` on sub-communicators of a notebook's engines. Both check every run's arguments first. A program
-reports ``timings["wall_s"]``; its work is its size option's value (``Program.work``, or ``--work-arg``),
-which a weak sweep multiplies by the rank count.
-
-Strong: S(n) = T(1)/T(n), E(n) = S(n)/n, Amdahl's S(n) = 1 / (f + (1 - f)/n).
-Weak: E(n) = T(1)/T(n), scaled speedup n E(n), Gustafson's n E(n) = n - f (n - 1).
-A record's ``ranks_per_gpu`` > 1 (``shared_gpu``) means ranks took turns on a GPU: time sharing, not scaling.
+A program is its module (``hpclab.pi.run_mc``, ...: see :mod:`hpclab.runner`). Two routes, one record format:
+``sweep_mpiexec`` runs ``mpiexec -n N python -m hpclab run NAME ... --json`` per rank count and trial
+(``hpclab scaling``); ``sweep_engines`` runs the program's ``run(args, ctx)`` on sub-communicators of a
+notebook's engines. Both check every run's arguments first. A program reports ``timings["wall_s"]``; its work
+is its size option's value (``PROGRAM.work``, or ``--work-arg``), which a weak sweep multiplies by the rank
+count. Speedup, efficiency and the serial fraction come from :mod:`hpclab.speedup`. A record's ``ranks_per_gpu`` > 1 (``shared_gpu``) means ranks took turns on a GPU: time sharing, not scaling.
 """
 from __future__ import annotations
 
 import argparse
 import csv
 import dataclasses
+import importlib
 import json
 import math
 import os
@@ -26,41 +24,15 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 
 from hpclab import backend, runner
 from hpclab.budget import Launch
 from hpclab.errors import step
 from hpclab.options import UsageError, count
-from hpclab.programs import PROGRAMS
+from hpclab.speedup import amdahl_speedup, serial_fraction, speedups  # noqa: F401 (amdahl: for notebooks)
 
 CSV_FIELDS = ["program", "mode", "ranks", "trial", "work", "wall_s", "passed", "median_wall_s",
               "speedup", "efficiency", "serial_fraction", "backend", "ranks_per_gpu", "shared_gpu"]
-
-
-# ---------------------------------------------------------------- the analysis
-
-def speedups(ranks: list[int], seconds: list[float], mode: str = "strong") -> list[tuple[float, float]]:
-    """(speedup, efficiency) at each rank count, relative to the first (the fewest ranks), which
-    counts as perfectly efficient: strong S(n) = T(b) b / T(n), E = S/n; weak E(n) = T(b) / T(n), S = n E."""
-    b, t_b = ranks[0], seconds[0]
-    if mode == "strong":
-        return [(t_b * b / t, t_b * b / t / n) for n, t in zip(ranks, seconds)]
-    return [(n * t_b / t, t_b / t) for n, t in zip(ranks, seconds)]
-
-
-def serial_fraction(ranks: list[int], speedups: list[float], mode: str = "strong") -> float:
-    """Least-squares serial fraction, clipped to [0, 1] (nan with fewer than two rank counts). Strong
-    (Amdahl): 1/S - 1/n = f (1 - 1/n); weak (Gustafson): n - S = f (n - 1); both a = f b through the origin."""
-    n, s = np.array([(n, s) for n, s in zip(ranks, speedups) if n > 1 and s > 0], float).reshape(-1, 2).T
-    if not n.size:
-        return float("nan")
-    a, b = (1 - 1 / n, 1 / s - 1 / n) if mode == "strong" else (n - 1, n - s)
-    return float(np.clip(a @ b / (a @ a), 0.0, 1.0))
-
-
-def amdahl_speedup(n: float, f: float) -> float:
-    return 1.0 / (f + (1.0 - f) / n)
 
 
 @dataclass
@@ -127,8 +99,8 @@ class Sweep:
 
 # ---------------------------------------------------------------- program arguments
 
-def work_arg_for(program: str, work_arg: str | None = None) -> str | None:
-    return work_arg or (PROGRAMS[program].work if program in PROGRAMS else None)
+def work_arg_for(program, work_arg: str | None = None) -> str | None:
+    return work_arg or program.PROGRAM.work
 
 
 def _find_value(argv: list[str], option: str) -> tuple[int, str] | None:
@@ -201,9 +173,10 @@ def launcher(text: str | None = None) -> list[str]:
     return cmd
 
 
-def run_once(program: str, argv: list[str], ranks: int, mpiexec: list[str], timeout: float = 600) -> dict:
-    """One ``mpiexec -n ranks python -m hpclab run program argv --json``; its JSON record."""
-    cmd = [*mpiexec, "-n", str(ranks), sys.executable, "-m", "hpclab", "run", program, *argv, "--json"]
+def run_once(program, argv: list[str], ranks: int, mpiexec: list[str], timeout: float = 600) -> dict:
+    """One ``mpiexec -n ranks python -m hpclab run NAME argv --json`` of the program (its module); its JSON record."""
+    name = program.PROGRAM.name
+    cmd = [*mpiexec, "-n", str(ranks), sys.executable, "-m", "hpclab", "run", name, *argv, "--json"]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -218,23 +191,23 @@ def run_once(program: str, argv: list[str], ranks: int, mpiexec: list[str], time
             except json.JSONDecodeError:
                 continue
             if record.get("error"):
-                raise RuntimeError(f"{program} on {ranks} rank(s) failed: {record['error']}")
+                raise RuntimeError(f"{name} on {ranks} rank(s) failed: {record['error']}")
             return record
     tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-8:])
     raise RuntimeError(f"{shlex.join(cmd)} exited with {proc.returncode} and no JSON line:\n{tail}")
 
 
-def sweep_mpiexec(program: str, argv: list[str], ranks: list[int], weak: bool = False, trials: int = 3,
+def sweep_mpiexec(program, argv: list[str], ranks: list[int], weak: bool = False, trials: int = 3,
                   mpiexec: str | None = None, work_arg: str | None = None,
                   timing: str = "wall_s", timeout: float = 600, progress: bool = True) -> Sweep:
-    """Run the program under mpiexec for each rank count, ``trials`` times each."""
+    """Run the program (its module) under mpiexec for each rank count, ``trials`` times each."""
     from tqdm.auto import tqdm
 
     mpiexec = launcher(mpiexec)
     plan = _work_plan(program, argv, ranks, weak, work_arg)
-    sweep = Sweep(program, "weak" if weak else "strong")
+    sweep = Sweep(program.PROGRAM.name, "weak" if weak else "strong")
     steps = [(n, t) for n in ranks for t in range(trials)]
-    for n, t in tqdm(steps, desc=f"{program} {sweep.mode} scaling", unit="run", disable=not progress):
+    for n, t in tqdm(steps, desc=f"{sweep.program} {sweep.mode} scaling", unit="run", disable=not progress):
         args, work = plan[n]
         rec = run_once(program, args, n, mpiexec, timeout)
         sweep.records.append(_record(rec, n, t, work, timing, work_arg_for(program, work_arg)))
@@ -255,12 +228,14 @@ def _record(rec: dict, ranks: int, trial: int, work, timing: str, option: str | 
 
 # ---------------------------------------------------------------- route 2: ipyparallel engines
 
-def engine_trial(program: str, argv: list[str], ranks: int):
-    """Run on every engine: the first ``ranks`` engines run the program on a sub-communicator after the
-    checks of ``hpclab run`` for that launch (bad input raises on each). The record on its rank 0, else None."""
+def engine_trial(program, argv: list[str], ranks: int):
+    """Run on every engine: the first ``ranks`` engines run the program (its module, or the module's dotted
+    name as ``sweep_engines`` sends it) on a sub-communicator after the checks of ``hpclab run`` for that
+    launch (bad input raises on each). The record on its rank 0, else None."""
     from hpclab.device import ranks_per_gpu, select_gpu
     from hpclab.mpi import first_ranks, world
 
+    program = importlib.import_module(program) if isinstance(program, str) else program
     comm = world()
     placement = select_gpu(comm)
     with first_ranks(comm, ranks) as sub:
@@ -273,24 +248,26 @@ def engine_trial(program: str, argv: list[str], ranks: int):
         report = module.run(args, ctx)
         if sub.rank != 0:
             return None
-        return {"exercise": program, "ranks": sub.size, "backend": backend.name(), "result": report.result,
+        return {"exercise": program.PROGRAM.name, "ranks": sub.size, "backend": backend.name(), "result": report.result,
                 "passed": bool(report.passed), "timings": report.timings, "ranks_per_gpu": per_gpu}
 
 
-def sweep_engines(view, program: str, argv: str, trials: int = 3) -> Sweep:
-    """The strong sweep on the engines of ``view`` (a DirectView on all of them), on 1, 2, 4, ... and all of
-    them; the trials are queued at once and ``wait_interactive`` shows their progress."""
+def sweep_engines(view, program, argv: str, trials: int = 3) -> Sweep:
+    """The strong sweep of the program (its module) on the engines of ``view`` (a DirectView on all of them),
+    on 1, 2, 4, ... and all of them; the trials are queued at once and ``wait_interactive`` shows their
+    progress. The engines import the module by its name."""
     from ipyparallel.client.asyncresult import AsyncResult
 
     n_engines = len(view.targets) if isinstance(view.targets, (list, tuple)) else len(view.client.ids)
     sizes = [2 ** k for k in range(n_engines.bit_length()) if 2 ** k < n_engines] + [n_engines]
     plan = _work_plan(program, shlex.split(argv), sizes, False, None)     # before anything is queued
-    jobs = [(n, t, view.apply_async(engine_trial, program, plan[n][0], n)) for n in sizes for t in range(trials)]
+    name = program.PROGRAM.name
+    jobs = [(n, t, view.apply_async(engine_trial, program.__name__, plan[n][0], n)) for n in sizes for t in range(trials)]
     everything = AsyncResult(view.client, [f for _, _, ar in jobs for f in ar._children],
-                             fname=f"{program} strong scaling")
+                             fname=f"{name} strong scaling")
     everything.wait_interactive()
     everything.get()
-    sweep = Sweep(program, "strong")
+    sweep = Sweep(name, "strong")
     for n, t, ar in jobs:
         rec = next(r for r in ar.get() if r is not None)
         sweep.records.append(_record(rec, n, t, plan[n][1], "wall_s", work_arg_for(program)))

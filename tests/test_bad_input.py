@@ -287,7 +287,7 @@ def test_a_failure_during_the_run_under_json_still_ends_with_a_json_line():
 
 
 # test_mpi_errors' crashing program, run with --json
-CRASH = CRASHING_PROGRAM.replace('runner.main("crash", [])', 'runner.main("crash", ["--json"])')
+CRASH = CRASHING_PROGRAM.replace("runner.main(program, [])", 'runner.main(program, ["--json"])')
 assert CRASH != CRASHING_PROGRAM
 
 

@@ -27,6 +27,7 @@ import sys, types
 from hpclab import runner
 
 program = types.ModuleType("crash")
+program.PROGRAM = runner.Program("crash", "tests")
 program.HELP = "rank 1 crashes outside any step"
 program.add_arguments = lambda parser: None
 
@@ -36,8 +37,7 @@ def run(args, ctx):
     ctx.comm.Barrier()          # ranks 0 and 2 would wait here forever without MPI_Abort
 
 program.run = run
-runner.load = lambda name: program
-sys.exit(runner.main("crash", []))
+sys.exit(runner.main(program, []))
 """
 
 

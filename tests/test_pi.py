@@ -201,12 +201,13 @@ def test_sweep_summary_uses_medians():
 
 
 def test_weak_sweep_scales_the_work_option():
+    from hpclab.pi import run_mc
     from hpclab.scaling import _work_plan
 
-    plan = _work_plan("pi-mc", ["--samples", "1e3", "--seed", "3"], [1, 2, 4], True, None)
+    plan = _work_plan(run_mc, ["--samples", "1e3", "--seed", "3"], [1, 2, 4], True, None)
     assert plan[4] == (["--samples", "4000", "--seed", "3"], 4000)
     with pytest.raises(ValueError, match="weak sweep"):
-        _work_plan("pi-mc", ["--seed", "3"], [1, 2], True, None)
+        _work_plan(run_mc, ["--seed", "3"], [1, 2], True, None)
 
 
 def test_a100_table_ships_with_its_source():

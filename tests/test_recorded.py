@@ -233,13 +233,14 @@ def test_a_result_without_its_command_says_how_to_give_it(tmp_path, capsys):
 def test_the_suite_folder_names_each_files_command(tmp_path):
     (tmp_path / "comm").mkdir()
     from hpclab.cli.scaling import figures
+    from hpclab.pi import run_mc
     from hpclab.scaling import Sweep
 
     (tmp_path / "comm" / "allreduce.json").write_text(json.dumps(_bench_line(ALLREDUCE)))
     (tmp_path / "pi").mkdir()
     sweep = Sweep("pi-mc", "strong", [{"ranks": n, "trial": 0, "work": 1000, "wall_s": t, "passed": True}
                                       for n, t in ((1, 2.0), (4, 0.52))])
-    (tmp_path / "pi" / "pi-mc_strong.json").write_text(json.dumps(figures(sweep)))   # what `hpclab scaling` writes
+    (tmp_path / "pi" / "pi-mc_strong.json").write_text(json.dumps(figures(sweep, run_mc)))   # what `hpclab scaling` writes
     entries = [{"file": "comm/allreduce.json", "command": "$MPIRUN -n 2 python3 -m benchmarks allreduce --json",
                 "date": "2027-01-05T10:00:00Z", "device": "NVIDIA H200"},
                {"file": "pi/pi-mc_strong.json", "command": "python3 -m hpclab scaling pi-mc", "date": "2027-01-05",

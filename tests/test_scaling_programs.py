@@ -31,7 +31,7 @@ comm = world()
 mine = []
 for argv in (["--samples", "1"], ["--samples", "1e18"], ["--samples", "2000"]):
     try:
-        record = scaling.engine_trial("pi-mc", argv, comm.size)
+        record = scaling.engine_trial("hpclab.pi.run_mc", argv, comm.size)
         mine.append(f"ran: {record and record['passed']}")
     except RankError as exc:
         mine.append(f"refused: {exc}")

@@ -80,9 +80,9 @@ def _run(args, rest) -> int:
     if not args.name or args.name in ("-h", "--help"):
         print(f"usage: hpclab run NAME [options]\n\navailable: {', '.join(sorted(PROGRAMS))}")
         return 0 if args.name else 2
-    from hpclab import runner
+    from hpclab import programs, runner
 
-    return runner.main(args.name, rest)
+    return runner.main(programs.load(args.name), rest)
 
 
 def _exercises(args, rest) -> int:

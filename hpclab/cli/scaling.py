@@ -4,16 +4,16 @@ from __future__ import annotations
 import json
 import sys
 
-from hpclab import runner, scaling
+from hpclab import programs, scaling
 from hpclab.options import Parser, UsageError, count, count_list, output_folder, real
-from hpclab.programs import PROGRAMS
 
 
-def figures(sweep) -> dict:
-    """The sweep's medians, speedups, efficiencies and serial fraction as recorded figures."""
+def figures(sweep, program) -> dict:
+    """The sweep's medians, speedups, efficiencies and serial fraction as recorded figures (``program``: its
+    module, whose ``PROGRAM`` names the unit of work and the topic)."""
     from hpclab.results.recorded import figure
 
-    summary, unit = sweep.summary(), PROGRAMS[sweep.program].unit
+    summary, unit = sweep.summary(), program.PROGRAM.unit
     metrics = (("wall_s", "median_wall_s", "s"), ("speedup", "speedup", "1"), ("efficiency", "efficiency", "1"))
     rows = [figure(sweep.program, sweep.mode, r["ranks"], r["work"], unit, metric, r[key], metric_unit)
             for r in summary for metric, key, metric_unit in metrics]
@@ -21,7 +21,7 @@ def figures(sweep) -> dict:
         top = summary[-1]
         rows.append(figure(sweep.program, sweep.mode, top["ranks"], top["work"], unit, "serial_fraction",
                            sweep.serial_fraction, "1"))
-    return {"topic": PROGRAMS[sweep.program].topic, "figures": rows}
+    return {"topic": program.PROGRAM.topic, "figures": rows}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,10 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="build/scaling", help="directory for the CSV and PNG")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args, program_argv = parser.parse_known_args(argv)      # a UsageError: the hpclab command says it
-    runner.load(args.program)
+    program = programs.load(args.program)
     out = output_folder(args.out, "--out", "hpclab scaling")     # before hours of runs, not after
     try:
-        sweep = scaling.sweep_mpiexec(args.program, program_argv, sorted(set(args.ranks)), args.weak, args.trials,
+        sweep = scaling.sweep_mpiexec(program, program_argv, sorted(set(args.ranks)), args.weak, args.trials,
                                       args.mpiexec, args.work_arg, args.timing, args.timeout,
                                       progress=not args.no_progress)
     except UsageError:
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     stem = f"{args.program}_{sweep.mode}"
     csv_path = sweep.write_csv(out / f"{stem}.csv")
     png_path = plot.save(sweep.figure(), stem, directory=out)
-    (out / f"{stem}.json").write_text(json.dumps(figures(sweep)) + "\n")
+    (out / f"{stem}.json").write_text(json.dumps(figures(sweep, program)) + "\n")
     print(sweep.table())
     print(f"wrote {csv_path}, {png_path} and {stem}.json (its figures, for benchmarks/record.py)")
     return 0 if all(r["passed"] for r in sweep.records) else 1

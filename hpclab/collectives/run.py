@@ -12,9 +12,10 @@ from hpclab.comm import BACKENDS, get
 from hpclab.errors import step
 from hpclab.mpi import MPI
 from hpclab.options import count
-from hpclab.runner import Report
+from hpclab.runner import Program, Report
 from hpclab.timing import wall
 
+PROGRAM = Program("collectives", "collectives")
 HELP = ("Workshop Exercise 0: Send/Recv, Bcast, Scatter, Gather, Reduce, Allreduce, "
         "Allgather, ReduceScatter on each rank's GPU data, then a hand-written ring all-reduce.")
 

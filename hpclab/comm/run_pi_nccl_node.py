@@ -18,9 +18,10 @@ from hpclab.comm.nccl import load, pointer, stream_handle, version_string
 from hpclab.decomp import block_range
 from hpclab.errors import step
 from hpclab.options import UsageError, count
-from hpclab.runner import Report
+from hpclab.runner import Program, Report
 from hpclab.pi.program import add_launch_arguments, add_sample_arguments, check_work, combined
 
+PROGRAM = Program("pi-nccl-node", "comm")
 HELP = ("Workshop Exercise 3: Monte Carlo pi with ONE process driving all GPUs of the node; "
         "the per-GPU hit counts are combined by an NCCL all-reduce (ncclCommInitAll).")
 

@@ -8,8 +8,9 @@ from hpclab.ddp.digits import DigitsConfig, train_digits
 from hpclab.ddp.model import count_parameters
 from hpclab.ddp.sampler import check_batch
 from hpclab.options import UsageError, count, count_list, real, seed
-from hpclab.runner import Report
+from hpclab.runner import Program, Report
 
+PROGRAM = Program("ddp-digits", "ddp")
 HELP = ("Workshop Exercise 6 on real data: an MLP classifier for scikit-learn's 8x8 digits trained "
         "data-parallel (per-epoch train/validation loss and accuracy, final test accuracy).")
 KEEP_OUT = 10       # a subset leaves out at least one image of each digit (stratified split)

@@ -6,8 +6,9 @@ from hpclab.comm import BACKENDS
 from hpclab.ddp.sampler import check_batch
 from hpclab.ddp.synthetic_training import SyntheticConfig, global_batch_for, train_synthetic
 from hpclab.options import count, real, seed
-from hpclab.runner import Report
+from hpclab.runner import Program, Report
 
+PROGRAM = Program("ddp-mlp", "ddp")
 HELP = ("Workshop Exercise 5: data-parallel training of the 6->4->2 MLP on 1024 synthetic samples "
         "(weights broadcast from rank 0, shared shuffle, one gradient all-reduce per step).")
 

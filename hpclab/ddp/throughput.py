@@ -10,7 +10,7 @@ import numpy as np
 from hpclab.ddp.model import MLP, init_parameters
 from hpclab.ddp.trainer import DDPTrainer, random_batch
 from hpclab.mpi import MPI, first_ranks
-from hpclab.scaling import speedups
+from hpclab.speedup import speedups
 from hpclab.timing import Phases, wall
 
 

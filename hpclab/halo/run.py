@@ -13,8 +13,9 @@ from hpclab.halo.geometry import min_input_height, plan_bands
 from hpclab.halo.layers import BAND_METHODS, Conv, check_chain, shapes
 from hpclab.halo.versions import TWIN, VERSIONS, digest, max_rel_error, run_version, with_twins
 from hpclab.options import choice_list, count, seed
-from hpclab.runner import Report
+from hpclab.runner import Program, Report
 
+PROGRAM = Program("conv-halo", "conv")
 HELP = ("Convolution with halo exchange: an AlexNet block (or the whole trunk) split by output rows "
         "across ranks, in five versions (serial, MPI CPUs, one GPU, MPI+GPU host-staged, GPU-to-GPU), "
         "each checked against the serial result.")

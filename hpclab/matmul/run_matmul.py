@@ -12,9 +12,10 @@ from hpclab import backend, budget, comm as hcomm
 from hpclab.matmul import fast as mm
 from hpclab.matmul.check import tolerance
 from hpclab.options import count, seed
-from hpclab.runner import Report
+from hpclab.runner import Program, Report
 from hpclab.timing import Phases, wall
 
+PROGRAM = Program("matmul", "matmul", unit="N")
 HELP = ("Distributed GEMM: rows of A scattered (uneven splits allowed), B broadcast, C = A @ B "
         "on every rank's GPU, gathered and checked against NumPy on rank 0.")
 

@@ -15,12 +15,13 @@ from hpclab import backend, budget, comm as hcomm
 from hpclab.launch import launch_1d
 from hpclab.matmul import fast as mm
 from hpclab.options import count, real, seed
-from hpclab.runner import Report
+from hpclab.runner import Program, Report
 from hpclab.timing import Phases, wall
 from hpclab.mpi import MPI
 
 cuda = mm.cuda
 
+PROGRAM = Program("matmul-reduce", "matmul")
 HELP = ("The tutorial's MPI+CUDA matrix multiply: A = 1 + rank, B = 0.5, per-rank sum of C reduced "
         "to rank 0; --iterations adds a data-parallel training loop with a compute/transfer/comm split.")
 TUTORIAL_N = 256

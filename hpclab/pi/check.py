@@ -9,7 +9,7 @@ import numpy as np
 
 from hpclab.decomp import block_range
 from hpclab.pi.philox import count_hits_reference
-from hpclab.scaling import speedups as reference_speedups
+from hpclab.speedup import speedups as reference_speedups
 from hpclab.verdict import Verdict, say as _say
 
 MAX_BINS = (1 << 52) - 1     # bin midpoints (i + 1/2) are exact in float64 below 2^52

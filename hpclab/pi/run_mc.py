@@ -6,12 +6,13 @@ import math
 from hpclab import backend
 from hpclab.decomp import block_range
 from hpclab.errors import step
-from hpclab.runner import Report
+from hpclab.runner import Program, Report
 from hpclab.timing import timed, wall
 from hpclab.pi.check import estimate
 from hpclab.pi.program import add_launch_arguments, add_sample_arguments, check_work, rate_line
 from hpclab.mpi import MPI
 
+PROGRAM = Program("pi-mc", "pi", "--samples", "samples")
 HELP = ("Workshop Exercise 2: pi by Monte Carlo; each rank counts hits for its share of the "
         "samples on its GPU. The default counter-based generator makes the estimate depend only "
         "on (samples, seed), whatever the number of ranks.")

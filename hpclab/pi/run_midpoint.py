@@ -7,12 +7,13 @@ from hpclab import backend
 from hpclab.decomp import block_range
 from hpclab.errors import step
 from hpclab.options import count
-from hpclab.runner import Report
+from hpclab.runner import Program, Report
 from hpclab.timing import timed, wall
 from hpclab.pi.check import MAX_BINS, midpoint_bound, truncation_bound
 from hpclab.pi.program import add_launch_arguments, check_work, rate_line
 from hpclab.mpi import MPI
 
+PROGRAM = Program("pi-midpoint", "pi", "--bins", "bins")
 HELP = ("Workshop Exercise 1: pi by the midpoint rule in float64; each rank integrates a "
         "contiguous slice of the bins on its GPU, then an MPI reduction adds the slices.")
 

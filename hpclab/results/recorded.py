@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 
-from hpclab.programs import PROGRAMS
-from hpclab.scaling import speedups
+from hpclab.speedup import speedups
 
 SOURCE = ("FASRC workshop 'Distributed GPU Computing' (github.com/fasrc/User_Codes, "
           "Training/Distributed_GPU_Computing), A100 runs")
@@ -170,8 +169,9 @@ def scaling(program: str, run: str, variant: str = "strong", metric: str = "wall
 
 
 def a100(program: str) -> Curve:
-    """The workshop's A100 runs of the exercise that matches ``program`` (pi-mc, pi-midpoint)."""
-    curve = scaling(PROGRAMS[program].a100, "a100")
+    """The workshop's A100 runs of the exercise that matches ``program`` (ex2_pi_mc: pi-mc, ex1_pi_midpoint: pi-midpoint)."""
+    exercise = next(r["exercise"] for r in fasrc_a100() if r["exercise"].split("_", 1)[1].replace("_", "-") == program)
+    curve = scaling(exercise, "a100")
     curve.label = curve.label.replace("A100", "A100 (FASRC workshop)")
     return curve
 
