@@ -71,6 +71,7 @@ SlurmdParameters=config_overrides
 GresTypes=gpu
 MinJobAge=600
 KillWait=5
+SlurmdTimeout=10
 InactiveLimit=0
 NodeName=node1 NodeAddr={addr1} CPUs=32 RealMemory=20000 Gres=gpu:{gpus} State=UNKNOWN
 NodeName=node2 NodeAddr={addr2} CPUs=16 RealMemory=10000 Gres=gpu:4 State=UNKNOWN
@@ -178,10 +179,7 @@ class LocalSlurm:
             self._munge()
             self._write_config()
             self._daemon("slurmctld", ["slurmctld", "-D", "-i", "-f", str(self.conf)])
-            # slurmd and its jobs get their own PID namespace, as on a compute node: PIDs written by a
-            # job (ipyparallel's cluster file) mean nothing to the login side, as on a real cluster.
-            self._daemon("slurmd", ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child=SIGTERM",
-                                    "slurmd", "-D", "-N", "node1", "-f", str(self.conf)])
+            self._node1()
             # node2: another machine as far as its jobs can tell (network, host name, PIDs, /dev/shm)
             self._daemon("slurmd2", ["nsenter", f"--net=/run/netns/{self.netns2}", "unshare", "--pid", "--fork",
                                      "--mount-proc", "--uts", "--kill-child=SIGTERM", "sh", "-c",
@@ -191,6 +189,31 @@ class LocalSlurm:
         except BaseException:
             self.stop()
             raise
+
+    def _node1(self) -> None:
+        # slurmd and its jobs get their own PID namespace, as on a compute node: PIDs written by a
+        # job (ipyparallel's cluster file) mean nothing to the login side, as on a real cluster.
+        self._daemon("slurmd", ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child=SIGTERM",
+                                "slurmd", "-D", "-N", "node1", "-f", str(self.conf)])
+
+    def lose_node1(self) -> None:
+        """node1 dies as a machine does: slurmd and every process of its jobs end at once (SIGKILL to the init of
+        its PID namespace); slurmctld marks it DOWN and its jobs NODE_FAIL after SlurmdTimeout."""
+        proc = self.procs.pop("slurmd")
+        for child in psutil.Process(proc.pid).children():
+            os.kill(child.pid, signal.SIGKILL)
+        proc.wait(timeout=15)
+
+    def restore_node1(self, timeout: float = 120) -> None:
+        """node1 back: a new slurmd registers, and ReturnToService=2 puts it back in service."""
+        self._node1()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state = self.run(["sinfo", "-h", "-n", "node1", "-o", "%t"], timeout=20).stdout.strip()
+            if state in ("idle", "mix", "alloc"):
+                return
+            time.sleep(1)
+        raise SlurmUnavailable(f"node1 did not come back in {timeout:.0f} s: {self.log('slurmd')}")
 
     def _sh(self, cmd: list[str]) -> None:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)

@@ -15,10 +15,12 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import nbformat
+import psutil
 import pytest
 
 from . import slurm_local
@@ -582,3 +584,96 @@ def test_a_notebook_inside_an_allocation_runs_on_engines_of_that_job(slurm, tmp_
     assert {e[3] for e in engines} == {"0,1,2,3"}, engines                           # the job's GPUs
     ever = set(re.findall(r"JobId=(\d+)", slurm.run(["scontrol", "show", "job", "-o"], timeout=20).stdout))
     assert ever - known == {job}, ever - known                                      # no second job
+
+
+# ---------------------------------------------------------------- Slurm ending the engines job during a %%px cell
+
+FAULT_CELLS = [
+    "import pathlib, time\nfrom hpclab import cluster\nsession = cluster.connect(n=4, timeout=240)\n"
+    "pathlib.Path({marker!r}).write_text(session.job)",
+    "%%px\nimport time\ntime.sleep(150)",
+    "import time\nprint('AFTER', time.time())",
+    "session.restart()\nprint('JOB', session.job)",
+    "%%px\nfrom mpi4py import MPI\nsize = MPI.COMM_WORLD.allreduce(1)",
+    "assert session.view.pull('size') == [4] * 4\nprint('SIZES OK')\nsession.close()",
+]
+
+
+def run_through_a_fault(slurm, tmp_path, inject) -> tuple[str, float, float, list]:
+    """Run the notebook above on a Slurm profile; once its long %%px cell runs, ``inject(job)`` ends the engines
+    job. (the job, the seconds from the fault and from Slurm's saying the job ended until the cell had ended, the
+    notebook's cells' texts)."""
+    from .test_cluster import RUNNER, _text
+
+    init_profile(slurm, tmp_path)
+    marker, mine = tmp_path / "job", tmp_path / "my-work"
+    mine.mkdir()
+    (mine / "01_collectives.ipynb").write_text("the learner's own work")
+    nb, out = tmp_path / "fault.ipynb", tmp_path / "fault.out.ipynb"
+    book = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c.format(marker=str(marker))) for c in FAULT_CELLS])
+    book.cells[1].metadata["timeout"] = 240
+    nbformat.write(book, nb)
+    runner = slurm.popen([sys.executable, "-c", RUNNER, str(nb), str(out), str(mine)], env=job_env(slurm, tmp_path),
+                         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        end = time.monotonic() + 240
+        while not marker.exists() and runner.poll() is None and time.monotonic() < end:
+            time.sleep(0.5)
+        assert marker.exists(), f"the notebook got no engines; {slurm.log('slurmctld')}"
+        job = marker.read_text()
+        time.sleep(6)                                   # the long cell is running now
+        faulted = time.time()
+        inject(job)
+        while slurm.job(job).get("JobState") in ("RUNNING", "COMPLETING") and runner.poll() is None:
+            time.sleep(0.5)
+        ended = time.time()
+        runner.wait(timeout=400)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    texts = [_text(c) for c in nbformat.read(out, as_version=4).cells]
+    after = float(re.search(r"AFTER (\S+)", texts[2]).group(1))
+    assert (mine / "01_collectives.ipynb").read_text() == "the learner's own work"
+    assert [p.name for p in mine.iterdir()] == ["01_collectives.ipynb"]
+    return job, after - faulted, after - ended, texts
+
+
+def assert_one_message_then_a_fresh_job(slurm, tmp_path, job: str, texts: list[str], state: str) -> None:
+    message = texts[1]
+    print(message)
+    assert message.count(f"Slurm job {job}") == 1 and state in message, message
+    assert "session.restart()" in message and "Engine " not in message and "rank None" not in message, message
+    assert message.count("Traceback") <= 1, message
+    new = re.search(r"^JOB (\d+)", texts[3], re.M)
+    assert new and new.group(1) != job and "SIZES OK" in texts[5], texts[3:]
+    assert "stopped the shared cluster" in hpclab_in(slurm, tmp_path, "cluster", "stop").stdout or not slurm.jobs()
+    assert no_jobs_left(slurm)
+    left = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
+            if str(tmp_path) in " ".join(p.info["cmdline"] or ()) and "ipyparallel" in " ".join(p.info["cmdline"] or ())]
+    assert not left, left
+
+
+def test_engines_job_cancelled_during_a_cell_ends_it_with_one_message_and_restart_goes_on(slurm, tmp_path):
+    job, seconds, _, texts = run_through_a_fault(slurm, tmp_path, lambda job: slurm.run(["scancel", job]))
+    assert seconds < 20, (seconds, texts[1])
+    assert_one_message_then_a_fresh_job(slurm, tmp_path, job, texts, "CANCELLED")
+
+
+def test_engines_job_reaching_its_time_limit_during_a_cell_ends_it_with_one_message(slurm, tmp_path):
+    def time_limit(job):   # as if its --time had been short: its limit is now already past
+        proc = slurm.run(["scontrol", "update", f"JobId={job}", "TimeLimit=0:01"])
+        assert proc.returncode == 0, proc.stderr
+
+    job, _, seconds, texts = run_through_a_fault(slurm, tmp_path, time_limit)
+    assert seconds < 20, (seconds, texts[1])        # after Slurm ended it (it checks time limits once a minute)
+    assert_one_message_then_a_fresh_job(slurm, tmp_path, job, texts, "TIMEOUT")
+
+
+def test_engines_node_lost_during_a_cell_ends_it_with_one_message(slurm, tmp_path):
+    def lose(job):
+        slurm.lose_node1()
+        threading.Timer(45, slurm.restore_node1).start()   # the node comes back for the restart's new job
+
+    job, seconds, _, texts = run_through_a_fault(slurm, tmp_path, lose)
+    assert seconds < 60, (seconds, texts[1])
+    assert_one_message_then_a_fresh_job(slurm, tmp_path, job, texts, "NODE_FAIL")

@@ -8,6 +8,7 @@ ends with its notebook; and the processes a killed controller leaves behind (its
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import logging.handlers
@@ -157,6 +158,16 @@ class Found:
             jobs.active(s.job_id) if getattr(s, "job_id", "") else running(s) for s in self.engine_sets)
 
 
+@contextlib.contextmanager
+def _working_dir(path: str):
+    old = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(old)
+
+
 def load(pdir: str, cluster_id: str, log: logging.Logger) -> Found:
     """Read one cluster file through ipyparallel, which drops what has stopped; a cluster whose controller
     is gone is stale: what still runs of it is stopped and its files are removed."""
@@ -164,7 +175,8 @@ def load(pdir: str, cluster_id: str, log: logging.Logger) -> Found:
     try:
         with open(path) as f:
             raw = json.load(f)
-        cluster = ipp.Cluster.from_file(path, log=log, profile_dir=pdir)
+        with _working_dir(pdir):  # ipyparallel (9.x) builds a Slurm launcher's log path before its profile is
+            cluster = ipp.Cluster.from_file(path, log=log, profile_dir=pdir)   # set: "log/" in the cwd (my-work/)
     except FileNotFoundError:
         return Found()
     except (OSError, ValueError, ImportError) as exc:

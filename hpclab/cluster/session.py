@@ -369,8 +369,8 @@ class Session:
             self.closed = True
             _SESSIONS.pop(self.profile_dir, None)
             raise ClusterError(f"restarting the engines failed: {exc}") from None
-        self._set_up(infos)  # this same object: the notebook's ``session`` variable stays valid
         self.job = jobs.job_of(cluster)
+        self._set_up(infos)  # this same object: the notebook's ``session`` variable stays valid
         files.write_record(self.profile_dir, cluster.cluster_id,
                            {**files.read_record(self.profile_dir, cluster.cluster_id), "engines": _table(infos)})
         say(f"restarted in {time.monotonic() - t0:.0f} s: {self.n} new MPI engines (ranks 0..{self.n - 1}). Everything "
@@ -395,7 +395,7 @@ class Session:
         self.view.activate()
         # outputs after the cell, not streamed: a failure is one message for all ranks (px), not one per rank
         get_ipython().run_line_magic("pxconfig", "--no-stream")
-        px.install(get_ipython(), dict(zip(self.view.targets, self.ranks)))
+        px.install(get_ipython(), dict(zip(self.view.targets, self.ranks)), self.job)
         self.activated = True
 
     def _problem(self) -> str | None:
@@ -484,8 +484,8 @@ def connect(n: int = 4, profile: str = "default", timeout: float | None = None, 
         session = _open_private(n, pdir, record, timeout, log)
     else:
         session = Session(claimed[0], "shared", None, pdir, record, n, timeout)
-        session._set_up(claimed[1])
         session.job = claimed[2].job_id if claimed[2] else None
+        session._set_up(claimed[1])
     _SESSIONS[pdir] = session
     session._activate() if activate else None
     say(f"{session.n} of {session.n} MPI engines up (ranks 0..{session.n - 1}), backend: {session.backend}")
