@@ -146,6 +146,6 @@ def banner(rank: int = 0) -> None:
 
 def auto_size(gpu: int, sim: int) -> int:
     """Full problem size on a GPU, a tiny one on the simulator."""
-    if login_node():
+    if login_node() and sys._getframe(1).f_globals.get("__name__") == "__main__":   # a notebook cell's own call
         raise no_gpu_work_here(f"a problem size was chosen (auto_size(gpu={gpu}, sim={sim}))")
     return gpu if name() == "gpu" else sim

@@ -154,6 +154,12 @@ def test_nccl_bootstrap_check_tells_right_from_wrong():
     assert v["own_ids"][0] is False and "only rank 0 should call get_unique_id()" in v["own_ids"][1]
     assert v["not_broadcast"][0] is False and "ranks [1, 2] hold a different id" in v["not_broadcast"][1]
     assert v["wrong_rank"][0] is False and "rank 1 created NcclCommunicator(3, the id, 0)" in v["wrong_rank"][1]
+    # on GPUs, the wrong bootstraps end on every rank with the mistake named, before NCCL could wait forever
+    assert v["guarded_own_ids"][0] is False and "NcclCommunicator would wait forever: ranks [1, 2] brought another " \
+        "id than rank 0's" in v["guarded_own_ids"][1] and "rank 0 raised RuntimeError" in v["guarded_own_ids"][1]
+    assert v["guarded_not_broadcast"][0] is False and "ranks [1, 2]" in v["guarded_not_broadcast"][1]
+    assert v["guarded_wrong_rank"][0] is False and "rank 1 asked for (3 ranks, rank 0)" in v["guarded_wrong_rank"][1]
+    assert not any(v[f"guarded_{k}_reached_nccl"][0] for k in ("own_ids", "not_broadcast", "wrong_rank"))
 
 
 def test_size_parsing_and_bus_bandwidth():

@@ -1,9 +1,12 @@
 """Checks for notebook 05: the NCCL bootstrap written by the learner (rank 0's unique id, broadcast
 over MPI; every rank's communicator made with (number of ranks, that id, its rank)).
 
-On GPUs the communicator the learner's function returns must all-reduce correctly. Where NCCL cannot
-run (the simulator; ranks sharing a GPU) the function gets :class:`StandInNccl`, which offers the same
-two calls and records them, so the check still judges the bootstrap itself.
+On GPUs the function gets :class:`GuardedNccl`: CuPy's NCCL, except that creating a communicator first
+compares the id every rank brings and raises on every rank where they differ, instead of waiting forever in
+NCCL for ranks that never come (the likeliest wrong answer: every rank calling ``get_unique_id()``); the
+communicator it returns must then all-reduce correctly. Where NCCL cannot run (the simulator; ranks sharing
+a GPU) the function gets :class:`StandInNccl`, which offers the same two calls and records them, so the
+check still judges the bootstrap itself.
 """
 from __future__ import annotations
 
@@ -30,14 +33,21 @@ class StandInCommunicator:
         return self.rank
 
 
-class StandInNccl:
+class Recording:
+    """An NCCL module for the exercise that counts the ids it makes and records the communicators asked for."""
+
+    def __init__(self):
+        self.ids_made = 0
+        self.communicators: list[tuple] = []
+
+
+class StandInNccl(Recording):
     """What the bootstrap needs of ``cupy.cuda.nccl``, recording every call. ``get_unique_id`` returns
     128 random signed bytes, a different id on every call and in every process, as NCCL's does."""
 
     def __init__(self, reason: str = "the Numba CUDA simulator has no NCCL"):
+        super().__init__()
         self.reason = reason          # why the real NCCL is not used here, in words
-        self.ids_made = 0
-        self.communicators: list[tuple] = []
 
     def get_unique_id(self) -> tuple:
         self.ids_made += 1
@@ -48,15 +58,48 @@ class StandInNccl:
         return StandInCommunicator(nranks, tuple(uid), rank)
 
 
+class GuardedNccl(Recording):
+    """``cupy.cuda.nccl`` that records the bootstrap's calls, and whose ``NcclCommunicator`` first gathers
+    every rank's (ranks, id, rank) over MPI: where they do not make one communicator it raises on every rank,
+    naming the mistake, before NCCL is touched (NCCL would wait forever). Everything else is CuPy's."""
+
+    def __init__(self, nccl, comm):
+        super().__init__()
+        self._nccl, self._comm = nccl, comm
+
+    def __getattr__(self, name):
+        return getattr(self._nccl, name)
+
+    def get_unique_id(self):
+        self.ids_made += 1
+        return self._nccl.get_unique_id()
+
+    def NcclCommunicator(self, nranks, uid, rank):  # noqa: N802 - the name CuPy uses
+        self.communicators.append((nranks, tuple(uid), rank))
+        everyone = self._comm.allgather((nranks, tuple(uid), rank))
+        differ = [r for r, (_, u, _) in enumerate(everyone) if u != everyone[0][1]]
+        if differ:
+            raise RuntimeError(f"NcclCommunicator would wait forever: ranks {differ} brought another id than rank "
+                               "0's. Only rank 0 calls get_unique_id(); the others receive its id with "
+                               "comm.bcast(uid, root=0)")
+        wrong = [(r, n, k) for r, (n, _, k) in enumerate(everyone) if (n, k) != (self._comm.size, r)]
+        if wrong:
+            r, n, k = wrong[0]
+            raise RuntimeError(f"NcclCommunicator would wait forever: rank {r} asked for ({n} ranks, rank {k}); "
+                               f"each rank asks for (comm.size, uid, comm.rank), here ({self._comm.size}, uid, {r})")
+        return self._nccl.NcclCommunicator(nranks, uid, rank)
+
+
 def nccl_module(comm=None):
-    """``cupy.cuda.nccl`` with one GPU per rank (when it imports), else a recording stand-in
-    whose ``reason`` says why. Collective (it asks every rank of ``comm`` which GPU it uses)."""
+    """``cupy.cuda.nccl`` with one GPU per rank (when it imports), guarded against a bootstrap that would hang,
+    else a recording stand-in whose ``reason`` says why. Collective (it asks every rank of ``comm`` which GPU
+    it uses)."""
     if backend.is_simulator():
         return StandInNccl()
     shared = sharing(comm)
     if shared:
         return StandInNccl(f"{describe_sharing(shared)}, and {NEEDS_OWN_GPU}")
-    return load()
+    return GuardedNccl(load(), comm)
 
 
 def bootstrap(fn, comm, nccl, quiet: bool | None = None) -> Verdict:
@@ -72,28 +115,28 @@ def bootstrap(fn, comm, nccl, quiet: bool | None = None) -> Verdict:
     if any(errors):
         bad = next(r for r, e in enumerate(errors) if e)
         return _say(Verdict(False, f"rank {bad} raised {errors[bad]}"), quiet)
-    stand_in = isinstance(nccl, StandInNccl)
+    recorded = isinstance(nccl, Recording)
     mine = {
         # CuPy gives the id as a tuple of 128 ints or as 128 bytes, by version.
         "uid": tuple(uid) if isinstance(uid, (tuple, list, bytes, bytearray)) else repr(uid),
-        "ids_made": nccl.ids_made if stand_in else None,
-        "made": list(nccl.communicators) if stand_in else None,
+        "ids_made": nccl.ids_made if recorded else None,
+        "made": list(nccl.communicators) if recorded else None,
     }
     everyone = comm.allgather(mine)
-    verdict = _judge(everyone, comm.size, stand_in)
-    if verdict and not stand_in:
+    verdict = _judge(everyone, comm.size, recorded)
+    if verdict and isinstance(nccl, GuardedNccl):
         verdict = _reduce_with(nccomm, comm)
     return _say(verdict, quiet)
 
 
-def _judge(everyone: list[dict], size: int, stand_in: bool) -> Verdict:
+def _judge(everyone: list[dict], size: int, recorded: bool) -> Verdict:
     for r, e in enumerate(everyone):
         if not isinstance(e["uid"], tuple) or len(e["uid"]) != ID_BYTES:
             return Verdict(False, f"rank {r} returned {str(e['uid'])[:60]} as the id; return the "
                                   f"{ID_BYTES}-byte id that nccl.get_unique_id() gives")
     first = everyone[0]["uid"]
     differ = [r for r, e in enumerate(everyone) if e["uid"] != first]
-    if stand_in:
+    if recorded:
         makers = [r for r, e in enumerate(everyone) if e["ids_made"]]
         if makers != [0] or everyone[0]["ids_made"] != 1:
             return Verdict(False, f"ranks {makers} asked NCCL for an id "
@@ -102,7 +145,7 @@ def _judge(everyone: list[dict], size: int, stand_in: bool) -> Verdict:
     if differ:
         return Verdict(False, f"ranks {differ} hold a different id from rank 0's: broadcast rank 0's "
                               "id with comm.bcast(uid, root=0) and use what it returns")
-    if stand_in:
+    if recorded:
         for r, e in enumerate(everyone):
             if e["made"] != [(size, first, r)]:
                 made = ", ".join(f"NcclCommunicator({n}, {'the id' if u == first else 'another id'}, {k})"

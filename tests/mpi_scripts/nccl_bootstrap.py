@@ -41,5 +41,11 @@ comm = world()
 verdicts = {f.__name__: check.bootstrap(f, comm, check.nccl_module(), quiet=True)
             for f in (right, own_ids, not_broadcast, wrong_rank)}
 verdicts["right_bytes"] = check.bootstrap(right, comm, BytesIds(), quiet=True)
+# What a GPU run hands the learner: NCCL guarded against a bootstrap that would wait forever (here around a
+# stand-in, which must never be asked for a communicator by a wrong bootstrap).
+for f in (own_ids, not_broadcast, wrong_rank):
+    inner = check.StandInNccl()
+    verdicts[f"guarded_{f.__name__}"] = check.bootstrap(f, comm, check.GuardedNccl(inner, comm), quiet=True)
+    verdicts[f"guarded_{f.__name__}_reached_nccl"] = check.Verdict(bool(inner.communicators), "")
 if comm.rank == 0:
     print(json.dumps({k: [v.ok, v.message] for k, v in verdicts.items()}))
