@@ -458,3 +458,39 @@ def test_restart_of_a_hung_shared_cluster_starts_its_engines_again_and_keeps_the
     assert "restarted in" in proc.stdout
     status = _hpclab("cluster", "status", e=e)
     assert "shared cluster (id ''): 2 of 2 engines up; free" in status.stdout, status.stdout
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_clusters_of_one_or_three_engines_start_claim_and_give_back(tmp_path, cleanup, n):
+    """A private cluster of n engines, then the profile's shared cluster of n engines claimed by a notebook's
+    connect() (whose claim once failed on an empty view of the engines after rank 0 when n was 1)."""
+    e = _ipython_env(tmp_path)
+    size = "lambda: __import__('mpi4py.MPI', fromlist=['MPI']).COMM_WORLD.size"
+    proc = _python(f"""
+        from hpclab import cluster
+        s = cluster.connect(n={n})
+        print("PRIVATE", s.kind, s.n, s.ranks, s.on_ranks({size}))
+        s.close()
+    """, e)
+    assert f"PRIVATE private {n} {list(range(n))} {[n] * n}" in proc.stdout, proc.stdout + proc.stderr
+    start = _hpclab("cluster", "start", "-n", str(n), e=e)
+    assert start.returncode == 0, start.stdout + start.stderr
+    proc = _python(f"""
+        from hpclab import cluster
+        s = cluster.connect(n={n})
+        print("SHARED", s.kind, s.n, s.ranks, s.on_ranks({size}))
+        s.close()
+        s = cluster.connect(n={n})      # the next notebook claims it again
+        print("AGAIN", s.kind, s.n)
+        s.close()
+    """, e)
+    said = proc.stdout + proc.stderr
+    assert f"SHARED shared {n} {list(range(n))} {[n] * n}" in said and f"AGAIN shared {n}" in said, said
+    assert "Traceback" not in said, said
+
+
+def test_a_notebook_runs_on_a_shared_cluster_of_one_engine(tmp_path, cleanup):
+    e = _ipython_env(tmp_path)
+    assert _hpclab("cluster", "start", "-n", "1", e=e).returncode == 0
+    proc = _nbval("00_setup.ipynb", e)
+    assert proc.returncode == 0, proc.stdout[-3000:]
