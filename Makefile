@@ -47,10 +47,11 @@ run: $(VENV)/.installed-run
 	$(BIN)/python -m hpclab info
 	$(BIN)/python -m hpclab workbook --engines $(ENGINES) --out build
 
+# The whole suite in three lanes side by side (tools/test_lanes.py): engines and notebooks, the Slurm tier,
+# the library's tests; each lane's slowest tests are printed.
 test: $(VENV)/.installed-test
 	$(BIN)/python -m hpclab exercises check
-	$(BIN)/python -m pytest -q --nbval-lax --nbval-cell-timeout=900 -p no:cacheprovider \
-		tests benchmarks/tests notebooks solutions
+	$(BIN)/python tools/test_lanes.py
 
 # The suite on real GPUs: HPCLAB_BACKEND=gpu, MPI tests through $$HPCLAB_MPIEXEC or $$MPIRUN, notebooks
 # on max(2, GPUs) GPU engines. With the project's .venv: make test-gpu. On a GPU node without
