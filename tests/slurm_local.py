@@ -73,8 +73,8 @@ MinJobAge=600
 KillWait=5
 SlurmdTimeout=10
 InactiveLimit=0
-NodeName=node1 NodeAddr={addr1} CPUs=32 RealMemory=20000 Gres=gpu:{gpus} State=UNKNOWN
-NodeName=node2 NodeAddr={addr2} CPUs=16 RealMemory=10000 Gres=gpu:4 State=UNKNOWN
+NodeName=node1 NodeAddr={addr1} CPUs=32 RealMemory=20000 Gres=gpu:{gpus1} State=UNKNOWN
+NodeName=node2 NodeAddr={addr2} CPUs=16 RealMemory=10000 Gres=gpu:{gpus2} State=UNKNOWN
 PartitionName=gpu Nodes=node1 Default=YES MaxTime=INFINITE State=UP
 PartitionName=two Nodes=node1,node2 MaxTime=INFINITE State=UP
 PartitionName=far Nodes=node2 MaxTime=INFINITE State=UP
@@ -82,8 +82,8 @@ PartitionName=far Nodes=node2 MaxTime=INFINITE State=UP
 
 GRES_CONF = """\
 AutoDetect=off
-NodeName=node1 Name=gpu File=/dev/tty[0-{last}]
-NodeName=node2 Name=gpu File=/dev/tty[0-3]
+NodeName=node1 Name=gpu File={files1}
+NodeName=node2 Name=gpu File={files2}
 """
 ADDR1, ADDR2 = "10.67.0.1", "10.67.0.2"
 
@@ -133,17 +133,25 @@ def version() -> str:
     return subprocess.run(["sinfo", "--version"], capture_output=True, text=True).stdout.strip()
 
 
+def real_gpus() -> int:
+    """The NVIDIA GPUs of this machine (/dev/nvidia0, 1, ...), 0 without any."""
+    return len([d for d in os.listdir("/dev") if re.fullmatch(r"nvidia\d+", d)]) if os.path.isdir("/dev") else 0
+
+
 class LocalSlurm:
-    def __init__(self, root: Path, netns: str):
-        self.root = root
+    def __init__(self, root: Path, netns: str, gpus: int = 0):
+        self.root, self.gpus = root, gpus
         self.netns, self.netns2 = netns, f"{netns}-n2"
         self.conf = root / "slurm.conf"
         self.procs: dict[str, subprocess.Popen] = {}
 
     @classmethod
-    def create(cls) -> "LocalSlurm":
+    def create(cls, gpus: int = 0) -> "LocalSlurm":
+        """With ``gpus``, the machine's real GPUs as GRES: node1 has all of them and node2 the second half of
+        them again (two "nodes" of one machine: a two-node job takes node1's first half and node2's half,
+        distinct GPUs, as long as nothing else runs)."""
         root = Path(tempfile.mkdtemp(prefix="hpclab-slurm-"))
-        return cls(root, f"hpclab-slurm-{os.getpid()}")
+        return cls(root, f"hpclab-slurm-{os.getpid()}", gpus)
 
     # ------------------------------------------------------------ running commands in the namespace
     def env(self, **extra) -> dict:
@@ -261,9 +269,15 @@ class LocalSlurm:
         # after the PMI job id (the Slurm step), and a segment left in /dev/shm by a killed step of an
         # earlier Slurm with the same ids makes MPI_Init of the new step hang or fail.
         first = 1000 + random.randrange(1 << 25)
-        self.conf.write_text(SLURM_CONF.format(root=self.root, gpus=GPUS, first_job_id=first, addr1=ADDR1,
-                                               addr2=ADDR2))
-        (self.root / "gres.conf").write_text(GRES_CONF.format(last=GPUS - 1))
+        if self.gpus:
+            half = self.gpus // 2
+            gpus1, gpus2 = self.gpus, self.gpus - half
+            files1, files2 = f"/dev/nvidia[0-{self.gpus - 1}]", f"/dev/nvidia[{half}-{self.gpus - 1}]"
+        else:
+            gpus1, gpus2, files1, files2 = GPUS, 4, f"/dev/tty[0-{GPUS - 1}]", "/dev/tty[0-3]"
+        self.conf.write_text(SLURM_CONF.format(root=self.root, gpus1=gpus1, gpus2=gpus2, first_job_id=first,
+                                               addr1=ADDR1, addr2=ADDR2))
+        (self.root / "gres.conf").write_text(GRES_CONF.format(files1=files1, files2=files2))
 
     def _daemon(self, name: str, cmd: list[str]) -> None:
         (self.root / "log").mkdir(exist_ok=True)

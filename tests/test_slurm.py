@@ -62,7 +62,9 @@ def no_job_outlives_its_test(slurm):
 
 def job_env(slurm, tmp_path: Path, **extra) -> dict:
     """What the submitting shell has: the simulator, a private IPython dir, this Python's environment."""
-    e = slurm.env(HPCLAB_BACKEND="sim", IPYTHONDIR=str(tmp_path / "ipython"), HPCLAB_ALLOW_LOCAL_ENGINES="0")
+    # (the simulator, unless HPCLAB_SLURM_BACKEND says otherwise: tests/test_slurm_gpu.py runs some of these on GPUs)
+    e = slurm.env(HPCLAB_BACKEND=os.environ.get("HPCLAB_SLURM_BACKEND", "sim"), IPYTHONDIR=str(tmp_path / "ipython"),
+                  HPCLAB_ALLOW_LOCAL_ENGINES="0")
     e.pop("NCCL_NVLS_ENABLE", None)  # a job has it only if the submitter asks: nothing here sets it
     e["PYTHONPATH"] = str(ROOT) + os.pathsep + e.get("PYTHONPATH", "")
     e["PATH"] = str(Path(sys.executable).parent) + os.pathsep + e["PATH"]

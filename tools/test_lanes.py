@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 LANES = {
     "engines": ["notebooks", "solutions", "tests/test_cluster.py", "tests/test_exercise_stubs.py"],
-    "slurm": ["tests/test_slurm.py", "tests/test_slurm_module.py"],
+    "slurm": ["tests/test_slurm.py", "tests/test_slurm_module.py", "tests/test_slurm_gpu.py"],
 }
 COMMON = ["-q", "-rs", "--durations=15", "-p", "no:cacheprovider", "--nbval-lax", "--nbval-cell-timeout=900"]
 

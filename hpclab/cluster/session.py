@@ -21,7 +21,10 @@ from hpclab.cluster import files, jobs, owner, px, reaper, routes
 from hpclab.cluster.files import PRIVATE_PREFIX, SHARED_ID
 from hpclab.cluster.routes import ClusterError
 
-ENGINE_SETUP = "import hpclab.backend as _hb, hpclab.device as _hd\n_hb.select()\n_hd.select_gpu()\n"
+# An engine never stands for a login node, even where it inherits the variable from the notebook that started it
+# (sbatch exports the submitter's environment): that is the notebook's own process.
+ENGINE_SETUP = ("import os\nos.environ.pop('HPCLAB_LOGIN_NODE', None)\n"
+                "import hpclab.backend as _hb, hpclab.device as _hd\n_hb.select()\n_hd.select_gpu()\n")
 HEARTBEAT_MS = 1000   # engines register on the controller's heartbeat: 1 s rather than ipyparallel's 3 s
 PROBE_S = 5           # an engine that does not answer a trivial request in this time is dead or stuck
 LOCAL_TIMEOUT_S = 60  # for local engines; a Slurm job's get jobs.QUEUE_WAIT_S (it may queue)
