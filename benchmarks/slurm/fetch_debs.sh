@@ -14,4 +14,10 @@ rm -rf .slurm-debs && mkdir -p .slurm-debs/slurm .slurm-debs/ip
 # `ip` (iproute2) for the network namespaces of tests/slurm_local.py: unpacked apart, never installed.
 (cd .slurm-debs/ip && apt-get download -q iproute2 libbpf1 libmnl0 libxtables12 libelf1 libtirpc3 libcap2 libbsd0 \
     libmd0 libdb5.3 libselinux1 libpcre2-8-0 2>&1 | grep -v '^W: Download is performed unsandboxed' || true)
+# MPICH (the mpich wheel) and an mpi4py for it, Python 3.12: srun starts MPICH ranks through pmi2, as in CI, while
+# the GPU machine's own Open MPI would need a PMIx that Debian's Slurm plugin was not built against.
+mkdir -p .slurm-debs/wheels
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    -d .slurm-debs/wheels "mpich==5.0.2" "mpi4py==4.1.2"
 du -sh .slurm-debs

@@ -32,6 +32,12 @@ if ! command -v ip > /dev/null; then
     chmod +x /opt/hpclab-ip/bin/ip
     export PATH=/opt/hpclab-ip/bin:$PATH
 fi
+# MPICH for the jobs' ranks (srun --mpi=pmi2), ahead of the machine's Open MPI for everything this tier starts
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-mpich \
+    .slurm-debs/wheels/*.whl || exit 1
+export PYTHONPATH=/tmp/site-mpich${PYTHONPATH:+:$PYTHONPATH} PATH=/tmp/site-mpich/bin:$PATH
+unset MPIRUN HPCLAB_MPIEXEC
 ip -V && slurmctld -V && munged -V 2>&1 | head -n 1 || exit 1
+python3 -c "from mpi4py import MPI; print(MPI.Get_library_version().splitlines()[0])" || exit 1
 export HPCLAB_SLURM_TIER=1 HPCLAB_BACKEND=gpu
 exec python3 -m pytest -q -rs -s --durations=20 -p no:cacheprovider tests/test_slurm_gpu.py "$@"
