@@ -64,12 +64,13 @@ def test_route3_every_template_runs_on_the_gpus(slurm, tmp_path):
         assert record["passed"] is True and record["backend"] == ENGINES, (name, record)
 
 
-@pytest.mark.parametrize("where", [("--partition=gpu", "--ntasks=4", "--gpus-per-node=4"),
-                                   ("--partition=two", *TWO_GPUS)], ids=["one-node", "two-nodes"])
+@pytest.mark.parametrize("where", [("--partition=gpu", "--nodes=1", "--ntasks-per-node=4", "--gpus-per-node=4",
+                                    "--cpus-per-task=1"), ("--partition=two", "--nodes=2", *TWO_GPUS)],
+                         ids=["one-node", "two-nodes"])
 def test_route3_exercise4_adds_its_hits_with_nccl_on_one_and_on_two_nodes(slurm, tmp_path, where):
     if not DRY and slurm.gpus < 4:
         pytest.skip(f"needs 4 GPUs (two nodes of two); this machine has {slurm.gpus}")
-    info = slurm.wait(submit(slurm, "ex4_pi_nccl_mpi.sbatch", tmp_path, *where, **GPU), timeout=400)
+    info = slurm.wait(submit(slurm, "ex4_pi_nccl_mpi.sbatch", tmp_path, *where, **GPU), timeout=240)
     text = log_of(info)
     assert info["JobState"] == "COMPLETED", completed(info)
     record = last_json(text)
@@ -78,13 +79,14 @@ def test_route3_exercise4_adds_its_hits_with_nccl_on_one_and_on_two_nodes(slurm,
 
 
 PROBE = ["from hpclab import backend, cluster\nsession = cluster.connect(n={n}, timeout=300)",
-         "%%px\nfrom hpclab import device\nfrom hpclab.mpi import world\nrows = device.table(world())",
+         "%%px\nimport os\nfrom hpclab import device\nfrom hpclab.mpi import world\nrows = device.table(world())\n"
+         "job_id = os.environ.get('SLURM_JOB_ID')",
          "%%px\nfrom hpclab import comm as hcomm\nfrom hpclab.collectives.kernels import fill\n"
          "be = hcomm.get('auto', world())\ntotal = be.allreduce(fill(4, world().rank + 1.0)).copy_to_host().tolist()\n"
          "name = be.name",
          "import json, os\nprint('PROBE', json.dumps({'kernel_gpus': os.environ.get('CUDA_VISIBLE_DEVICES'), "
          "'kernel_backend': backend.name(), 'engines': session.backend, 'job': session.job, "
-         "'rows': session.view.pull('rows')[0], 'comm': session.view.pull('name'), "
+         "'rows': session.view.pull('rows')[0], 'comm': session.view.pull('name'), 'engine_jobs': session.view.pull('job_id'), "
          "'total': session.view.pull('total')}))\nsession.close()"]
 
 
@@ -102,13 +104,14 @@ def test_route1_a_notebook_without_a_gpu_drives_engines_in_one_job_with_a_gpu_ea
     n = 4 if DRY else min(slurm.gpus, 4)
     init_profile(slurm, tmp_path, "--gpus-per-node", str(n), "--engines", str(n))
     nb, out = tmp_path / "probe.ipynb", tmp_path / "probe.out.ipynb"
-    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c.format(n=n)) for c in PROBE]), nb)
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c.replace("{n}", str(n))) for c in PROBE]), nb)
     kernel = job_env(slurm, tmp_path, HPCLAB_BACKEND="auto", CUDA_VISIBLE_DEVICES="", HPCLAB_LOGIN_NODE="1")
     proc = slurm.run([sys.executable, "-c", RUNNER, str(nb), str(out), str(tmp_path)], env=kernel, timeout=600, cwd=ROOT)
     text = "\n".join(_text(c) for c in nbformat.read(out, as_version=4).cells) if out.exists() else proc.stderr
     found = _probe(text, n)
     assert found["kernel_gpus"] == "" and found["kernel_backend"] == "sim", found   # the kernel as on a login node
     assert found["job"] and slurm.job(found["job"])["JobName"] == "hpclab-engines", found
+    assert found["engine_jobs"] == [found["job"]] * n, found                # one job for all the engines
     # the workbook's own notebooks, the same way (nbval starts their kernels as on a login node)
     for name in ("00_setup.ipynb", "05_gpu_communication.ipynb"):
         run = slurm.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
@@ -123,7 +126,7 @@ INSIDE = """#!/bin/bash
 #SBATCH --job-name=lab
 cd {root}
 {python} -c "$RUNNER" {nb} {out} {root}
-{python} -m hpclab doctor --engines -n {n} --backend nccl
+{python} -m hpclab doctor --engines -n {n} --backend {comm}
 """
 
 
@@ -132,16 +135,16 @@ def test_route2_a_notebook_inside_an_allocation_and_the_doctor_on_its_engines(sl
 
     n = 4 if DRY else min(slurm.gpus, 4)
     nb, out = tmp_path / "probe.ipynb", tmp_path / "probe.out.ipynb"
-    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c.format(n=n)) for c in PROBE]), nb)
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c.replace("{n}", str(n))) for c in PROBE]), nb)
     script = tmp_path / "lab.sbatch"
-    script.write_text(INSIDE.format(n=n, root=ROOT, python=sys.executable, nb=nb, out=out))
+    script.write_text(INSIDE.format(n=n, root=ROOT, python=sys.executable, nb=nb, out=out, comm="auto" if DRY else "nccl"))
     job = slurm.sbatch([f"--output={tmp_path}/lab.out", str(script)],
                        env=job_env(slurm, tmp_path, RUNNER=RUNNER, HPCLAB_BACKEND="auto"), cwd=tmp_path)
     info = slurm.wait(job, timeout=600)
     log = (tmp_path / "lab.out").read_text(errors="replace")
     assert info["JobState"] == "COMPLETED" and out.exists(), f"{completed(info)}\n{log[-3000:]}"
     found = _probe("\n".join(_text(c) for c in nbformat.read(out, as_version=4).cells), n)
-    assert found["job"] == job, found                                   # the engines run in this job
+    assert found["engine_jobs"] == [job] * n and found["job"] is None, found   # the engines run in this job
     print(log[-2500:])
     assert re.search(r"^PASS ", log, re.M) and (DRY or not re.search(r"^FAIL ", log, re.M)), log[-3000:]
 
