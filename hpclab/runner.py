@@ -110,13 +110,16 @@ def _error_json(wanted: bool, name: str, size: int, message: str, **extra) -> No
                           "passed": False, "timings": {}, "error": message, **extra}), flush=True)
 
 
-def main(program, argv: list[str]) -> int:
-    """``hpclab run``: the program (its module) on every rank of this MPI job; the exit status."""
-    name = program.PROGRAM.name
+def main(program, argv: list[str], name: str | None = None) -> int:
+    """``hpclab run``: the program on every rank of this MPI job; the exit status. ``program`` is its module, or
+    what loads it (``hpclab.programs.load``): a rank that cannot import it (no GPU there, a module missing) must
+    still reach MPI and tell the others."""
+    name = name or program.PROGRAM.name
     prog = f"hpclab run {name}"
     want_json = "--json" in argv
-    problem, module, args = None, program, None
+    problem, module, args = None, None, None
     try:
+        program = program() if callable(program) else program
         module, args = checked(program, argv)
         want_json = args.json
         backend.select()

@@ -13,7 +13,7 @@ from hpclab.ddp import DistributedSampler, LossScaler, check_batch, flatten, ini
 from hpclab.ddp.data import synthetic
 from hpclab.ddp import reference as R
 
-from .helpers import ROOT, env, gpus, last_json, launcher, run_hpclab, run_mpi
+from .helpers import ROOT, env, gpus, last_json, launcher, run_benchmark, run_mpi
 
 
 # -- sampler (no MPI needed: every rank's view is computed here) -----------------------
@@ -311,7 +311,7 @@ def test_cta_limited_communicator_config_and_limits():
     # MPI runs no kernels of its own: the limit does not apply, and the trainer says so by not keeping it.
     trainer = DDPTrainer(MLP([4, 3, 2]), world(), "mpi-host", overlap=True, bucket_mb=1e-6, overlap_ctas=4)
     assert trainer.overlap_ctas is None
-    proc = run_hpclab("bench", "ddp", "--mode", "scaling", "--overlap-ctas", "65")
+    proc = run_benchmark("ddp", "--mode", "scaling", "--overlap-ctas", "65")
     assert proc.returncode == 2 and "--overlap-ctas" in proc.stderr, proc.stderr
 
 
@@ -329,7 +329,7 @@ def test_nccl_overlap_with_limited_ctas_gives_the_plain_step():
 
 
 def test_bucket_size_must_be_positive():
-    proc = run_hpclab("bench", "ddp", "--mode", "buckets", "--bucket-mb", "0")
+    proc = run_benchmark("ddp", "--mode", "buckets", "--bucket-mb", "0")
     assert proc.returncode == 2 and "--bucket-mb" in proc.stderr and "0 <" in proc.stderr, proc.stderr
 
 

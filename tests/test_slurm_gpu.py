@@ -14,6 +14,7 @@ import json
 import os
 import re
 import sys
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -154,3 +155,25 @@ def test_the_engines_job_cancelled_under_a_cell_on_gpus(slurm, tmp_path, monkeyp
     job, seconds, _, texts = run_through_a_fault(slurm, tmp_path, lambda job: slurm.run(["scancel", job]))
     assert seconds < 20, (seconds, texts[1])
     assert_one_message_then_a_fresh_job(slurm, tmp_path, job, texts, "CANCELLED")
+
+
+def test_route3_exercise4_scales_strong_and_weak_on_one_node_and_on_two(slurm, tmp_path):
+    """Exercise 4's table from slurm/scaling.sbatch: strong (4e11 samples in all) and weak (1e11 a rank) on 1, 2
+    and 4 GPUs of one node, and on 2 and 4 GPUs spread over two nodes. HPCLAB_SCALING_OUT keeps the CSVs."""
+    if not DRY and slurm.gpus < 4:
+        pytest.skip(f"needs 4 GPUs (two nodes of two); this machine has {slurm.gpus}")
+    out = Path(os.environ.get("HPCLAB_SCALING_OUT", tmp_path))
+    places = [("one-node", ("--partition=gpu", "--nodes=1", "--ntasks-per-node=4", "--gpus-per-node=4"), "1,2,4"),
+              ("two-nodes", ("--partition=two", "--nodes=2", *TWO_GPUS), "2,4")]
+    for where, opts, ranks in places:
+        for mode, samples in (("strong", "4096" if DRY else "4e11"), ("weak", "1024" if DRY else "1e11")):
+            folder = out / f"ex4-{where}-{mode}"
+            job = submit(slurm, "scaling.sbatch", tmp_path, *opts, "--cpus-per-task=1", PROGRAM="pi-nccl-mpi",
+                         PROGRAM_ARGS=f"--samples {samples} --seed 7", RANKS=ranks, TRIALS="2",
+                         WEAK="1" if mode == "weak" else "0", HPCLAB_OUT=str(folder), **GPU)
+            info = slurm.wait(job, timeout=400)
+            log = log_of(info)
+            assert info["JobState"] == "COMPLETED", completed(info)
+            print(f"--- Exercise 4, {mode} scaling, {where} ({info['NodeList']}):\n"
+                  + "\n".join(ln for ln in log.splitlines() if re.match(r"\s*(ranks|\d+\s)|serial fraction", ln)))
+            assert list(folder.glob("pi-nccl-mpi_*.csv")), log[-2000:]

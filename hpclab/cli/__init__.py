@@ -82,7 +82,9 @@ def _run(args, rest) -> int:
         return 0 if args.name else 2
     from hpclab import programs, runner
 
-    return runner.main(programs.load(args.name), rest)
+    if args.name not in programs.PROGRAMS:
+        programs.load(args.name)            # the unknown name, said as a usage error
+    return runner.main(lambda: programs.load(args.name), rest, args.name)
 
 
 def _exercises(args, rest) -> int:

@@ -18,7 +18,7 @@ from hpclab.runner import Program, Report
 from hpclab.timing import wall
 from hpclab.pi.program import add_launch_arguments, add_sample_arguments, check_work, combined
 
-PROGRAM = Program("pi-nccl-mpi", "comm")
+PROGRAM = Program("pi-nccl-mpi", "comm", "--samples", "samples")
 HELP = ("Workshop Exercise 4: Monte Carlo pi with one MPI rank per GPU; MPI only bootstraps NCCL, "
         "and the hit counts are all-reduced by NCCL (host-staged MPI on the simulator, or where "
         "ranks share a GPU).")
