@@ -85,9 +85,11 @@ def as_jupyterlab_shows(outputs: list) -> list:
 
 def execute(notebooks: Path, out: Path) -> dict:
     """Run `hpclab workbook` on ``notebooks`` into ``out``; what ran where, for the pages' banners."""
-    cmd = [sys.executable, "-m", "hpclab", "workbook", "--notebooks", str(notebooks), "--out", str(out)]
+    # route 1 as a learner meets it: the notebook's own kernel without a GPU, the engines with them
+    cmd = [sys.executable, "-m", "hpclab", "workbook", "--notebooks", str(notebooks), "--out", str(out), "--login-node"]
     probe = ("from hpclab import backend, device; kind = backend.select(); print(backend.describe(kind) if kind == 'sim' "
-             "else f'{backend.count_gpus()}x {device.identity()[0]}, 4 MPI engines')")
+             "else f'{backend.count_gpus()}x {device.identity()[0]}, 4 MPI engines (the notebook kernel without a GPU, "
+             "as on a login node)')")
     device = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
     run = {"device": device, "date": datetime.date.today().isoformat(),
            "command": "python docs/render.py", "passed": subprocess.run(cmd).returncode == 0}

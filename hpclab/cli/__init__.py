@@ -52,8 +52,10 @@ def _main(argv: list[str] | None) -> int:
     wb.add_argument("--notebooks", default="notebooks", help="folder of NN_*.ipynb to run in order")
     wb.add_argument("--out", default="build", help="folder for the executed copies and figures/")
     wb.add_argument("--timeout", type=count(1, 7 * 86400), default=1200, help="seconds per cell")
+    wb.add_argument("--login-node", action="store_true", help="each notebook's kernel as on a cluster's login node: "
+                    "no GPU in its own process, the engines have them (HPCLAB_LOGIN_NODE)")
     wb.set_defaults(handler=lambda args, rest: _command("workbook").main(
-        args.notebooks, args.out, args.engines, args.timeout) if not rest else _unknown(rest))
+        args.notebooks, args.out, args.engines, args.timeout, args.login_node) if not rest else _unknown(rest))
     # hpclab.cluster imports ipyparallel: only when the command runs (every rank of `hpclab run` starts here)
     sub.add_parser("cluster", help="start, list or stop the profile's MPI engines; init --slurm: engines from Slurm",
                    add_help=False).set_defaults(handler=lambda args, rest: importlib.import_module("hpclab.cluster.command").main(rest))

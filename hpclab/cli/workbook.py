@@ -65,7 +65,8 @@ def execute(path: Path, out_dir: Path, timeout: int) -> tuple[bool, float, str]:
     return ok, seconds, why
 
 
-def main(notebooks: str = "notebooks", out: str = "build", engines: int = 4, timeout: int = 1200) -> int:
+def main(notebooks: str = "notebooks", out: str = "build", engines: int = 4, timeout: int = 1200,
+         login_node: bool = False) -> int:
     from hpclab import backend, cluster
 
     paths = sorted(Path(notebooks).glob("[0-9][0-9]_*.ipynb"))
@@ -83,6 +84,9 @@ def main(notebooks: str = "notebooks", out: str = "build", engines: int = 4, tim
     except cluster.ClusterError as exc:
         print(f"hpclab workbook: {exc}", file=sys.stderr)
         return 2
+    if login_node:   # the engines, started above, keep the GPUs; the kernels started below see none
+        os.environ.update(HPCLAB_LOGIN_NODE="1", CUDA_VISIBLE_DEVICES="")
+        print("hpclab workbook: each notebook's kernel runs as on a login node: no GPU in its own process")
     rows = []
     try:
         for path in paths:
