@@ -141,6 +141,9 @@ def real_gpus() -> int:
 class LocalSlurm:
     def __init__(self, root: Path, netns: str, gpus: int = 0):
         self.root, self.gpus = root, gpus
+        # With real GPUs only: where this machine cannot make network namespaces, one node on its own loopback
+        # (two slurmd cannot share one network), and without PID namespaces if it cannot make those either.
+        self.host = self.two_nodes_why = ""
         self.netns, self.netns2 = netns, f"{netns}-n2"
         self.conf = root / "slurm.conf"
         self.procs: dict[str, subprocess.Popen] = {}
@@ -170,7 +173,7 @@ class LocalSlurm:
 
     def wrap(self, cmd: list[str]) -> list[str]:
         """``cmd`` run inside the namespace (nsenter execs it: same PID)."""
-        return ["nsenter", f"--net=/run/netns/{self.netns}", *cmd]
+        return cmd if self.host else ["nsenter", f"--net=/run/netns/{self.netns}", *cmd]
 
     def run(self, cmd: list[str], env: dict | None = None, timeout: float = 60, check: bool = False,
             **kwargs) -> subprocess.CompletedProcess:
@@ -183,16 +186,24 @@ class LocalSlurm:
     # ------------------------------------------------------------ start / stop
     def start(self, timeout: float = 90) -> None:
         try:
-            self._network()
+            try:
+                self._network()
+            except SlurmUnavailable as exc:
+                if not self.gpus:
+                    raise
+                for netns in (self.netns, self.netns2):
+                    self._sh_quiet(["ip", "netns", "del", netns])
+                self.host, self.two_nodes_why = "127.0.0.1", f"this machine cannot make network namespaces ({exc})"
             self._munge()
             self._write_config()
             self._daemon("slurmctld", ["slurmctld", "-D", "-i", "-f", str(self.conf)])
             self._node1()
-            # node2: another machine as far as its jobs can tell (network, host name, PIDs, /dev/shm)
-            self._daemon("slurmd2", ["nsenter", f"--net=/run/netns/{self.netns2}", "unshare", "--pid", "--fork",
-                                     "--mount-proc", "--uts", "--kill-child=SIGTERM", "sh", "-c",
-                                     "hostname node2 && mount -t tmpfs tmpfs /dev/shm && exec slurmd -D -N node2 "
-                                     f"-f {self.conf}"])
+            if not self.host:
+                # node2: another machine as far as its jobs can tell (network, host name, PIDs, /dev/shm)
+                self._daemon("slurmd2", ["nsenter", f"--net=/run/netns/{self.netns2}", "unshare", "--pid", "--fork",
+                                         "--mount-proc", "--uts", "--kill-child=SIGTERM", "sh", "-c",
+                                         "hostname node2 && mount -t tmpfs tmpfs /dev/shm && exec slurmd -D -N node2 "
+                                         f"-f {self.conf}"])
             self._wait_idle(timeout)
         except BaseException:
             self.stop()
@@ -201,15 +212,24 @@ class LocalSlurm:
     def _node1(self) -> None:
         # slurmd and its jobs get their own PID namespace, as on a compute node: PIDs written by a
         # job (ipyparallel's cluster file) mean nothing to the login side, as on a real cluster.
-        self._daemon("slurmd", ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child=SIGTERM",
-                                "slurmd", "-D", "-N", "node1", "-f", str(self.conf)])
+        pid_ns = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child=SIGTERM"]
+        if self.host and subprocess.run([*pid_ns, "true"], capture_output=True).returncode != 0:
+            pid_ns = []
+        self._daemon("slurmd", [*pid_ns, "slurmd", "-D", "-N", "node1", "-f", str(self.conf)])
+
+    def _sh_quiet(self, cmd: list[str]) -> None:
+        subprocess.run(cmd, capture_output=True, timeout=30)
 
     def lose_node1(self) -> None:
         """node1 dies as a machine does: slurmd and every process of its jobs end at once (SIGKILL to the init of
         its PID namespace); slurmctld marks it DOWN and its jobs NODE_FAIL after SlurmdTimeout."""
         proc = self.procs.pop("slurmd")
-        for child in psutil.Process(proc.pid).children():
-            os.kill(child.pid, signal.SIGKILL)
+        top = psutil.Process(proc.pid)
+        for process in [*top.children(recursive=True), top]:
+            try:
+                process.kill()
+            except psutil.NoSuchProcess:
+                pass
         proc.wait(timeout=15)
 
     def restore_node1(self, timeout: float = 120) -> None:
@@ -275,9 +295,14 @@ class LocalSlurm:
             files1, files2 = f"/dev/nvidia[0-{self.gpus - 1}]", f"/dev/nvidia[{half}-{self.gpus - 1}]"
         else:
             gpus1, gpus2, files1, files2 = GPUS, 4, f"/dev/tty[0-{GPUS - 1}]", "/dev/tty[0-3]"
-        self.conf.write_text(SLURM_CONF.format(root=self.root, gpus1=gpus1, gpus2=gpus2, first_job_id=first,
-                                               addr1=ADDR1, addr2=ADDR2))
-        (self.root / "gres.conf").write_text(GRES_CONF.format(files1=files1, files2=files2))
+        conf = SLURM_CONF.format(root=self.root, gpus1=gpus1, gpus2=gpus2, first_job_id=first,
+                                 addr1=self.host or ADDR1, addr2=ADDR2)
+        gres = GRES_CONF.format(files1=files1, files2=files2)
+        if self.host:       # node1 alone
+            conf = "\n".join(ln for ln in conf.splitlines() if "node2" not in ln) + "\n"
+            gres = "\n".join(ln for ln in gres.splitlines() if "node2" not in ln) + "\n"
+        self.conf.write_text(conf)
+        (self.root / "gres.conf").write_text(gres)
 
     def _daemon(self, name: str, cmd: list[str]) -> None:
         (self.root / "log").mkdir(exist_ok=True)
@@ -292,7 +317,7 @@ class LocalSlurm:
                 if proc.poll() is not None:
                     raise SlurmUnavailable(f"{name} exited with {proc.returncode}: {self.log(name)}")
             state = self.run(["sinfo", "-h", "-N", "-o", "%t"], timeout=20).stdout.split()
-            if len(state) >= 2 and set(state) <= {"idle", "mix", "alloc"}:
+            if len(state) >= (1 if self.host else 2) and set(state) <= {"idle", "mix", "alloc"}:
                 return
             time.sleep(0.5)
         raise SlurmUnavailable(f"the node did not become idle in {timeout:.0f} s (sinfo: {state!r}); "
@@ -340,7 +365,7 @@ class LocalSlurm:
                     break
                 except subprocess.TimeoutExpired:
                     continue
-        for netns in (self.netns, self.netns2):  # (the veth pair goes with them)
+        for netns in () if self.host else (self.netns, self.netns2):  # (the veth pair goes with them)
             subprocess.run(["ip", "netns", "del", netns], capture_output=True, timeout=30)
 
     # ------------------------------------------------------------ jobs
