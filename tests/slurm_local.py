@@ -86,6 +86,11 @@ NodeName=node1 Name=gpu File={files1}
 NodeName=node2 Name=gpu File={files2}
 """
 ADDR1, ADDR2 = "10.67.0.1", "10.67.0.2"
+TASK_PROLOG = """#!/bin/sh
+if [ "$(hostname)" = node2 ] && [ -n "${{CUDA_VISIBLE_DEVICES:-}}" ]; then
+    echo "export CUDA_VISIBLE_DEVICES=$(echo "$CUDA_VISIBLE_DEVICES" | awk -F, '{{for (i = 1; i <= NF; i++) printf "%s%d", (i > 1 ? "," : ""), $i + {offset}}}')"
+fi
+"""
 
 
 class SlurmUnavailable(RuntimeError):
@@ -298,6 +303,13 @@ class LocalSlurm:
         conf = SLURM_CONF.format(root=self.root, gpus1=gpus1, gpus2=gpus2, first_job_id=first,
                                  addr1=self.host or ADDR1, addr2=ADDR2)
         gres = GRES_CONF.format(files1=files1, files2=files2)
+        if self.gpus and not self.host:
+            # node2 stands for a second machine holding this one's GPUs half..N-1, which Slurm numbers 0, 1, ...
+            # there; its tasks must name them as this machine's CUDA does: a task prolog adds the offset.
+            prolog = self.root / "task_prolog.sh"
+            prolog.write_text(TASK_PROLOG.format(offset=half))
+            prolog.chmod(0o755)
+            conf += f"TaskProlog={prolog}\n"
         if self.host:       # node1 alone
             conf = "\n".join(ln for ln in conf.splitlines() if "node2" not in ln) + "\n"
             gres = "\n".join(ln for ln in gres.splitlines() if "node2" not in ln) + "\n"

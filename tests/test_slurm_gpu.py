@@ -102,28 +102,6 @@ def _probe(text: str, n: int) -> dict:
     return found
 
 
-def test_route1_a_notebook_without_a_gpu_drives_engines_in_one_job_with_a_gpu_each(slurm, tmp_path):
-    from .test_cluster import RUNNER, _text
-
-    n = 4 if DRY else min(slurm.gpus, 4)
-    init_profile(slurm, tmp_path, "--gpus-per-node", str(n), "--engines", str(n))
-    nb, out = tmp_path / "probe.ipynb", tmp_path / "probe.out.ipynb"
-    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c.replace("{n}", str(n))) for c in PROBE]), nb)
-    kernel = job_env(slurm, tmp_path, HPCLAB_BACKEND="auto", CUDA_VISIBLE_DEVICES="", HPCLAB_LOGIN_NODE="1")
-    proc = slurm.run([sys.executable, "-c", RUNNER, str(nb), str(out), str(tmp_path)], env=kernel, timeout=600, cwd=ROOT)
-    text = "\n".join(_text(c) for c in nbformat.read(out, as_version=4).cells) if out.exists() else proc.stderr
-    found = _probe(text, n)
-    assert found["kernel_gpus"] == "" and found["kernel_backend"] == "sim", found   # the kernel as on a login node
-    assert found["job"] and slurm.job(found["job"])["JobName"] == "hpclab-engines", found
-    assert found["engine_jobs"] == [found["job"]] * n, found                # one job for all the engines
-    # the workbook's own notebooks, the same way (nbval starts their kernels as on a login node)
-    for name in ("00_setup.ipynb", "05_gpu_communication.ipynb"):
-        run = slurm.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
-                         "--nbval-cell-timeout=300", str(ROOT / "notebooks" / name)],
-                        env=job_env(slurm, tmp_path, HPCLAB_BACKEND="auto", HPCLAB_ENGINES=str(n)), timeout=600, cwd=ROOT)
-        assert run.returncode == 0, run.stdout[-4000:]
-
-
 INSIDE = """#!/bin/bash
 #SBATCH --ntasks={n}
 #SBATCH --gpus-per-node={n}
@@ -158,6 +136,28 @@ def test_the_engines_job_cancelled_under_a_cell_on_gpus(slurm, tmp_path, monkeyp
     job, seconds, _, texts = run_through_a_fault(slurm, tmp_path, lambda job: slurm.run(["scancel", job]))
     assert seconds < 20, (seconds, texts[1])
     assert_one_message_then_a_fresh_job(slurm, tmp_path, job, texts, "CANCELLED")
+
+
+def test_route1_a_notebook_without_a_gpu_drives_engines_in_one_job_with_a_gpu_each(slurm, tmp_path):
+    from .test_cluster import RUNNER, _text
+
+    n = 4 if DRY else min(slurm.gpus, 4)
+    init_profile(slurm, tmp_path, "--gpus-per-node", str(n), "--engines", str(n))
+    nb, out = tmp_path / "probe.ipynb", tmp_path / "probe.out.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c.replace("{n}", str(n))) for c in PROBE]), nb)
+    kernel = job_env(slurm, tmp_path, HPCLAB_BACKEND="auto", CUDA_VISIBLE_DEVICES="", HPCLAB_LOGIN_NODE="1")
+    proc = slurm.run([sys.executable, "-c", RUNNER, str(nb), str(out), str(tmp_path)], env=kernel, timeout=600, cwd=ROOT)
+    text = "\n".join(_text(c) for c in nbformat.read(out, as_version=4).cells) if out.exists() else proc.stderr
+    found = _probe(text, n)
+    assert found["kernel_gpus"] == "" and found["kernel_backend"] == "sim", found   # the kernel as on a login node
+    assert found["job"] and slurm.job(found["job"])["JobName"] == "hpclab-engines", found
+    assert found["engine_jobs"] == [found["job"]] * n, found                # one job for all the engines
+    # the workbook's own notebooks, the same way (nbval starts their kernels as on a login node)
+    for name in ("00_setup.ipynb", "05_gpu_communication.ipynb"):
+        run = slurm.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
+                         "--nbval-cell-timeout=300", str(ROOT / "notebooks" / name)],
+                        env=job_env(slurm, tmp_path, HPCLAB_BACKEND="auto", HPCLAB_ENGINES=str(n)), timeout=600, cwd=ROOT)
+        assert run.returncode == 0, run.stdout[-4000:]
 
 
 def test_route3_exercise4_scales_strong_and_weak_on_one_node_and_on_two(slurm, tmp_path):
