@@ -315,6 +315,13 @@ class LocalSlurm:
             gres = "\n".join(ln for ln in gres.splitlines() if "node2" not in ln) + "\n"
         self.conf.write_text(conf)
         (self.root / "gres.conf").write_text(gres)
+        if self.gpus:   # GPU machines run cgroup v2 without systemd's dbus: slurmd makes its cgroup scope itself
+            try:
+                os.makedirs("/sys/fs/cgroup/system.slice", exist_ok=True)
+                cgroup = "IgnoreSystemd=yes\nIgnoreSystemdOnFailure=yes\n"
+            except OSError:
+                cgroup = "CgroupPlugin=cgroup/v1\n"
+            (self.root / "cgroup.conf").write_text(cgroup)
 
     def _daemon(self, name: str, cmd: list[str]) -> None:
         (self.root / "log").mkdir(exist_ok=True)

@@ -70,6 +70,7 @@ def job_env(slurm, tmp_path: Path, **extra) -> dict:
     e["PATH"] = str(Path(sys.executable).parent) + os.pathsep + e["PATH"]
     if sys.prefix != sys.base_prefix:
         e["HPCLAB_ENV"] = sys.prefix  # the environment running these tests, wherever it lives
+    e["HPCLAB_PYTHON"] = sys.executable  # this Python in the jobs too (not another python on their PATH)
     e.update({k: str(v) for k, v in extra.items()})
     return e
 

@@ -19,7 +19,10 @@ for deb in .slurm-debs/slurm/*.deb; do
     install+=("$deb")
 done
 echo "gpu_tier: installing ${#install[@]} packages: $(for d in "${install[@]}"; do basename "$d" | cut -d_ -f1; done | tr '\n' ' ')"
-DEBIAN_FRONTEND=noninteractive dpkg -i "${install[@]}" > /tmp/slurm-dpkg.log 2>&1 || { tail -n 20 /tmp/slurm-dpkg.log; exit 1; }
+DEBIAN_FRONTEND=noninteractive dpkg -i "${install[@]}" > /tmp/slurm-dpkg.log 2>&1 || {
+    grep -E "depends on|not installable|error" /tmp/slurm-dpkg.log | sort -u | head -n 20
+    echo "gpu_tier: dpkg could not configure every package (above); installing them regardless of those dependencies"
+    DEBIAN_FRONTEND=noninteractive dpkg -i --force-depends "${install[@]}" > /tmp/slurm-dpkg2.log 2>&1 || tail -n 5 /tmp/slurm-dpkg2.log; }
 if ! command -v ip > /dev/null; then
     rm -rf /opt/hpclab-ip && mkdir -p /opt/hpclab-ip/root /opt/hpclab-ip/lib /opt/hpclab-ip/bin
     for deb in .slurm-debs/ip/*.deb; do dpkg-deb -x "$deb" /opt/hpclab-ip/root; done
@@ -36,6 +39,11 @@ fi
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-mpich \
     .slurm-debs/wheels/*.whl || exit 1
 export PYTHONPATH=/tmp/site-mpich${PYTHONPATH:+:$PYTHONPATH} PATH=/tmp/site-mpich/bin:$PATH
+# mpi4py's wheel loads the first libmpi it finds: the machine's Open MPI, unless told which (pip --target leaves
+# the mpich wheel's lib/ out: take it from the wheel)
+python3 -m zipfile -e .slurm-debs/wheels/mpich-*.whl /tmp/mpich-wheel && mkdir -p /tmp/site-mpich/lib &&
+    cp /tmp/mpich-wheel/mpich-*.data/data/lib/libmpi.so.12 /tmp/site-mpich/lib/ || exit 1
+export MPI4PY_LIBMPI=/tmp/site-mpich/lib/libmpi.so.12 LD_LIBRARY_PATH=/tmp/site-mpich/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 unset MPIRUN HPCLAB_MPIEXEC
 ip -V && slurmctld -V && munged -V 2>&1 | head -n 1 || exit 1
 python3 -c "from mpi4py import MPI; print(MPI.Get_library_version().splitlines()[0])" || exit 1
