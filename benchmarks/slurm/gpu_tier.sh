@@ -42,7 +42,7 @@ export PYTHONPATH=/tmp/site-mpich${PYTHONPATH:+:$PYTHONPATH} PATH=/tmp/site-mpic
 # mpi4py's wheel loads the first libmpi it finds: the machine's Open MPI, unless told which (pip --target leaves
 # the mpich wheel's lib/ out: take it from the wheel)
 python3 -m zipfile -e .slurm-debs/wheels/mpich-*.whl /tmp/mpich-wheel && mkdir -p /tmp/site-mpich/lib &&
-    cp /tmp/mpich-wheel/mpich-*.data/data/lib/libmpi.so.12 /tmp/site-mpich/lib/ || exit 1
+    cp -r /tmp/mpich-wheel/mpich-*.data/data/lib/. /tmp/site-mpich/lib/ || exit 1
 export MPI4PY_LIBMPI=/tmp/site-mpich/lib/libmpi.so.12 LD_LIBRARY_PATH=/tmp/site-mpich/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 unset MPIRUN HPCLAB_MPIEXEC
 ip -V && slurmctld -V && munged -V 2>&1 | head -n 1 || exit 1
