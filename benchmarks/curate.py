@@ -1,17 +1,21 @@
 """The curated GPU results (benchmarks/results/<machine>_<topic>.csv) -> what is made from them.
 
-    python benchmarks/curate.py build    # rewrite hpclab/data/recorded.csv and the README's result tables
-    python benchmarks/curate.py check    # exit 1 if either is out of date, or a quoted figure disagrees
+    python benchmarks/curate.py build    # rewrite hpclab/data/recorded.csv and the result tables of DOCS
+    python benchmarks/curate.py check    # exit 1 if any is out of date, or a quoted figure disagrees
 
-recorded.csv carries the rows the README or a notebook quotes, or a notebook plots (:data:`PLOTTED`). A README
-block ``<!-- table: NAME`` holds a template up to ``-->``, then the table made from it up to ``<!-- /table -->``;
+DOCS are the markdown files that quote recorded figures: README.md (its headline table), docs/results.md (the
+result tables) and benchmarks/HISTORY.md (how the figures came about); the notebooks' markdown quotes them too.
+recorded.csv carries the rows that any of them quotes, or a notebook plots (:data:`PLOTTED`). A block
+``<!-- table: NAME`` holds a template up to ``-->``, then the table made from it up to ``<!-- /table -->``;
 each ``{{ expression }}`` is Python over ``f(KEY)`` (a figure's value), ``row(KEY)``, ``caption(KEY, where)`` and
 the formats below. A figure quoted in prose carries its key in a comment right after it and must equal the
 table's value in the quoted unit, rounded to the digits quoted:
-``0.923 ms<!-- recorded: allreduce/nccl/h200x2/2gpu/268435456/time_s -->``.
+``0.923 ms<!-- recorded: allreduce/nccl/h200x2/2gpu/268435456/time_s -->``. Every other measured figure in a
+DOC (see :func:`measured`) must sit in a generated table, and no other markdown file may quote one.
 """
 from __future__ import annotations
 
+import os
 import re
 import sys
 from decimal import ROUND_HALF_UP, Decimal
@@ -27,6 +31,11 @@ from hpclab.results import recorded  # noqa: E402
 
 RECORDED = ROOT / "hpclab" / "data" / "recorded.csv"
 README = ROOT / "README.md"
+RESULTS_MD = ROOT / "docs" / "results.md"
+HISTORY = ROOT / "benchmarks" / "HISTORY.md"
+DOCS = (README, RESULTS_MD, HISTORY)            # the markdown that quotes recorded figures, tables filled here
+NOTEBOOK_FOLDERS = ("notebooks", "solutions", "exercises")
+SKIPPED = {".git", ".venv", "build", "my-work", "node_modules"}   # folders of no markdown that ships
 BLOCK = re.compile(r"(<!-- table: (\S+)\n(.*?)-->\n)(.*?)(<!-- /table -->)", re.S)
 FIELD = re.compile(r"\{\{(.*?)\}\}")
 MARKER = re.compile(r"<!--\s*recorded:\s*(\S+)\s*-->")
@@ -52,13 +61,26 @@ def lookup(rows: list[dict]) -> dict:         # the keyed figures that quotes an
     return {r["key"]: r for r in [*recorded.keyed(rows), *recorded.a100_rows()]}
 
 
-def shipped(rows: list[dict], readme: str) -> list[dict]:
-    """The rows that recorded.csv carries: quoted in the README (markers, templates) or in the notebooks'
-    markdown, or plotted (a row counts with its ratio)."""
-    notebooks = [p for folder in ("notebooks", "solutions") for p in sorted((ROOT / folder).glob("*.ipynb"))]
-    texts = [readme] + [cell.source for p in notebooks for cell in nbformat.read(p, as_version=4).cells
-                        if cell.cell_type == "markdown"]
-    keys = {k for t in texts for k in MARKER.findall(t)} | set(re.findall(r'(?:f|row|caption)\("([^"]+)"', readme))
+def rel(path: Path) -> str:                # docs/results.md
+    return path.relative_to(ROOT).as_posix()
+
+
+def notebooks() -> list[Path]:
+    return [p for folder in NOTEBOOK_FOLDERS for p in sorted((ROOT / folder).glob("*.ipynb"))]
+
+
+def notebook_markdown(path: Path) -> list[tuple[int, str]]:
+    """(cell index, source) of a notebook's markdown cells."""
+    return [(i, c.source) for i, c in enumerate(nbformat.read(path, as_version=4).cells) if c.cell_type == "markdown"]
+
+
+def shipped(rows: list[dict], texts: list[str] | None = None) -> list[dict]:
+    """The rows that recorded.csv carries: quoted in DOCS (markers, templates) or in the notebooks' markdown,
+    or plotted (a row counts with its ratio)."""
+    if texts is None:
+        texts = [d.read_text() for d in DOCS] + [t for p in notebooks() for _, t in notebook_markdown(p)]
+    keys = {k for t in texts for k in MARKER.findall(t)} | {k for t in texts
+                                                          for k in re.findall(r'(?:f|row|caption)\("([^"]+)"', t)}
     return [r for r in rows if any(k["key"] in keys or any(w.items() <= k.items() for w in PLOTTED)
                                    for k in recorded.keyed([r]))]
 
@@ -116,7 +138,7 @@ def fill(template: str, by_key: dict) -> str:
     """A table's template with every {{ expression }} evaluated."""
     def row(key):
         if key not in by_key:
-            raise KeyError(f"README.md's tables need {key}, which no curated table has")
+            raise KeyError(f"a result table needs {key}, which no curated table has")
         return by_key[key]
 
     def caption(key, where):
@@ -125,7 +147,7 @@ def fill(template: str, by_key: dict) -> str:
         return f"{where}, {row(key)['date']}: `{command}`" + (f" ({more}" if more else "")
 
     names = {"f": lambda key: row(key)["value"], "row": row, "caption": caption, "recorded": recorded, **FORMATS}
-    return FIELD.sub(lambda m: str(eval(m.group(1), names)), template)  # noqa: S307 - our own README
+    return FIELD.sub(lambda m: str(eval(m.group(1), names)), template)  # noqa: S307 - our own docs
 
 
 def number_before(text: str):
@@ -173,25 +195,66 @@ def unmarked_figures(section: str) -> list[str]:
     return [n + (unit.group(0) if unit else "") for n, unit in numbers if unit or re.search(r"[.e]", n)]
 
 
+def measured(doc: Path, text: str) -> str:
+    """The part of a DOC whose measured figures must each be generated or quoted with a key: README.md's
+    'Results on real GPUs' section (the rest of it states versions and sizes), the other DOCS whole."""
+    if doc != README:
+        return text
+    found = re.search(r"^## Results on real GPUs.*?(?=^## |\Z)", text, re.S | re.M)
+    return found.group(0) if found else ""
+
+
 def stale() -> dict[Path, str]:
-    """What recorded.csv and README.md must hold, made from the curated tables, where they hold something else."""
-    rows, text = table_rows(), README.read_text()
+    """What recorded.csv and DOCS must hold, made from the curated tables, where they hold something else."""
+    rows = table_rows()
     by_key = lookup(rows)
-    made = {RECORDED: record.csv_text(shipped(rows, text), ["table", *record.FIELDS]),
-            README: BLOCK.sub(lambda m: m.group(1) + fill(m.group(3), by_key) + m.group(5), text)}
+    made = {RECORDED: record.csv_text(shipped(rows), ["table", *record.FIELDS])}
+    for doc in DOCS:
+        text = doc.read_text()
+        made[doc] = BLOCK.sub(lambda m: m.group(1) + fill(m.group(3), by_key) + m.group(5), text)
     return {path: t for path, t in made.items() if not path.exists() or path.read_text() != t}
 
 
+def markdown_files() -> list[Path]:
+    """Every markdown file of the checkout, outside SKIPPED folders and hidden ones."""
+    found = []
+    for folder, subfolders, files in os.walk(ROOT):
+        subfolders[:] = sorted(d for d in subfolders if d not in SKIPPED and not d.startswith("."))
+        found += [Path(folder) / f for f in sorted(files) if f.endswith(".md")]
+    return found
+
+
+def unlisted() -> list[str]:
+    """Markdown files outside DOCS that quote a recorded figure or hold a result table: nothing would check them."""
+    found = []
+    for path in markdown_files():
+        text = re.sub(r"`[^`]*`", "", path.read_text(errors="replace"))      # the marker's syntax, shown as code
+        if path not in DOCS and (MARKER.search(text) or BLOCK.search(text)):
+            found.append(f"{rel(path)} quotes recorded figures: move them to docs/results.md or "
+                         "benchmarks/HISTORY.md, or add the file to curate.DOCS")
+    return found
+
+
 def check() -> list[str]:
-    named = {RECORDED: "hpclab/data/recorded.csv is", README: "README.md's result tables are"}
+    missing = [f"{rel(d)} is missing" for d in DOCS if not d.exists()]
+    if missing:
+        return missing
+    named = {RECORDED: "hpclab/data/recorded.csv is", **{d: f"{rel(d)}'s result tables are" for d in DOCS}}
     problems = table_problems() + [f"{named[path]} out of date with benchmarks/results/" for path in stale()]
-    section = re.search(r"## Measured on real GPUs.*?(?=\n## )", README.read_text(), re.S).group(0)
     by_key = lookup(table_rows())
-    whys = [quote_problem(b, k, by_key[k]) if k in by_key else f"no recorded figure {k}" for b, k in quotes(section)]
-    problems += [f"README.md: {why}" for why in whys if why]
-    problems += [f"README.md: {x!r} in 'Measured on real GPUs' is neither in a generated table nor quoted with its key"
-                 for x in unmarked_figures(section)]
-    return problems
+
+    def why(before: str, key: str) -> str | None:
+        return quote_problem(before, key, by_key[key]) if key in by_key else f"no recorded figure {key}"
+
+    for doc in DOCS:
+        text = doc.read_text()
+        problems += [f"{rel(doc)}: {w}" for b, k in quotes(text) if (w := why(b, k))]
+        problems += [f"{rel(doc)}: {x!r} is neither in a generated table nor quoted with its key"
+                     for x in unmarked_figures(measured(doc, text))]
+    for path in notebooks():
+        problems += [f"{rel(path)} cell {i}: {w}" for i, source in notebook_markdown(path)
+                     for b, k in quotes(source) if (w := why(b, k))]
+    return problems + unlisted()
 
 
 def main(argv: list[str]) -> int:
@@ -208,7 +271,8 @@ def main(argv: list[str]) -> int:
         print("run `python benchmarks/curate.py build` (generated from benchmarks/results/); a quoted figure that "
               "disagrees is fixed by hand", file=sys.stderr)
         return 1
-    print(f"hpclab/data/recorded.csv and README.md match benchmarks/results/ ({len(tables())} tables)")
+    print(f"hpclab/data/recorded.csv, {', '.join(rel(d) for d in DOCS)} and the notebooks' quotes match "
+          f"benchmarks/results/ ({len(tables())} tables)")
     return 0
 
 

@@ -8,7 +8,8 @@ A result file is a benchmark's JSON line (`python -m benchmarks ... --json`, `hp
 "figures" are rows of ``hpclab.results.recorded.figure``, with its "topic" and, where it knows them, "date",
 "device_name", "command" and "note". Its table is named by the GPU and the job's GPU count (h200, h200x4). A record
 replaces the rows of the same program, variant and run there (git keeps the old ones); --run NAME keeps it beside
-them as a named run. Then `python benchmarks/curate.py build` regenerates recorded.csv and the README's tables.
+them as a named run. Then `python benchmarks/curate.py build` regenerates recorded.csv and the result tables
+(docs/results.md, the README's headline).
 """
 from __future__ import annotations
 
@@ -134,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"record.py: error: {exc}", file=sys.stderr)
         return 1
     if args.into == RESULTS:
-        print("now: python benchmarks/curate.py build   (hpclab/data/recorded.csv and the README's tables)")
+        print("now: python benchmarks/curate.py build   (hpclab/data/recorded.csv and the result tables)")
     return 0
 
 

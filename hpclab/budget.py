@@ -15,7 +15,7 @@ from hpclab.options import UsageError
 MAX_SECONDS = 24 * 3600
 
 # Per rank and second, faster than anything measured: on a GPU, over 2x the H200 figures in
-# the README (8.2e11 samples/s, 2.1e12 bins/s, 67 TFLOP/s FP32 peak, a launch in ~5 us); on
+# docs/results.md (8.2e11 samples/s, 2.1e12 bins/s, 67 TFLOP/s FP32 peak, a launch in ~5 us); on
 # the simulator (one Python thread per CUDA thread) several times what it does on a CI-class
 # CPU (4.5e4 samples/s, 1.6e5 bins/s, 7e5 FLOP/s in the naive matmul, ~1e-2 s per launch).
 FASTEST = {

@@ -43,7 +43,7 @@ fi
 
 export HPCLAB_BACKEND=${HPCLAB_BACKEND:-gpu}
 # NCCL_NVLS_ENABLE is left as the site or the submitting shell has it (NVLink SHARP stays on where
-# NCCL can use it); a site without NVLink multicast passes --export=ALL,NCCL_NVLS_ENABLE=0 (README).
+# NCCL can use it); a site without NVLink multicast passes --export=ALL,NCCL_NVLS_ENABLE=0 (docs/cluster.md).
 if [ -n "${SLURM_JOB_ID:-}" ]; then
     HPCLAB_MPIEXEC=${HPCLAB_MPIEXEC:-$("$HPCLAB_PYTHON" -m hpclab.cluster srun "${HPCLAB_SRUN_MPI:-auto}")}
     HPCLAB_RANKS=${HPCLAB_RANKS:-$SLURM_NTASKS}

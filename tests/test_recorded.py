@@ -1,6 +1,7 @@
 """The recorded GPU results: the curated tables in benchmarks/results/ are the source; hpclab/data/recorded.csv
-and the README's tables are generated from them and must be current; every figure quoted in the README's
-measured section or in a notebook carries its key and matches the tables.
+and the result tables of docs/results.md and the README are generated from them and must be current; every
+figure quoted in the README's results, docs/results.md, benchmarks/HISTORY.md or a notebook carries its key and
+matches the tables.
 
 A quoted number carries its key in an HTML comment right after it (invisible when rendered):
 
@@ -52,8 +53,9 @@ def _bench_line(d: dict) -> dict:
 
 
 def test_generated_files_are_current_and_quotes_match():
-    """What `python benchmarks/curate.py check` checks: recorded.csv and the README's tables are what the
-    curated tables give, every README quote matches, and no measured figure is left unmarked."""
+    """What `python benchmarks/curate.py check` checks: recorded.csv and the result tables of README.md,
+    docs/results.md and benchmarks/HISTORY.md are what the curated tables give, every quote there and in the
+    notebooks matches, no measured figure there is left unmarked, and no other markdown file quotes one."""
     assert curate.check() == []
 
 
@@ -152,8 +154,9 @@ def test_measured_figures_in_prose_must_be_marked():
     assert curate.unmarked_figures(text) == ["1.2 ms", "0.87", "1.16×", "25 %"]
 
 
-def test_check_notices_a_table_that_disagrees_with_the_readme(tmp_path, monkeypatch):
-    """A new run recorded (or a value edited) makes recorded.csv, the README's tables and its quotes stale."""
+def test_check_notices_a_table_that_disagrees_with_the_docs(tmp_path, monkeypatch):
+    """A new run recorded (or a value edited) makes recorded.csv, the result tables and the quotes of the docs
+    and of the notebooks stale."""
     results = tmp_path / "results"
     shutil.copytree(ROOT / "benchmarks" / "results", results)
     cublas = ",,NVIDIA H200,1,matmul,cublas,4096,N,tflops,{},"      # the record's run (no run name)
@@ -165,10 +168,30 @@ def test_check_notices_a_table_that_disagrees_with_the_readme(tmp_path, monkeypa
     monkeypatch.setattr(curate, "RESULTS", results)
     problems = curate.check()
     assert problems[:2] == ["hpclab/data/recorded.csv is out of date with benchmarks/results/",
-                            "README.md's result tables are out of date with benchmarks/results/"]
-    assert problems[2].startswith("README.md: quotes 0.46 s but ddp-digits/fp32/h200/1gpu/train_s is 0.6 s")
-    assert len(problems) == 3
+                            "docs/results.md's result tables are out of date with benchmarks/results/"]
+    assert problems[2].startswith("docs/results.md: quotes 0.46 s but ddp-digits/fp32/h200/1gpu/train_s is 0.6 s")
+    cublas, digits = ("quotes 48.9 TFLOP/s but matmul/cublas/h200/1gpu/4096/tflops is 46.9",
+                      "quotes 0.46 s but ddp-digits/fp32/h200/1gpu/train_s is 0.6 s")
+    quoted = [("notebooks/04_matmul.ipynb cell 7", cublas), ("notebooks/07_data_parallel.ipynb cell 38", digits),
+              ("solutions/04_matmul.ipynb cell 7", cublas), ("exercises/04_matmul.ipynb cell 7", cublas)]
+    assert [p.split(": ")[0] for p in problems[3:]] == [where for where, _ in quoted], problems[3:]
+    assert all(why in p for p, (_, why) in zip(problems[3:], quoted)), problems[3:]
 
+
+
+def test_a_markdown_file_outside_the_docs_may_not_quote_figures(tmp_path, monkeypatch):
+    """curate.check covers every file that quotes a recorded figure: one that DOCS do not list is named."""
+    quote = "took 0.923 ms<!-- recorded: allreduce/nccl/h200x2/2gpu/268435456/time_s -->\n"
+    for where, text in (("docs/notes.md", quote), ("docs/format.md", "a figure carries `<!-- recorded: KEY -->`\n"),
+                        (".venv/lib/x.md", quote), ("build/y.md", quote), ("README.md", quote)):
+        (tmp_path / where).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / where).write_text(text)
+    monkeypatch.setattr(curate, "ROOT", tmp_path)
+    monkeypatch.setattr(curate, "DOCS", (tmp_path / "README.md",))
+    assert [p.split(" ")[0] for p in curate.unlisted()] == ["docs/notes.md"]
+    assert curate.measured(tmp_path / "other.md", "all of it") == "all of it"
+    assert curate.measured(curate.README, "# x\n\n## Setup\nPython 3.10\n## Results on real GPUs\n0.5 ms\n## More\n") \
+        == "## Results on real GPUs\n0.5 ms\n"
 
 # ---------------------------------------------------------------- results -> curated rows
 
@@ -283,8 +306,8 @@ def test_a_result_of_another_shape_or_a_bad_run_name_is_refused_clearly(tmp_path
 
 def test_the_package_carries_only_what_is_quoted_or_plotted():
     rows = curate.table_rows()
-    kept = curate.shipped(rows, curate.README.read_text())
+    kept = curate.shipped(rows)
     assert 0 < len(kept) < len(rows) / 2
     assert {r["key"] for r in recorded.rows()} >= {"matmul/cublas/h200/1gpu/4096/tflops",    # plotted in notebook 04
-                                                   "ddp-digits/fp32/h200/1gpu/train_s"}      # quoted in the README
+                                                   "ddp-digits/fp32/h200/1gpu/train_s"}      # quoted in docs/results.md
     assert sum(p.stat().st_size for p in (ROOT / "hpclab" / "data").iterdir()) <= 200_000

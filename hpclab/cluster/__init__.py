@@ -6,7 +6,7 @@
     session.restart()                # a %%px cell hangs: replace the engines
     session.close()                  # give the engines back (or stop them)
 
-Each module keeps only what ipyparallel lacks and says what that is. README, "Who owns the engines"
+Each module keeps only what ipyparallel lacks and says what that is. docs/cluster.md, "Who owns the engines"
 and "Running on a cluster".
 """
 from hpclab.cluster.routes import ClusterError

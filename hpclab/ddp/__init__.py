@@ -1,5 +1,5 @@
 """Data-parallel training built from hpclab's own kernels and communication backends (notebook 07,
-workshop Exercises 5 and 6); the README's layout section names each module's part."""
+workshop Exercises 5 and 6); docs/architecture.md names each module's part."""
 from hpclab.ddp.model import MLP, count_parameters, flatten, init_parameters, memory_breakdown, unflatten
 from hpclab.ddp.sampler import DistributedSampler, check_batch
 from hpclab.ddp.trainer import DDPTrainer, LossScaler, broadcast_parameters, check_same_model, replica_checksums

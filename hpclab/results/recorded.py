@@ -1,8 +1,8 @@
 """Recorded GPU results: this project's runs on H200 and H100 GPUs and the workshop's A100 runs.
 
-``data/recorded.csv`` holds the rows of the curated tables in ``benchmarks/results/`` that the notebooks
-and the README quote or plot (``benchmarks/curate.py`` writes it), with a ``table`` column naming the
-table. :func:`keyed` names each figure ``program/variant/run/<gpus>gpu/<size>/metric`` (run = the machine,
+``data/recorded.csv`` holds the rows of the curated tables in ``benchmarks/results/`` that the notebooks, the
+README, docs/results.md and benchmarks/HISTORY.md quote or plot (``benchmarks/curate.py`` writes it), with a
+``table`` column naming the table. :func:`keyed` names each figure ``program/variant/run/<gpus>gpu/<size>/metric`` (run = the machine,
 h200x4, or machine-name for a named run) and adds the ratio of a figure measured against a baseline in the
 same run (``.../vs_cublas`` for a throughput, ``.../METRIC_vs_BASELINE`` otherwise). The workshop's A100
 timings (``data/fasrc_a100.csv``) come in the same form, keyed ``a100/<exercise>/<gpus>gpu/wall_s``.
