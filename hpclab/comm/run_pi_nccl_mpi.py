@@ -59,6 +59,8 @@ def run(args, ctx) -> Report:
     be = get(name, comm)  # collective; for nccl: unique id on rank 0, MPI broadcast, communicator
 
     lo, hi = block_range(samples, size, rank)
+    with step(comm, "kernel compilation (warm-up)"):   # Numba compiles on the first call: not in the timed region
+        count_hits(0, 2, args.seed, 1, 32)
     with step(comm, "hit counting"):
         hits, t_local, t_compute = wall(
             lambda: count_hits(lo, hi - lo, args.seed, blocks=args.blocks, threads=args.threads), comm)
