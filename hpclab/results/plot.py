@@ -74,9 +74,9 @@ def _figure(width=10.0, height=4.0, panels=2):
     return fig, fig.subplots(1, panels)
 
 
-def scaling_figure(summary: list[dict], mode: str, serial_fraction: float, title: str):
+def scaling_figure(summary: list[dict], mode: str, serial_fraction: float, title: str, note: str | None = None):
     """Speedup on log-log axes with the ideal line and the fitted law, and parallel efficiency
-    (``summary``: ``Sweep.summary()`` rows with ranks, speedup, efficiency)."""
+    (``summary``: ``Sweep.summary()`` rows with ranks, speedup, efficiency); ``note``: one sentence under it."""
     ranks = [r["ranks"] for r in summary]
     fig, (ax_s, ax_e) = _figure()
     span = [min(ranks), max(ranks)]
@@ -100,6 +100,7 @@ def scaling_figure(summary: list[dict], mode: str, serial_fraction: float, title
     _rank_ticks(ax_e, ranks)
     ax_e.legend(fontsize=8)
     fig.suptitle(title)
+    _note(fig, note)
     return fig
 
 
