@@ -261,6 +261,10 @@ def test_weak_sweep_on_the_engines_fixes_the_work_per_rank(monkeypatch):
     curve = recorded.from_sweep(sweep, "samples")
     assert "1,000 samples per rank" in curve.label
     assert {p["ranks"]: p["rate"] for p in curve.points}[4] == pytest.approx(4000 / 2.6)
+    from hpclab.results import plot                 # its note: a weak sweep's answers differ run to run
+    note = plot.machine_note(sweep.records, weak=True)
+    assert "every run checked" in note and "same answers" not in note and "recorded" not in note
+    assert "same answers on 1, 2 and 4 ranks" in plot.machine_note(sweep.records)
     plain = scaling.sweep_engines(View(), run_mc, "--samples 1000 --seed 3", trials=1)
     assert plain.mode == "strong" and {r["work"] for r in plain.records} == {1000}
 
