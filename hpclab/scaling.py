@@ -76,12 +76,14 @@ class Sweep:
                              for rec in sorted(self.records, key=lambda r: (r["ranks"], r["trial"])))
         return Path(path)
 
-    def figure(self):
+    def figure(self, note: str | None = None):
+        """Speedup and efficiency with the fitted law; ``note``: a sentence under the figure (a notebook gives
+        ``plot.machine_note(sweep.records)``: what this machine's timings can show)."""
         from hpclab.results import plot       # matplotlib: only when a figure is asked for
 
-        note = self.sharing_note()
-        title = f"{self.program}: {self.mode} scaling" + (f"\n({note})" if note else "")
-        return plot.scaling_figure(self.summary(), self.mode, self.serial_fraction, title)
+        sharing = self.sharing_note()
+        title = f"{self.program}: {self.mode} scaling" + (f"\n({sharing})" if sharing else "")
+        return plot.scaling_figure(self.summary(), self.mode, self.serial_fraction, title, note)
 
     def table(self) -> str:
         lines = [f"{'ranks':>5}  {'work':>16}  {'median wall (s)':>15}  {'speedup':>8}  {'efficiency':>10}  "
@@ -252,22 +254,23 @@ def engine_trial(program, argv: list[str], ranks: int):
                 "passed": bool(report.passed), "timings": report.timings, "ranks_per_gpu": per_gpu}
 
 
-def sweep_engines(view, program, argv: str, trials: int = 3) -> Sweep:
+def sweep_engines(view, program, argv: str, trials: int = 3, weak: bool = False) -> Sweep:
     """The strong sweep of the program (its module) on the engines of ``view`` (a DirectView on all of them),
-    on 1, 2, 4, ... and all of them; the trials are queued at once and ``wait_interactive`` shows their
-    progress. The engines import the module by its name."""
+    on 1, 2, 4, ... and all of them; with ``weak``, the weak sweep: ``argv`` gives the work per rank (the
+    program's size option), multiplied by each run's rank count. The trials are queued at once and
+    ``wait_interactive`` shows their progress. The engines import the module by its name."""
     from ipyparallel.client.asyncresult import AsyncResult
 
     n_engines = len(view.targets) if isinstance(view.targets, (list, tuple)) else len(view.client.ids)
     sizes = [2 ** k for k in range(n_engines.bit_length()) if 2 ** k < n_engines] + [n_engines]
-    plan = _work_plan(program, shlex.split(argv), sizes, False, None)     # before anything is queued
-    name = program.PROGRAM.name
+    plan = _work_plan(program, shlex.split(argv), sizes, weak, None)      # before anything is queued
+    name, mode = program.PROGRAM.name, "weak" if weak else "strong"
     jobs = [(n, t, view.apply_async(engine_trial, program.__name__, plan[n][0], n)) for n in sizes for t in range(trials)]
     everything = AsyncResult(view.client, [f for _, _, ar in jobs for f in ar._children],
-                             fname=f"{name} strong scaling")
+                             fname=f"{name} {mode} scaling")
     everything.wait_interactive()
     everything.get()
-    sweep = Sweep(name, "strong")
+    sweep = Sweep(name, mode)
     for n, t, ar in jobs:
         rec = next(r for r in ar.get() if r is not None)
         sweep.records.append(_record(rec, n, t, plan[n][1], "wall_s", work_arg_for(program)))

@@ -94,6 +94,28 @@ def test_gradient_check_names_the_mistaken_division(name, divide, needles):
         assert needle in verdict.message, verdict.message
 
 
+@pytest.mark.parametrize("divide,needles", [
+    (64, ["every rank holds the mean gradient"]),
+    (32, ["divided by the global batch B = 32 but not by the 2 outputs", "2 times too large", "divide by 64"]),
+    (1, ["summed but not averaged", "64 times too large", "B x outputs = 32 x 2 = 64"]),
+    (16, ["per-rank batch (8) instead of the global batch (32)"]),
+    (4, ["divided by the number of ranks (4)", "16 times too large"]),
+    (256, ["4 times too small"]),
+])
+def test_gradient_check_of_the_mean_over_the_batch_and_its_outputs(divide, needles):
+    """Notebook 07's loss is the mean over the global batch's B x 2 values (PyTorch's MSELoss): the sum of the
+    ranks' summed gradients is divided by B x 2, and dividing by B alone is named as the slip it is."""
+    shards, _ = _exercise()
+    x, y = synthetic(256)
+    params = unflatten(init_parameters(SIZES, seed=0, dtype=np.float64), SIZES)
+    rows = DistributedSampler(256, 32, 0, 1).global_batches(0)[0]
+    ref = flatten(R.mlp_loss_and_grads(params, x[rows], y[rows], "mse", scale=1 / (32 * 2))[1])
+    verdict = check.gradients([sum(shards) / divide] * 4, ref, 32, outputs=2, quiet=True)
+    assert bool(verdict) == (divide == 64), verdict.message
+    for needle in needles:
+        assert needle in verdict.message, verdict.message
+
+
 def test_gradient_check_in_pytorch_convention():
     means, ref = _exercise(local="mean")
     verdict = check.gradients([sum(means)] * 4, ref, 32, local="mean", quiet=True)

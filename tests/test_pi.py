@@ -210,6 +210,65 @@ def test_weak_sweep_scales_the_work_option():
         _work_plan(run_mc, ["--seed", "3"], [1, 2], True, None)
 
 
+def test_weak_sweep_on_the_engines_fixes_the_work_per_rank(monkeypatch):
+    """sweep_engines(weak=True), as notebook 03 runs it: each run's samples are the per-rank samples times its
+    rank count, the sweep is weak (E(n) = T(1)/T(n), scaled speedup n E(n)), and its live curve counts the
+    work per rank. The engines are stood in for: what they return is a record per trial."""
+    import ipyparallel.client.asyncresult as asyncresult
+
+    from hpclab import scaling
+    from hpclab.pi import run_mc
+    from hpclab.results import recorded
+    from hpclab.speedup import serial_fraction
+
+    class Queued:                                   # AsyncResult over every trial: nothing to wait for here
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def wait_interactive(self):
+            pass
+
+        def get(self):
+            return None
+
+    class Trial:
+        def __init__(self, argv, ranks):
+            self._children, self.ranks = [], ranks
+
+        def get(self):                              # rank 0's record, None from the other engines
+            return [{"exercise": "pi-mc", "ranks": self.ranks, "backend": "sim", "passed": True, "result": {},
+                     "timings": {"wall_s": 2.0 * (1 + 0.1 * (self.ranks - 1))}, "ranks_per_gpu": 1}] + \
+                [None] * (self.ranks - 1)
+
+    class View:
+        targets, client, sent = [0, 1, 2, 3], None, []
+
+        def apply_async(self, fn, module, argv, ranks):
+            self.sent.append((module, argv, ranks))
+            return Trial(argv, ranks)
+
+    monkeypatch.setattr(asyncresult, "AsyncResult", Queued)
+    view = View()
+    sweep = scaling.sweep_engines(view, run_mc, "--samples 1000 --seed 3", trials=2, weak=True)
+    assert sweep.mode == "weak"
+    assert [(a[a.index("--samples") + 1], n) for _, a, n in view.sent] == [
+        ("1000", 1), ("1000", 1), ("2000", 2), ("2000", 2), ("4000", 4), ("4000", 4)]
+    assert {m for m, _, _ in view.sent} == {"hpclab.pi.run_mc"}
+    rows = {r["ranks"]: r for r in sweep.summary()}
+    assert rows[4]["work"] == 4000 and rows[4]["efficiency"] == pytest.approx(1 / 1.3)
+    assert rows[4]["speedup"] == pytest.approx(4 / 1.3)                          # Gustafson's scaled speedup
+    assert sweep.serial_fraction == pytest.approx(serial_fraction([2, 4], [2 / 1.1, 4 / 1.3], "weak"))
+    curve = recorded.from_sweep(sweep, "samples")
+    assert "1,000 samples per rank" in curve.label
+    assert {p["ranks"]: p["rate"] for p in curve.points}[4] == pytest.approx(4000 / 2.6)
+    from hpclab.results import plot                 # its note: a weak sweep's answers differ run to run
+    note = plot.machine_note(sweep.records, weak=True)
+    assert "every run checked" in note and "same answers" not in note and "recorded" not in note
+    assert "same answers on 1, 2 and 4 ranks" in plot.machine_note(sweep.records)
+    plain = scaling.sweep_engines(View(), run_mc, "--samples 1000 --seed 3", trials=1)
+    assert plain.mode == "strong" and {r["work"] for r in plain.records} == {1000}
+
+
 def test_a100_table_ships_with_its_source():
     from hpclab.results import recorded
 

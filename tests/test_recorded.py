@@ -71,6 +71,9 @@ def test_curves_carry_labels_with_device_date_and_size():
     pi = recorded.curves("pi-mc")
     assert [sorted(p["ranks"] for p in c.points) for c in pi] == [[1, 2, 4], [1, 2], [1, 2, 4]]
     assert all(re.search(r"(H200|A100).*\d{4}-\d\d-\d\d.*samples", c.label) for c in pi)
+    # Each legend entry names what ran: pi-mc's earlier kernel, today's, or the workshop's own program.
+    assert [c.label.rsplit("; ", 1)[1] for c in pi] == list(recorded.PI_MC_KERNELS)
+    assert "SplitMix64" in pi[0].label and "Philox4x32-7" in pi[1].label and "workshop" in pi[2].label
     eff = dict(pi[0].efficiencies())
     assert eff[4] == pytest.approx(recorded.value("pi-mc/strong/h200x4/4gpu/3200000000000/efficiency"), rel=1e-4)
     ddp = {c.mode: dict(c.efficiencies()) for c in recorded.curves("ddp-scaling")}

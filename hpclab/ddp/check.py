@@ -4,6 +4,8 @@ Every rank all-reduces its gradient bucket and divides, so that it holds the mea
 batch, what one GPU computes; the checks compare with that and name the usual mistake when the answer is
 off by its factor. ``local`` says what each rank's gradient was: ``"sum"`` over its own samples (divide
 the all-reduced sum by the global batch B) or ``"mean"``, as PyTorch's (divide by the number of ranks N).
+With ``outputs`` > 1 (notebook 07's mean squared error, which averages over the B x outputs values of the
+batch, as PyTorch's MSELoss does) a ``"sum"`` gradient is divided by B x outputs.
 """
 from __future__ import annotations
 
@@ -14,20 +16,28 @@ from hpclab.verdict import Verdict, say as _say
 LOCAL = ("sum", "mean")
 
 
-def _mistakes(local: str, batch: int, ranks: int) -> list[tuple[float, str]]:
+def _mistakes(local: str, batch: int, ranks: int, outputs: int = 1) -> list[tuple[float, str]]:
     """(factor of the wrong answer over the right one, what was done) for usual mistakes."""
     per = batch / ranks
     if local == "sum":
-        return [
-            (batch, f"summed but not averaged: the gradients are {batch} times too large (each rank's gradient "
-                    f"is a sum over its samples; divide the all-reduced sum by the global batch B = {batch})"),
+        divisor = batch * outputs
+        by = (f"the global batch B = {batch}" if outputs == 1 else
+              f"B x outputs = {batch} x {outputs} = {divisor}, the number of values the mean runs over")
+        wrong = [
+            (divisor, f"summed but not averaged: the gradients are {divisor:g} times too large (each rank's "
+                      f"gradient is a sum over its samples; divide the all-reduced sum by {by})"),
             (ranks, f"averaged over the per-rank batch ({per:g}) instead of the global batch ({batch}): the "
                     f"gradients are {ranks} (the number of ranks) times too large"),
-            (per, f"divided by the number of ranks ({ranks}), but each rank's gradient is a sum over its {per:g} "
-                  f"samples: the gradients are {per:g} times too large; divide by the global batch B = {batch}"),
-            (1 / ranks, f"divided by the global batch and again by the number of ranks: the gradients are "
-                        f"{ranks} times too small"),
+            (divisor / ranks, f"divided by the number of ranks ({ranks}), but each rank's gradient is a sum over its "
+                              f"{per:g} samples: the gradients are {divisor / ranks:g} times too large; divide by {by}"),
+            (1 / ranks, f"divided by {'the global batch' if outputs == 1 else 'B x outputs'} and again by the number "
+                        f"of ranks: the gradients are {ranks} times too small"),
         ]
+        if outputs > 1:
+            wrong.append((outputs, f"divided by the global batch B = {batch} but not by the {outputs} outputs: the "
+                                   f"loss is the mean over all B x {outputs} values (as PyTorch's MSELoss), so the "
+                                   f"gradients are {outputs} times too large; divide by {divisor}"))
+        return wrong
     return [
         (ranks, f"summed but not averaged: the gradients are {ranks} (the number of ranks) times too large (each "
                 f"rank's gradient is already a mean over its own samples; divide the all-reduced sum by N = {ranks})"),
@@ -52,14 +62,15 @@ def _close(a: np.ndarray, b: np.ndarray, rtol: float) -> bool:
 
 
 def gradients(per_rank, reference, global_batch: int, local: str = "sum",
-              local_grads=None, rtol: float = 1e-6, quiet: bool = False) -> Verdict:
+              local_grads=None, rtol: float = 1e-6, quiet: bool = False, outputs: int = 1) -> Verdict:
     """Check each rank's averaged flat gradient (``per_rank``, rank order) against ``reference``, the mean
     gradient over the global batch flattened in the model's order (W0, b0, W1, b1, ...). ``local_grads``
-    (optional): each rank's flat gradient before averaging, to recognise a missing all-reduce."""
-    return _say(_gradients(per_rank, reference, global_batch, local, local_grads, rtol), quiet)
+    (optional): each rank's flat gradient before averaging, to recognise a missing all-reduce. ``outputs``:
+    the values per sample that the loss's mean also runs over (2 for notebook 07's MSE; 1: a mean per sample)."""
+    return _say(_gradients(per_rank, reference, global_batch, local, local_grads, rtol, outputs), quiet)
 
 
-def _gradients(per_rank, reference, global_batch, local, local_grads, rtol) -> Verdict:
+def _gradients(per_rank, reference, global_batch, local, local_grads, rtol, outputs=1) -> Verdict:
     if local not in LOCAL:
         raise ValueError(f"local must be one of {LOCAL}, not {local!r}")
     ref = np.asarray(reference, dtype=np.float64).ravel()
@@ -97,10 +108,12 @@ def _gradients(per_rank, reference, global_batch, local, local_grads, rtol) -> V
                              "on the whole batch")
     c = _factor(mine, ref, rtol)
     if c is not None:
-        hits = [text for factor, text in _mistakes(local, global_batch, ranks) if np.isclose(c, factor, rtol=1e-6)]
+        hits = [text for factor, text in _mistakes(local, global_batch, ranks, outputs)
+                if np.isclose(c, factor, rtol=1e-6)]
+        divide = ("the number of ranks" if local == "mean" else "the global batch" if outputs == 1 else
+                  f"the global batch times the {outputs} outputs")
         return Verdict(False, " -- or -- ".join(hits) or (
-            f"the gradients are {c:.6g} times the right ones: all-reduce with op sum, then divide by "
-            f"{'the global batch' if local == 'sum' else 'the number of ranks'}"))
+            f"the gradients are {c:.6g} times the right ones: all-reduce with op sum, then divide by {divide}"))
     if np.allclose(np.sort(mine), np.sort(ref), rtol=rtol, atol=rtol * np.abs(ref).max()):
         return Verdict(False, "the right values in the wrong places: flatten (and unflatten) in the model's order "
                               "W0, b0, W1, b1, ... with each array in row-major (C) order")

@@ -47,9 +47,10 @@ def show(fig, name: str | None = None):
         save(fig, name)
 
 
-def machine_note(records) -> str:
+def machine_note(records, weak: bool = False) -> str:
     """One sentence on what a sweep on this machine can show, from its records' ``ranks_per_gpu`` and
-    ``backend`` (else the backend in use): on the simulator the machinery, not speed."""
+    ``backend`` (else the backend in use): on the simulator the machinery, not speed. ``weak``: a weak
+    sweep, whose runs draw different work and so give different answers."""
     sharing = max([int(r.get("ranks_per_gpu") or 1) for r in records] or [1])
     name = next((r["backend"] for r in records if r.get("backend")), None)
     if name is None:
@@ -57,14 +58,16 @@ def machine_note(records) -> str:
 
         name = backend.name()
     if name != "gpu":
+        works = "every run checked" if weak else "same answers on 1, 2 and 4 ranks"
         return ("Here the ranks run on Numba's CUDA simulator, Python threads sharing this machine's few CPU "
-                "cores: the live curve shows that the machinery works (same answers on 1, 2 and 4 ranks), not "
-                "GPU speed or scaling, which only the recorded GPU curves show.")
+                f"cores: the live curve shows that the machinery works ({works}), not GPU speed or scaling, "
+                f"which only {'GPUs, one per rank,' if weak else 'the recorded GPU curves'} show.")
     if sharing > 1:
         return (f"Here {sharing if sharing > 2 else 'several'} ranks share one GPU and take turns on it: the live "
-                "curve shows time sharing, not scaling, which needs one GPU per rank as in the recorded curves.")
-    return ("Here every rank has its own GPU: the live curve is real scaling, comparable with the recorded "
-            "curves (mind the problem sizes in the labels).")
+                "curve shows time sharing, not scaling, which needs one GPU per rank"
+                + ("." if weak else " as in the recorded curves."))
+    return "Here every rank has its own GPU: the live curve is real scaling" + (
+        "." if weak else ", comparable with the recorded curves (mind the problem sizes in the labels).")
 
 
 def _figure(width=10.0, height=4.0, panels=2):
@@ -74,9 +77,9 @@ def _figure(width=10.0, height=4.0, panels=2):
     return fig, fig.subplots(1, panels)
 
 
-def scaling_figure(summary: list[dict], mode: str, serial_fraction: float, title: str):
+def scaling_figure(summary: list[dict], mode: str, serial_fraction: float, title: str, note: str | None = None):
     """Speedup on log-log axes with the ideal line and the fitted law, and parallel efficiency
-    (``summary``: ``Sweep.summary()`` rows with ranks, speedup, efficiency)."""
+    (``summary``: ``Sweep.summary()`` rows with ranks, speedup, efficiency); ``note``: one sentence under it."""
     ranks = [r["ranks"] for r in summary]
     fig, (ax_s, ax_e) = _figure()
     span = [min(ranks), max(ranks)]
@@ -100,6 +103,7 @@ def scaling_figure(summary: list[dict], mode: str, serial_fraction: float, title
     _rank_ticks(ax_e, ranks)
     ax_e.legend(fontsize=8)
     fig.suptitle(title)
+    _note(fig, note)
     return fig
 
 

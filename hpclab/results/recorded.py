@@ -176,10 +176,18 @@ def a100(program: str) -> Curve:
     return curve
 
 
+# What each recorded pi-mc sweep ran, in curves("pi-mc")'s order (recorded.csv's notes; fasrc_a100.csv).
+PI_MC_KERNELS = ("pi-mc with its earlier SplitMix64 kernel", "pi-mc with today's Philox4x32-7 kernel",
+                 "the workshop's CUDA program, a generator per thread")
+
+
 def curves(program: str) -> list[Curve]:
     """Every recorded curve of ``program`` to draw beside a live sweep of it."""
-    if program == "pi-mc":
-        return [scaling("pi-mc", "h200x4"), scaling("pi-mc", "h200x2"), a100("pi-mc")]
+    if program == "pi-mc":                # the legend names the program and kernel each sweep ran
+        out = [scaling("pi-mc", "h200x4"), scaling("pi-mc", "h200x2"), a100("pi-mc")]
+        for curve, ran in zip(out, PI_MC_KERNELS):
+            curve.label += f"; {ran}"
+        return out
     if program == "pi-midpoint":          # no multi-GPU sweep was recorded: one GPU's rate, and the A100 point
         r = get("pi-midpoint/bench/h200/1gpu/rate")
         return [Curve(f"1× H200, {r['date']}, one GPU's rate (benchmarks/pi.py)", "strong", r["unit"].split("/")[0],
@@ -212,10 +220,14 @@ def here(backend_name: str, ranks: int) -> str:
 
 
 def from_sweep(sweep, unit: str) -> Curve:
-    """A :class:`hpclab.scaling.Sweep` as a live Curve, its records kept for ``plot.machine_note``."""
+    """A :class:`hpclab.scaling.Sweep` as a live Curve, its records kept for ``plot.machine_note``. A weak
+    sweep's records hold each run's whole work; the Curve counts it per rank, as :func:`live` expects."""
     backends = {r.get("backend") for r in sweep.records} - {None}
     label = here("/".join(sorted(backends)) or "?", max(r["ranks"] for r in sweep.records))
-    return live(sweep.summary(), unit, label, sweep.mode, sweep.records)
+    summary = sweep.summary()
+    if sweep.mode == "weak":
+        summary = [{**r, "work": r["work"] // r["ranks"] if r.get("work") else r.get("work")} for r in summary]
+    return live(summary, unit, label, sweep.mode, sweep.records)
 
 
 def from_points(points: list[dict], unit: str, label: str, records=()) -> list[Curve]:
