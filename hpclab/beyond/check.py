@@ -50,7 +50,7 @@ def zero_step(shards, weights, mean_grad, stepped, quiet: bool = False) -> Verdi
 
 def bound(x, w) -> np.ndarray:
     """How far x @ w computed in x's dtype may be from the exact product, element by element, whatever the order
-    of its sums: gamma_K (|x| @ |w|), gamma_K = K u / (1 - K u), u the unit roundoff (Higham 2002, section 3.5)."""
+    of its sums: gamma_K (|x| @ |w|), gamma_K = K u / (1 - K u), u the unit roundoff (Higham 2002, chapter 3)."""
     gamma = x.shape[1] * np.finfo(x.dtype).eps / 2
     return gamma / (1 - gamma) * (np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64)))
 
