@@ -34,7 +34,7 @@ def test_every_notebook_states_objectives_and_minutes_and_the_core_path_fits_fou
         core, teaching, exercise = map(int, m.groups())
         assert core == teaching + exercise, path.name
         minutes[path.name] = core
-    assert len(minutes) == 8 and sum(minutes.values()) <= 240, minutes
+    assert len(minutes) == 9 and sum(minutes.values()) <= 240, minutes
 
 
 def test_the_instructor_guide_schedules_the_minutes_the_notebooks_state():
