@@ -1,2 +1,1 @@
-"""Beyond data parallelism (notebook 08), on hpclab.ddp's MLP and kernels: ZeRO-1 (:mod:`.zero`), a tensor-parallel
-dense layer (:mod:`.tensor`), pipeline stages and their bubble (:mod:`.pipeline`), checks (:mod:`.check`)."""
+"""Notebook 08 on hpclab.ddp's MLP: ZeRO-1 (zero), a tensor-parallel layer (tensor), pipeline stages (pipeline)."""

@@ -42,8 +42,9 @@ def forward(be, sizes, x, micro: int):
     """The MLP's forward pass on ``x`` (float64, every rank) pipelined: rank s applies layer s to each micro-batch
     and sends it on to rank s + 1 as it receives the next one. The outputs on the last stage, None elsewhere."""
     s, p, none = be.rank, be.size, MPI().PROC_NULL
-    if len(sizes) != p + 1:
-        raise ValueError(f"{len(sizes) - 1} layers for {p} stages: give the MLP one layer per rank")
+    if len(sizes) != p + 1 or x.shape[1] != sizes[0] or not 1 <= micro <= len(x):   # checked alike on every rank
+        raise ValueError(f"{p} stages take an MLP of {p} layers, inputs of {sizes[0]} features and 1 to {len(x)} "
+                         f"micro-batches, not {len(sizes) - 1} layers, {x.shape[1]} features, {micro} micro-batches")
     w, b = stage_layer(sizes, s, np.float64)
     chunks = np.array_split(x, micro)
     inbox = [cuda.to_device(c) if s == 0 else cuda.device_array((len(c), sizes[s])) for c in chunks]
