@@ -151,6 +151,15 @@ def test_the_schedule_keeps_each_stage_to_one_task_and_the_data_flowing():
     assert pipeline.idle_fraction(spans) > pipeline.bubble(3, 4)          # the slow middle stage sets the pace
 
 
+def test_unequal_stages_never_idle_less_than_the_formula():
+    """What notebook 08 says of its measured stages: unequal ones can only add idle time."""
+    rng = np.random.default_rng(8)
+    for _ in range(500):
+        p, m = int(rng.integers(1, 6)), int(rng.integers(1, 33))
+        fwd, bwd = rng.exponential(size=p) + 1e-3, rng.exponential(size=p) + 1e-3
+        assert pipeline.idle_fraction(pipeline.schedule(fwd, bwd, m)) >= pipeline.bubble(p, m) - 1e-12
+
+
 # -- the checks name each wrong answer -------------------------------------------------
 def _zero_case(n=4, p=102):
     rng = np.random.default_rng(3)
