@@ -2,7 +2,7 @@
 
 By columns, rank r holds W[:, cols_r] and computes Y[:, cols_r], a slice of the outputs (it needs all of X); an
 all-gather assembles Y. By rows, rank r holds W[rows_r, :] and the matching input features X[:, rows_r]; its product
-is a partial sum of every element of Y, and an all-reduce adds the partials. A rank holds only its slice of W.
+is a partial sum of every element of Y, and an all-reduce adds the partials. Only its slice of W goes to its GPU.
 """
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """ZeRO stage 1: DDP with Adam's state sharded among the n ranks (FSDP shards the weights and gradients too).
 
-The flat parameter vector, padded with zeros to a multiple of n, is cut into n shards, shard r rank r's. Each
-step every rank 1. reduce-scatters the gradient bucket: it receives the sum over ranks of its own shard; 2. updates
-its shard alone with Adam, whose moments it keeps for that shard only; 3. all-gathers the updated shards: all the
-new weights everywhere. A ring all-reduce is a reduce-scatter then an all-gather: 1 and 3 cost DDP's traffic.
+The flat parameter vector, padded with zeros to a multiple of n, is cut into n shards; rank r owns shard r. Each
+step, every rank (1) reduce-scatters the gradient bucket, receiving the sum over ranks of its shard only; (2) updates
+that shard alone with Adam, keeping Adam's moments for it alone; (3) all-gathers the updated shards, so that all
+ranks hold the new weights. A ring all-reduce is a reduce-scatter then an all-gather: (1) and (3) cost DDP's traffic.
 """
 from __future__ import annotations
 
