@@ -68,7 +68,8 @@ def select(requested: str | None = None) -> str:
                 f"restart the kernel (or process) to switch to {requested!r}."
             )
         return _selected
-    choice = _decide(requested)
+    # a login node's process only imports (its engines have the GPUs), whatever backend they were asked to use
+    choice = "sim" if login_node() else _decide(requested)
     sim_flag = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
     if "numba.cuda" in sys.modules and sim_flag != (choice == "sim"):
         raise BackendError(
