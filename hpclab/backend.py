@@ -61,6 +61,8 @@ def select(requested: str | None = None) -> str:
     another one after ``numba.cuda`` has loaded is an error (Numba cannot switch once imported)."""
     global _selected
     requested = (requested or os.environ.get("HPCLAB_BACKEND") or "auto").strip().lower()
+    if login_node():      # a login node's process only imports (its engines have the GPUs): the simulator
+        requested = "sim"
     if _selected is not None:
         if requested not in ("auto", _selected):
             raise BackendError(
@@ -68,8 +70,7 @@ def select(requested: str | None = None) -> str:
                 f"restart the kernel (or process) to switch to {requested!r}."
             )
         return _selected
-    # a login node's process only imports (its engines have the GPUs), whatever backend they were asked to use
-    choice = "sim" if login_node() else _decide(requested)
+    choice = _decide(requested)
     sim_flag = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
     if "numba.cuda" in sys.modules and sim_flag != (choice == "sim"):
         raise BackendError(
