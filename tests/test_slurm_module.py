@@ -124,6 +124,7 @@ def test_cluster_init_writes_a_profile_that_ipyparallel_turns_into_the_engine_jo
     settings = prof.settings(str(pdir))
     assert (settings["partition"], settings["engines"], settings["srun"][1], settings["account"]) == (
         "gpu-a100", 8, "--mpi=pmi2", "proj42")
+    assert settings["idle"] == 90           # by default the engines job outlives a 60-minute lunch
 
     import ipyparallel as ipp
     from ipyparallel.cluster.launcher import SlurmEngineSetLauncher

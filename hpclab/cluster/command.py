@@ -36,8 +36,8 @@ def parser() -> argparse.ArgumentParser:
     init.add_argument("--time", "-t", default="01:00:00", help="time limit of the engines job (default 01:00:00)")
     for option in profile.SITE_OPTIONS:
         init.add_argument(f"--{option}", default="", help=f"sbatch --{option} for the engines job")
-    init.add_argument("--idle", type=_positive, default=30, help="minutes without a notebook after which the "
-                      "engines job ends (default 30)")
+    init.add_argument("--idle", type=_positive, default=90, help="minutes without a notebook after which the "
+                      "engines job ends (default 90: it outlives a lunch break)")
     init.add_argument("--cpus-per-task", type=_positive, help="CPU cores per engine")
     init.add_argument("--mpi", default="auto", help="srun --mpi flavour: auto (from the MPI in use), pmi2, pmix, ...")
     init.add_argument("--setup", action="append", default=[], help="a shell line the job runs first, e.g. "
