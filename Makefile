@@ -23,7 +23,7 @@ EXTRAS_RUN  := $(subst $(eval) ,$(comma),$(strip lab $(MPI_EXTRA)))
 EXTRAS_TEST := $(subst $(eval) ,$(comma),$(strip test $(MPI_EXTRA)))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: run test test-gpu lab stop exercises my-work bench clean setup FORCE
+.PHONY: run test test-gpu lab stop exercises my-work bench clean setup install-shared FORCE
 
 $(BIN)/python:
 	@echo "hpclab setup: a virtual environment in $(VENV) ($(PYTHON) -m venv), with the newest pip"
@@ -82,6 +82,12 @@ my-work: $(VENV)/.installed-run
 bench: $(VENV)/.installed-run
 	@nvidia-smi -L >/dev/null 2>&1 || { echo "make bench needs NVIDIA GPUs (nvidia-smi found none)"; exit 1; }
 	OUT=build/bench bash benchmarks/gpu_suite.sh
+
+# One environment for a room on a shared filesystem, each learner with their own work folder (docs/instructor.md,
+# *Onboarding a room*): make install-shared PREFIX=/shared/hpclab [GPU_STACK=cu12]
+install-shared:
+	@test -n "$(PREFIX)" || { echo "usage: make install-shared PREFIX=/a/folder/on/a/shared/filesystem"; exit 2; }
+	GPU_STACK=$(GPU_STACK) PYTHON=$(PYTHON) bash tools/install_shared.sh $(PREFIX)
 
 clean:
 	rm -rf build .pytest_cache
