@@ -22,6 +22,7 @@ from pathlib import Path
 import nbformat
 import psutil
 import pytest
+import yaml
 
 from . import slurm_local
 from .helpers import ROOT
@@ -680,3 +681,58 @@ def test_engines_node_lost_during_a_cell_ends_it_with_one_message(slurm, tmp_pat
     job, seconds, _, texts = run_through_a_fault(slurm, tmp_path, lose)
     assert seconds < 60, (seconds, texts[1])
     assert_one_message_then_a_fresh_job(slurm, tmp_path, job, texts, "NODE_FAIL")
+
+
+# ---------------------------------------------------------------- the Open OnDemand app, as a job
+
+OOD_JOB = """#!/bin/bash
+{native}
+#SBATCH --partition=gpu
+#SBATCH --time=00:10:00
+#SBATCH --job-name=ood-hpclab
+# What Open OnDemand's basic template wraps around the app's scripts: the host, its helpers, before.sh, script.sh.
+export host=$(hostname)
+find_port() {{ "{python}" -c "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"; }}
+create_passwd() {{ tr -dc 'a-zA-Z0-9' < /dev/urandom | head -c "$1"; }}
+source {before}
+# script.sh execs JupyterLab; here in the background, so that this job can also run a notebook beside it
+bash {script} > {tmp}/lab.log 2>&1 &
+for i in $(seq 1 120); do
+    curl -sf -H "Authorization: token $password" "http://127.0.0.1:$port/node/$host/$port/api/status" && break
+    sleep 0.5
+done
+echo
+echo "LAB $(curl -s -o /dev/null -w '%{{http_code}}' -H "Authorization: token $password" "http://127.0.0.1:$port/node/$host/$port/api/contents/notebooks")"
+"{python}" -c "$RUNNER" {nb} {out} {root}
+kill %1
+"""
+
+
+def test_the_ood_apps_script_serves_jupyterlab_in_its_job_and_a_notebook_gets_engines_there(slurm, tmp_path):
+    from .test_cluster import RUNNER
+    from .test_ood import FORM, render
+
+    form = {**FORM, "gpus": "2", "reservation": "", "workbook": str(ROOT), "setup": ""}
+    native = yaml.safe_load(render("submit.yml.erb", form))["script"]["native"]
+    (tmp_path / "before.sh").write_text(render("template/before.sh.erb", form))
+    (tmp_path / "script.sh").write_text(render("template/script.sh.erb", form))
+    config = tmp_path / "jupyter"
+    config.mkdir()
+    (config / "jupyter_server_config.py").write_text("c.ServerApp.allow_root = True\n")   # (the tests run as root)
+    nb, out = tmp_path / "in_job.ipynb", tmp_path / "in_job.out.ipynb"
+    cells = [IN_JOB[0].replace("n=4", "n=2"), IN_JOB[1], IN_JOB[2]]
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), nb)
+    job_script = tmp_path / "ood.sbatch"
+    job_script.write_text(OOD_JOB.format(native="\n".join(f"#SBATCH {a}" for a in native), python=sys.executable,
+                                         before=tmp_path / "before.sh", script=tmp_path / "script.sh", tmp=tmp_path,
+                                         nb=nb, out=out, root=ROOT))
+    job = slurm.sbatch([f"--output={tmp_path}/ood.out", str(job_script)],
+                       env=job_env(slurm, tmp_path, RUNNER=RUNNER, JUPYTER_CONFIG_DIR=config,
+                                   JUPYTER_RUNTIME_DIR=tmp_path / "runtime"), cwd=tmp_path)
+    info = slurm.wait(job, timeout=300)
+    log = (tmp_path / "ood.out").read_text(errors="replace")
+    assert info["JobState"] == "COMPLETED" and "LAB 200" in log, f"{completed(info)}\n{log[-3000:]}\n" + \
+        (tmp_path / "lab.log").read_text(errors="replace")[-2000:]
+    text = "\n".join(o.get("text", "") for c in nbformat.read(out, as_version=4).cells for o in c.get("outputs", []))
+    engines = eval(re.search(r"ENGINES (\[.*\])", text).group(1))  # noqa: S307 - our own notebook's output
+    assert [e[:2] for e in engines] == [(r, job) for r in range(2)], text    # the engines run in this very job
