@@ -208,3 +208,96 @@ def test_engines_that_cannot_start_are_a_fail_line_with_exit_status_1(tmp_path):
                           text=True, timeout=120, env=e, cwd=ROOT)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "FAIL  engines: 2 MPI engines did not start" in proc.stdout and "libfoo.so missing" in proc.stdout
+
+
+# --- hpclab doctor --site: the site's Slurm from its commands' output ----------------------
+
+def test_site_reads_slurm_times_and_gpu_gres():
+    from hpclab.cli import site
+
+    assert [site.minutes(t) for t in ("45", "30:00", "8:00:00", "1-12", "1-02:00:00")] == [45, 30, 480, 2160, 1560]
+    assert site.minutes("INFINITE") == site.minutes("UNLIMITED") == float("inf")
+    assert [site.gpus_of(g) for g in ("gpu:4", "gpu:a100:4(S:0-1),shard:8", "gpu:a100:2,gpu:v100:2", "(null)")] \
+        == [4, 4, 4, 0]
+
+
+SINFO = "n1|gpu:a100:4(S:0-1)|idle|up|12:00:00\nn2|gpu:a100:4|mixed|up|12:00:00\nn3|gpu:a100:4|drained|up|12:00:00\n"
+
+
+def test_site_partition_line_counts_usable_nodes_and_checks_gpus_and_time():
+    from hpclab.cli import site
+
+    line, usable = site.partition_line(SINFO, "gpu", 4, "08:00:00")
+    assert line.status == "PASS" and usable == {"n1": 4, "n2": 4}
+    assert line.found == "up; 3 nodes (2 usable) with 4 GPUs each; time limit 12:00:00"
+    big = site.partition_line(SINFO, "gpu", 8, "08:00:00")[0]
+    assert big.status == "FAIL" and big.fix == "--gpus-per-node 4 at most"
+    long = site.partition_line(SINFO, "gpu", 4, "1-00:00:00")[0]
+    assert long.status == "WARN" and long.fix.startswith("--time 12:00:00 at most")
+    assert site.partition_line("", "gpu", 4, "08:00:00")[0].status == "FAIL"
+    assert "it is down" in site.partition_line(SINFO.replace("|up|", "|down|"), "gpu", 4, "1:00:00")[0].found
+
+
+RESERVATION = ("ReservationName=day StartTime=2026-12-03T08:30:00 EndTime=2026-12-03T17:00:00 Duration=08:30:00 "
+               "Nodes=n[1-2] NodeCnt=2 CoreCnt=128 Features=(null) PartitionName=gpu Flags= TRES=cpu=128 "
+               "Users=(null) Groups=(null) Accounts=ws2026 Licenses=(null) State=INACTIVE BurstBuffer=(null)")
+
+
+def test_site_reservation_line_names_its_nodes_and_whom_it_admits():
+    from hpclab.cli import site
+
+    line, nodes = site.reservation_line(RESERVATION, "day", "gpu", "alice", "ws2026")
+    assert line.status == "PASS" and nodes == ["n[1-2]"]
+    assert "inactive, 2026-12-03T08:30:00 to 2026-12-03T17:00:00 on 2 nodes" in line.found
+    assert "accounts ws2026" in line.found
+    other = site.reservation_line(RESERVATION, "day", "gpu", "alice", "")[0]
+    assert other.status == "WARN" and "not you (alice" in other.found
+    wrong = site.reservation_line(RESERVATION, "day", "gpu-long", "alice", "ws2026")[0]
+    assert wrong.status == "FAIL" and wrong.fix == "--partition gpu"
+    missing = site.reservation_line("Reservation day not found", "day", "gpu", "alice", "")
+    assert missing[0].status == "FAIL" and missing[1] == []
+
+
+def test_site_room_line_fits_one_job_per_learner_on_the_usable_nodes():
+    from hpclab.cli import site
+
+    assert site.room_line(4, 4, {"n1": 8, "n2": 8}, "partition gpu").status == "PASS"
+    short = site.room_line(4, 20, {"n1": 8, "n2": 4, "n3": 2}, "reservation day")
+    assert short.status == "WARN" and "room for 3 such jobs" in short.found and "--gpus-per-node 2" in short.fix
+
+
+ASSOC = "ws2026|||gres/gpu=64|gres/gpu=8|\nws2026|gpu|normal,workshop|||\n"
+QOS = "normal||||\nworkshop|gres/gpu=2|||\nother|gres/gpu=1|||\n"
+
+
+def test_site_limits_line_fails_a_gpu_limit_below_one_engines_job():
+    from hpclab.cli import site
+
+    low = site.limits_line(0, ASSOC, QOS, 4)
+    assert low.status == "FAIL" and "QOS workshop MaxTRESPerUser gres/gpu=2" in low.found
+    assert "QOS other" not in low.found and low.fix.startswith("--gpus-per-node 2")
+    assert site.limits_line(0, ASSOC, QOS.replace("gres/gpu=2", "gres/gpu=4"), 4).status == "PASS"
+    assert site.limits_line(0, "ws2026|||||\n", "", 4).status == "PASS"
+    assert site.limits_line(0, "", "", 4).status == "WARN"
+    none = site.limits_line(1, "sacctmgr: error: Problem talking to the database: Connection refused", "", 4)
+    assert none.status == "SKIP" and "Problem talking to the database" in none.found
+
+
+def test_site_test_submission_line_quotes_slurm():
+    from hpclab.cli import site
+
+    ok = site.test_submission_line(0, "sbatch: Job 42 to start at 2026-12-03T08:30:00 using 4 processors on nodes "
+                                      "n1 in partition gpu")
+    assert ok.status == "PASS" and "Job 42 to start at 2026-12-03T08:30:00" in ok.found
+    bad = site.test_submission_line(1, "sbatch: error: Batch job submission failed: Invalid account or "
+                                       "account/partition combination specified")
+    assert bad.status == "FAIL" and "Invalid account" in bad.found
+
+
+def test_site_without_slurm_says_so_in_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "hpclab", "doctor", "--site", "-p", "gpu"], capture_output=True,
+                          text=True, env=env(PATH=str(tmp_path)), cwd=ROOT, timeout=60)
+    assert proc.returncode == 1 and proc.stdout.startswith("FAIL  Slurm: ") and len(proc.stdout.splitlines()) == 1
+    no_partition = subprocess.run([sys.executable, "-m", "hpclab", "doctor", "--site"], capture_output=True, text=True,
+                                  env=env(), cwd=ROOT, timeout=60)
+    assert no_partition.returncode == 2 and "--site needs --partition" in no_partition.stderr

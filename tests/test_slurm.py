@@ -180,6 +180,35 @@ def test_site_options_reach_every_job_a_reservation_through_sbatch_its_variables
         slurm.run(["scontrol", "delete", "reservation", "workshop"])
 
 
+def test_doctor_site_reads_the_partition_a_reservation_and_a_test_submission_from_slurm(slurm, tmp_path):
+    made = slurm.run(["scontrol", "create", "reservation", "ReservationName=day", "Users=root", "Nodes=node1",
+                      "StartTime=now", "Duration=30", "Flags=IGNORE_JOBS"])
+    assert made.returncode == 0, made.stderr
+
+    def site(*args):
+        proc = hpclab_in(slurm, tmp_path, "doctor", "--site", "-p", "gpu", *args)
+        return proc.returncode, {ln.split(":", 1)[0][6:]: ln for ln in proc.stdout.splitlines() if ln[:4].isupper()}
+
+    try:
+        code, lines = site("--gpus-per-node", "4", "--learners", "2", "--reservation", "day")
+        assert code == 0, lines
+        assert lines["Slurm"].startswith("PASS") and "UP" in lines["Slurm"]
+        assert lines["partition gpu"].startswith("PASS  partition gpu: up; 1 nodes (1 usable) with 8 GPUs each")
+        assert lines["reservation day"].startswith("PASS") and "(node1)" in lines["reservation day"]
+        assert "room for 2 such jobs" in lines["GPUs for the room"] and lines["GPUs for the room"].startswith("PASS")
+        assert lines["GPU limits"].startswith("SKIP  GPU limits: no accounting database")   # (none here)
+        assert lines["engines job"].startswith("PASS") and "to start at" in lines["engines job"]
+        code, lines = site("--gpus-per-node", "4", "--learners", "3", "--reservation", "day")
+        assert code == 0 and lines["GPUs for the room"].startswith("WARN"), lines
+        code, lines = site("--gpus-per-node", "16")
+        assert code == 1 and lines["partition gpu"].startswith("FAIL") and lines["engines job"].startswith("FAIL")
+        assert lines["reservation"].startswith("SKIP")
+        code, lines = site("--reservation", "nosuch")
+        assert code == 1 and lines["reservation nosuch"].startswith("FAIL"), lines
+    finally:
+        slurm.run(["scontrol", "delete", "reservation", "day"])
+
+
 def test_template_output_goes_to_the_gitignored_logs_folder(slurm, tmp_path):
     info = slurm.wait(submit(slurm, "ex0_collectives.sbatch", tmp_path, *TWO_GPUS, output=False), timeout=240)
     log = Path(info["StdOut"])

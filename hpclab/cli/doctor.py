@@ -1,5 +1,6 @@
 """``hpclab doctor [--engines [-n 4]] [--backend nccl]``: a pre-flight of what the notebooks need,
-here (under mpiexec: every rank) or on every engine a notebook would use. One line per requirement:
+here (under mpiexec: every rank) or on every engine a notebook would use (``--site``: what the site's
+Slurm offers a workshop's room, hpclab/cli/site.py). One line per requirement:
 PASS, WARN, FAIL or SKIP, what was found and the fix; exit status 1 on a FAIL. On the simulator (a
 supported place to run the workbook) the GPU lines say SKIP and why. Also ``hpclab info``: the facts
 alone (backend, GPUs and which ranks use them, MPI, NCCL, versions)."""
@@ -12,12 +13,13 @@ import re
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
 from importlib.metadata import distributions
 
 import numpy as np
 
 from hpclab import backend, mpi
+from hpclab.cli import site
+from hpclab.cli.line import Line
 from hpclab.comm.nccl import available as nccl_available, version_string
 from hpclab.comm.select import BACKENDS
 from hpclab.device import describe_sharing, identity, select_gpu, sharing
@@ -27,17 +29,6 @@ from hpclab.cluster.mpi import choose as srun_mpi, family as mpi_family, srun_fl
 
 STACK = {12: "cu12", 13: "cu13"}    # CUDA major -> the extra with its stack (tools/gpu_stack.py)
 SETUP = "make setup (it installs the stack that matches the driver)"
-
-
-@dataclass
-class Line:
-    status: str     # PASS, WARN, FAIL or SKIP
-    what: str
-    found: str
-    fix: str = ""
-
-    def __str__(self) -> str:
-        return f"{self.status:<4}  {self.what}: {self.found}" + (f"  -> fix: {self.fix}" if self.fix else "")
 
 
 def _version(dist: str) -> str | None:
@@ -279,7 +270,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("-n", type=int, default=4, help="with --engines: how many (default 4)")
     parser.add_argument("--profile", default="default", help="with --engines: the IPython profile")
     parser.add_argument("--backend", choices=BACKENDS, default="auto", help="what you will ask for")
+    parser.add_argument("--site", action="store_true", help="what the site's Slurm offers a workshop's room")
+    site.add_arguments(parser)
     args = parser.parse_args(argv)
+    if args.site:
+        if not args.partition:
+            parser.error("--site needs --partition (sinfo -o '%P %G %l' lists them)")
+        return report(per_rank=[site.checks(args)])
     if args.engines:
         from hpclab import cluster
 
