@@ -1,6 +1,6 @@
 """One hpclab for a room (``make install-shared PREFIX=DIR``, tools/install_shared.sh): two learners each get their
 own exercises and templates, the shared tree stays as it was, JupyterLab serves a learner's work folder, and the
-module file and the learner's commands (hpclab-lab, hpclab doctor) work from the shared environment."""
+module file and the learner's commands (hpclab-lab, hpclab doctor, hpclab cluster init) work from the shared environment."""
 from __future__ import annotations
 
 import hashlib
@@ -40,7 +40,7 @@ def shared(tmp_path_factory) -> Path:
 
 def _learner(home: Path, *args: str) -> subprocess.CompletedProcess:
     """A command as a learner whose home is ``home`` runs it."""
-    env = {k: v for k, v in os.environ.items() if k not in ("HPCLAB_WORK", "HPCLAB_FIGURES")}
+    env = {k: v for k, v in os.environ.items() if k not in ("HPCLAB_WORK", "HPCLAB_FIGURES", "IPYTHONDIR")}
     return subprocess.run(list(args), capture_output=True, text=True, timeout=120, env={**env, "HOME": str(home)})
 
 
@@ -69,8 +69,15 @@ def test_the_learners_commands_run_from_the_shared_environment(shared, tmp_path)
     module = next((shared / "modulefiles" / "hpclab").glob("*.lua")).read_text()
     assert f'prepend_path("PATH", "{shared}/bin")' in module and f'setenv("HPCLAB_ENV", "{shared}/venv")' in module
     home = tmp_path / "cleo"
+    home.mkdir()
     doctor = _learner(home, str(shared / "venv" / "bin" / "python"), "-m", "hpclab", "doctor")
     assert "PASS  MPI" in doctor.stdout and "Traceback" not in doctor.stdout + doctor.stderr, doctor.stdout
+    init = _learner(home, str(shared / "venv" / "bin" / "hpclab"), "cluster", "init", "--slurm", "--partition", "gpu",
+                    "--gpus-per-node", "4")                  # the README's route 1, from the module's PATH
+    config = home / ".ipython" / "profile_default" / "ipcluster_config.py"
+    assert init.returncode == 0 and config.is_file(), init.stdout + init.stderr
+    venv = next(ln.split()[1] for ln in config.read_text().splitlines() if ln.startswith("source "))
+    assert Path(venv).resolve() == (shared / "venv" / "bin" / "activate").resolve(), venv   # the job uses it too
     port, token = _free_port(), secrets.token_hex(16)
     env = {**os.environ, "HOME": str(home), "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"),
            "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg")}
