@@ -1,8 +1,7 @@
 """NCCL: GPU-to-GPU collectives; MPI only starts them (:func:`communicator`: Exercise 4's bootstrap).
 
 The binding is ``cupy.cuda.nccl``: it takes raw device pointers and stream handles, so Numba arrays
-work through their pointers. NVIDIA's ``nccl4py`` infers the device itself, and rejected a Numba array
-allocated after ``cuda.select_device(1)`` ("sendbuf is on device 0, but communicator is on device 1").
+work through their pointers (NVIDIA's ``nccl4py`` infers the device itself, wrongly for a Numba array).
 
 Every call is enqueued on Numba's default stream, behind the kernels that produced the data, and waits
 for it, as the MPI backends do; ``sendrecv`` takes the stream that wrote its buffer instead, so a halo
