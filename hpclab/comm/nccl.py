@@ -1,7 +1,7 @@
 """NCCL: GPU-to-GPU collectives; MPI only starts them (:func:`communicator`: Exercise 4's bootstrap).
 
 The binding is ``cupy.cuda.nccl``: it takes raw device pointers and stream handles, so Numba arrays
-work through their pointers (NVIDIA's ``nccl4py`` infers the device itself, wrongly for a Numba array).
+work through their pointers (NVIDIA's ``nccl4py`` infers the device itself: benchmarks/HISTORY.md).
 
 Every call is enqueued on Numba's default stream, behind the kernels that produced the data, and waits
 for it, as the MPI backends do; ``sendrecv`` takes the stream that wrote its buffer instead, so a halo
