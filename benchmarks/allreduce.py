@@ -18,13 +18,28 @@ import sys
 import numpy as np
 
 from hpclab import backend
-from hpclab.comm.measure import BACKEND_CHOICES, RAW, human, parse_sizes, run, table
+from hpclab.comm.measure import RAW, human, parse_size, run, table
 from hpclab.device import select_gpu
 from hpclab.errors import RankError, step
 from hpclab.mpi import world
 from hpclab.options import Parser, UsageError, count
 from hpclab.results.recorded import figure
 from hpclab.runner import env_rank
+
+BACKEND_CHOICES = ("auto", "mpi-host", "mpi-cuda", "nccl", "all")
+
+
+def parse_sizes(text: str, itemsize: int) -> list[int]:
+    """``--sizes``: comma-separated message sizes (:func:`hpclab.comm.measure.parse_size`), whole elements each."""
+    items = [t.strip() for t in text.split(",")]
+    if not text.strip() or not all(items):
+        raise UsageError(f"{text!r} has an empty item; give sizes like 4,1K,1M,256M")
+    sizes = [parse_size(t) for t in items]
+    for s in sizes:
+        if s <= 0 or s % itemsize:
+            raise UsageError(f"size {s} B is not a positive multiple of the element size "
+                             f"({itemsize} B); use e.g. {max(itemsize, s - s % itemsize)}")
+    return sizes
 
 
 def ratios(rows: list[dict]) -> list[dict]:

@@ -37,6 +37,8 @@ from hpclab.options import Parser, count, count_list, real, real_list
 from hpclab.results.recorded import figure
 from hpclab.speedup import speedups
 
+from benchmarks.nccl_ctas import HiddenAllreduce
+
 FIELDS = ["sweep", "gpus", "width", "layers", "parameters", "global_batch", "per_gpu_batch", "precision", "comm",
           "overlap", "bucket_mb", "buckets", "first_layer_slices", "overlap_ctas", "step_s", "samples_per_s",
           "compute_s", "comm_s", "update_s", "comm_share", "allreduce_s", "hidden_share", "device"]
@@ -61,12 +63,15 @@ def append_csv(path: str, rows: list[dict], fields: list[str]) -> None:
 
 def _measure(args, comm, placement, points) -> list[dict]:
     """One row per point (sweep, global batch, bucket MiB or None: no overlap), the same on every rank."""
-    return [{"sweep": sweep, "width": args.width, "layers": args.layers,
-             **measure(comm, [args.width] * (args.layers + 1), batch, steps=args.steps, warmup=args.warmup,
-                       precision=args.precision, comm_backend=args.comm, overlap=mb is not None,
-                       bucket_mb=mb or 25.0, first_layer_slices=args.first_layer_slices,
-                       overlap_ctas=args.overlap_ctas or None),
-             "device": placement.gpu_name} for sweep, batch, mb in points]
+    rows = []
+    for sweep, batch, mb in points:
+        hidden = HiddenAllreduce(args.overlap_ctas) if args.overlap_ctas else None
+        row = measure(comm, [args.width] * (args.layers + 1), batch, steps=args.steps, warmup=args.warmup,
+                      precision=args.precision, comm_backend=args.comm, overlap=mb is not None,
+                      bucket_mb=mb or 25.0, first_layer_slices=args.first_layer_slices, hidden_allreduce=hidden)
+        row["overlap_ctas"] = hidden.max_ctas if hidden and hidden.used else ""
+        rows.append({"sweep": sweep, "width": args.width, "layers": args.layers, **row, "device": placement.gpu_name})
+    return rows
 
 
 def _report(args, rows: list[dict], rank: int) -> int:

@@ -5,9 +5,28 @@ format of hpclab/data/roofline.csv or hpclab/data/timeline.csv (copy FILE there 
     mpiexec -n 2 python benchmarks/perf_record.py timeline FILE   # a DDP step and a halo layer, with and
                                                                   # without overlap, one GPU per rank
 """
+import csv
+import datetime
 import sys
+from dataclasses import asdict, fields
 
-from hpclab import backend, roofline, timeline
+from hpclab import backend, roofline
+
+
+def write_roofline(points: list, fh) -> None:
+    """``roofline.Point`` rows, the columns of data/roofline.csv (:func:`hpclab.roofline.read`)."""
+    w = csv.DictWriter(fh, [f.name for f in fields(roofline.Point)])
+    w.writeheader()
+    w.writerows({k: (f"{v:.7g}" if isinstance(v, float) else v) for k, v in asdict(p).items()} for p in points)
+
+
+def write_timeline(runs: dict[str, list[dict]], device: str, fh) -> None:
+    """Every run's spans, the columns of data/timeline.csv (:func:`hpclab.timeline.read`)."""
+    w = csv.DictWriter(fh, ["run", "device", "date", "rank", "lane", "kind", "name", "start_ms", "end_ms"])
+    w.writeheader()
+    today = datetime.date.today().isoformat()
+    w.writerows({**s, "run": run, "device": device, "date": today, "start_ms": f"{s['start_ms']:.4f}",
+                 "end_ms": f"{s['end_ms']:.4f}"} for run, spans in runs.items() for s in spans)
 
 
 def record_roofline(path: str) -> None:
@@ -20,7 +39,7 @@ def record_roofline(path: str) -> None:
     for p in points:
         p.command = "python benchmarks/perf_record.py roofline FILE"
     with open(path, "w", newline="") as fh:
-        roofline.write(points, fh)
+        write_roofline(points, fh)
 
 
 def record_timeline(path: str) -> None:
@@ -35,7 +54,7 @@ def record_timeline(path: str) -> None:
             for what, fn in (("DDP step", timeline_step), ("halo layer", timeline_layer)) for overlap in (True, False)}
     if comm.rank == 0:
         with open(path, "w", newline="") as fh:
-            timeline.write(runs, roofline.device_name(), fh)
+            write_timeline(runs, roofline.device_name(), fh)
 
 
 if __name__ == "__main__":

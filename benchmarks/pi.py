@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import json
 import sys
+import time
 
 from hpclab import backend
 from hpclab.device import identity
@@ -34,6 +35,18 @@ def _rate(make, first: int, limit: int, seconds: float, repeats: int) -> tuple[f
     return n / median_time(lambda: make(n), repeats, warmup=0), n
 
 
+def init_seconds(n_states: int, seed: int = 0) -> float:
+    """Host-side seconds to create ``n_states`` xoroshiro128+ states (jump-ahead on the CPU)."""
+    from hpclab.launch import cuda
+    from hpclab.pi import xoroshiro
+
+    t0 = time.perf_counter()
+    made = xoroshiro.states(n_states, seed)
+    cuda.synchronize()
+    del made
+    return time.perf_counter() - t0
+
+
 def measure(seconds: float = 1.0, repeats: int = 3, shapes: bool = True) -> dict:
     from hpclab.launch import cuda, full_gpu       # loads numba.cuda: after the backend choice
     from hpclab.pi import fast, midpoint, mc, xoroshiro
@@ -50,7 +63,7 @@ def measure(seconds: float = 1.0, repeats: int = 3, shapes: bool = True) -> dict
 
     states = xoroshiro.states(blocks * threads, 123)
     out["xoroshiro_states"] = blocks * threads
-    out["xoroshiro_init_s"] = xoroshiro.init_seconds(blocks * threads, 123)
+    out["xoroshiro_init_s"] = init_seconds(blocks * threads, 123)
     out["mc_counter_generator"] = f"Philox4x32-{mc.ROUNDS}"
     for name, make, start, limit, secs in (
             ("mc_counter_samples", lambda m: fast.count_hits(0, m, 123), first, limit_mc, seconds),

@@ -1,13 +1,11 @@
-"""Start a compiled kernel in 11 to 17 µs of host time instead of the 27 to 45 µs Numba's launch takes.
+"""Start a compiled kernel in a fraction of the host time Numba's launch takes.
 
-numba-cuda 0.30 turns every array argument of every launch into a memory view before packing it, and looks up
-the current context and a stream object each time: on one H100 machine 41 µs to start a kernel of three arrays,
-of which the driver's launch is 7 µs (CuPy's ``matmul`` takes 20 µs; check log, thirteenth round). A matrix
-product of half a millisecond loses several percent of its time to that. :class:`Launches` compiles through
-Numba once for each kind of arguments (dtype, shape, strides, 16-byte alignment: all a kernel's choice and its
-Numba types depend on) and CUDA context, keeps the compiled function and launch shape, and packs Numba device
-arrays itself, word for word as Numba passes an array to a kernel (``array_words``; a GPU test compares the
-two). Other arguments, and the simulator, take Numba's own launch.
+numba-cuda turns every array argument of every launch into a memory view and looks up the current context and a
+stream object each time, several times the driver's own launch (benchmarks/HISTORY.md, *Starting a kernel*).
+:class:`Launches` compiles through Numba once for each kind of arguments (dtype, shape, strides, 16-byte
+alignment: all a kernel's choice and its Numba types depend on) and CUDA context, keeps the compiled function
+and launch shape, and packs Numba device arrays itself, word for word as Numba does (``array_words``; a GPU test
+compares the two). Other arguments, and the simulator, take Numba's own launch.
 """
 from __future__ import annotations
 
@@ -59,7 +57,7 @@ class Launches:
 
 
 def _stream(stream, context):
-    """``stream`` (0 or a Numba stream) as the driver launch takes it; Numba's conversion costs ~7 µs, so the
+    """``stream`` (0 or a Numba stream) as the driver launch takes it; Numba's conversion is slow, so the
     default stream's is kept per context."""
     if stream:
         return _to_core_stream(stream)

@@ -4,7 +4,7 @@ A kernel doing F floating-point operations on B bytes of device memory in T seco
 intensity I = F / B and attains F / T, below min(P, I W) for peak rate P and bandwidth W. Both roofs are
 measured beside the datasheet's: ``fma_kernel`` (CHAINS independent chains of fused multiply-adds per thread,
 STEPS written out per pass so that loop instructions take few issue slots) and ``copy_kernel``. A kernel's
-FLOPs and bytes are counted from its loops, assuming no cache (the benches' ``roofline_points``);
+FLOPs and bytes are counted from its loops, assuming no cache (each topic's ``measure.roofline_points``);
 ``benchmarks/perf_record.py`` records them on a GPU into ``data/roofline.csv``, which the simulator shows.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import csv
 import datetime
 import io
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
@@ -119,14 +119,8 @@ def gemm_count(m: int, n: int, k: int, tile_m: int, tile_n: int) -> tuple[float,
 
 # ---------------------------------------------------------------- recorded points, the figure
 
-def write(points: list[Point], fh) -> None:
-    w = csv.DictWriter(fh, [f.name for f in fields(Point)])   # the columns of data/roofline.csv
-    w.writeheader()
-    w.writerows({k: (f"{v:.7g}" if isinstance(v, float) else v) for k, v in asdict(p).items()} for p in points)
-
-
 def read(text: str | None = None) -> list[Point]:
-    """Points of a CSV written by :func:`write`; by default the recorded ``data/roofline.csv``."""
+    """Points of a CSV of :class:`Point` fields (benchmarks/perf_record.py); by default ``data/roofline.csv``."""
     text = text if text is not None else resources.files("hpclab").joinpath("data/roofline.csv").read_text()
     return [Point(**{**r, **{k: float(r[k]) for k in ("flops", "bytes", "seconds")}})
             for r in csv.DictReader(io.StringIO(text))]

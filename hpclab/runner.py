@@ -1,15 +1,11 @@
 """Run one workshop program on every MPI rank (``hpclab run NAME``).
 
-A program is a module (``hpclab.pi.run_mc``, ...) defining ``PROGRAM`` (a :class:`Program`: its name and what
-a scaling sweep needs), ``HELP`` (one line), ``add_arguments(parser)``, ``validate(args, launch)`` (what the
-arguments cost: ``hpclab.budget``) and ``run(args, ctx) -> Report``; :mod:`hpclab.programs` maps the names
-``hpclab run`` knows to their modules. The runner does the rest for all of them: input checks, backend and GPU selection, the per-rank lines in rank order, the FINAL RESULTS block
-(the workshop's format), the JSON line, and errors reported on every rank with a non-zero exit instead of
-a hang. :func:`checked` checks input before any work on both routes (here, and on notebook engines through
-``scaling.engine_trial``): the parser's types, then the program's ``validate(args, launch)``. MPI starts
-even where a rank's check failed, and one ``allgather`` of the outcomes follows: a rank whose environment
-or arguments differ (an MPMD launch, a node without a GPU) stops every rank with its message instead of
-leaving them waiting in their first collective. Bad input exits with 2.
+A program is a module (docs/architecture.md, *Programs are modules*); the runner does the rest for all of them:
+input checks (:func:`checked`, also on notebook engines), backend and GPU selection, the per-rank lines in rank
+order, the FINAL RESULTS block (the workshop's format), the JSON line, and errors reported on every rank with a
+non-zero exit instead of a hang. MPI starts even where a rank's check failed, and one ``allgather`` of the
+outcomes follows: a rank whose environment or arguments differ (an MPMD launch, a node without a GPU) stops every
+rank with its message instead of leaving them waiting in their first collective. Bad input exits with 2.
 """
 from __future__ import annotations
 

@@ -8,7 +8,6 @@ clock, which keeps the order, not GPU time. ``benchmarks/perf_record.py timeline
 from __future__ import annotations
 
 import csv
-import datetime
 import io
 import time
 from contextlib import contextmanager, nullcontext
@@ -69,16 +68,8 @@ OFF = SimpleNamespace(span=lambda *args, **kwargs: nullcontext(), cut=lambda *ar
 
 # ---------------------------------------------------------------- recorded runs, the figure
 
-def write(runs: dict[str, list[dict]], device: str, fh) -> None:
-    w = csv.DictWriter(fh, ["run", "device", "date", "rank", "lane", "kind", "name", "start_ms", "end_ms"])
-    w.writeheader()
-    today = datetime.date.today().isoformat()
-    w.writerows({**s, "run": run, "device": device, "date": today, "start_ms": f"{s['start_ms']:.4f}",
-                 "end_ms": f"{s['end_ms']:.4f}"} for run, spans in runs.items() for s in spans)
-
-
 def read(text: str | None = None) -> dict[str, list[dict]]:
-    """Runs of a CSV written by :func:`write` (default: the recorded ``data/timeline.csv``), by run name."""
+    """Runs of a CSV of spans (benchmarks/perf_record.py; default: the recorded ``data/timeline.csv``), by run name."""
     text = text if text is not None else resources.files("hpclab").joinpath("data/timeline.csv").read_text()
     runs: dict[str, list[dict]] = {}
     for r in csv.DictReader(io.StringIO(text)):

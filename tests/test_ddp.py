@@ -310,46 +310,6 @@ def test_update_per_bucket_gives_the_update_of_the_whole(optimizer, momentum):
     assert not np.array_equal(weights[0], init_parameters(sizes, seed=2))
 
 
-def test_cta_limited_communicator_config_and_limits():
-    """The ncclConfig_t handed to NCCL: the 2.17 layout (size, magic, version, then the CTA limits); NCCL
-    reads ``size`` bytes of it. Bad limits are refused before NCCL is touched, on any backend."""
-    import ctypes
-
-    from hpclab.comm.nccl_ctas import config
-    from hpclab.ddp import MLP
-    from hpclab.ddp.trainer import DDPTrainer
-    from hpclab.mpi import world
-
-    cfg = config(8)
-    raw = bytes(cfg)
-    assert cfg.size == len(raw) == 32 and ctypes.c_size_t.from_buffer_copy(raw[:8]).value == 32
-    assert raw[8:12] == (0xCAFEBEEF).to_bytes(4, "little") and int.from_bytes(raw[12:16], "little") == 21700
-    assert [int.from_bytes(raw[i:i + 4], "little", signed=True) for i in range(16, 32, 4)] == [-2 ** 31, -2 ** 31, 1, 8]
-    for bad in (0, 65, 2.0):
-        with pytest.raises(ValueError, match="max_ctas"):
-            config(bad)
-        with pytest.raises(ValueError, match="max_ctas"):
-            DDPTrainer(MLP([4, 3, 2]), world(), "mpi-host", overlap=True, overlap_ctas=bad)
-    # MPI runs no kernels of its own: the limit does not apply, and the trainer says so by not keeping it.
-    trainer = DDPTrainer(MLP([4, 3, 2]), world(), "mpi-host", overlap=True, bucket_mb=1e-6, overlap_ctas=4)
-    assert trainer.overlap_ctas is None
-    proc = run_benchmark("ddp", "--mode", "scaling", "--overlap-ctas", "65")
-    assert proc.returncode == 2 and "--overlap-ctas" in proc.stderr, proc.stderr
-
-
-@pytest.mark.requires_gpu("NCCL on two GPUs")
-def test_nccl_overlap_with_limited_ctas_gives_the_plain_step():
-    if gpus() < 2:
-        pytest.skip("NCCL needs a GPU per rank: two GPUs")
-    proc = subprocess.run([*launcher(), "-n", "2", sys.executable, str(ROOT / "tests/mpi_scripts/ddp_nccl_overlap.py")],
-                          capture_output=True, text=True, timeout=300, env=env(HPCLAB_BACKEND="gpu"), cwd=ROOT)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    out = last_json(proc)
-    assert [r["comm"] for r in out["runs"]] == ["nccl"] * 3 and [r["ctas"] for r in out["runs"]] == [None, None, 2]
-    assert out["runs"][1]["buckets"] > 2 and all(r["identical"] for r in out["runs"])
-    assert out["same_as_plain"] == [True, True] and out["trained"]
-
-
 def test_bucket_size_must_be_positive():
     proc = run_benchmark("ddp", "--mode", "buckets", "--bucket-mb", "0")
     assert proc.returncode == 2 and "--bucket-mb" in proc.stderr and "0 <" in proc.stderr, proc.stderr

@@ -1,8 +1,6 @@
 """The roofline: the roof kernels against NumPy, the counts, the recorded points and the figure."""
 from __future__ import annotations
 
-import io
-
 import numpy as np
 import pytest
 
@@ -91,16 +89,6 @@ def test_pi_points_count_one_atomic_per_block():
     midpoint, fast = roofline_points(bins=512, repeats=1)
     assert (midpoint.kernel, fast.kernel) == ("midpoint", "fast") and midpoint.notebook == "02"
     assert midpoint.flops == 6 * 512 and fast.flops == 29 * 128 and midpoint.bytes == 8 * full_gpu(512)[0]
-
-
-def test_csv_round_trip():
-    points = R.measure_roofs(repeats=1) + [R.point("k", 1.0, 2.0, 3.0, "model", "04")]
-    buf = io.StringIO()
-    R.write(points, buf)
-    again = R.read(buf.getvalue())
-    assert [(p.kernel, p.notebook, p.count, p.device) for p in again] == \
-        [(p.kernel, p.notebook, p.count, p.device) for p in points]
-    assert [p.seconds for p in again] == pytest.approx([p.seconds for p in points], rel=1e-6)
 
 
 def test_datasheet_names_the_sxm_parts_only():

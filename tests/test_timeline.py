@@ -4,8 +4,6 @@ On the simulator a mark is the host's clock once the work before it has run (str
 synchronous there), so the order of the spans is the order of the work."""
 from __future__ import annotations
 
-import io
-
 import numpy as np
 import pytest
 
@@ -118,6 +116,3 @@ def test_two_ranks_gathered_on_rank_0(tmp_path):
     assert len(reduce) == 2 and min(s["end_ms"] for s in reduce) >= max(s["start_ms"] for s in reduce) - 1.0
     fig = T.figure(runs, "two ranks", "simulator")
     assert len(fig.axes) == 4 and plot.png(fig)[:4] == b"\x89PNG"
-    buf = io.StringIO()
-    T.write({"x": runs["halo layer, overlapped"]}, "dev", buf)
-    assert [s["name"] for s in T.read(buf.getvalue())["x"]] == [s["name"] for s in runs["halo layer, overlapped"]]

@@ -13,6 +13,16 @@ def test_nccl_without_gpu_fails_fast_naming_nccl():
     assert proc.stderr.count("NCCL needs real NVIDIA GPUs") == 2 and "mpi-host" in proc.stderr
 
 
+def test_size_list_parsing():
+    from hpclab.options import UsageError
+
+    from benchmarks.allreduce import parse_sizes
+
+    assert parse_sizes("4,1K,1M,256M,1G", 4) == [4, 1024, 1 << 20, 256 << 20, 1 << 30]
+    with pytest.raises(UsageError):
+        parse_sizes("4", 8)  # 4 bytes hold no float64
+
+
 def test_bench_rejects_bad_sizes():
     proc = run_benchmark("allreduce", "--sizes", "4,12X", timeout=30)
     assert proc.returncode == 2 and "'12X' is not a message size" in proc.stderr

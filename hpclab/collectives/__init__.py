@@ -1,2 +1,2 @@
-"""Collectives on GPU data (notebooks 00 and 01, workshop Exercise 0): ``kernels`` (fill, hello), ``patterns`` (the
-eight patterns on each rank's [rank + 1]), ``ring`` (a ring all-reduce by hand), ``check``, and the program ``run``."""
+"""Collectives on GPU data (notebooks 00 and 01, workshop Exercise 0); docs/architecture.md names each module's
+part."""

@@ -70,11 +70,10 @@ class Backend:
     def describe(self) -> str:
         return self.name
 
-    def allreduce_enqueue(self, buf, out, stream, max_ctas=None) -> bool:
+    def allreduce_enqueue(self, buf, out, stream) -> bool:
         """Sum ``buf`` over ranks into ``out`` (same shape, on the device), ordered on ``stream``, unchecked
-        (for buffers checked once: gradient buckets). NCCL enqueues it there and returns True at once, its
-        kernel limited to ``max_ctas`` thread blocks if given; here (MPI, which runs no kernels of its own)
-        it runs to completion now and returns False."""
+        (for buffers checked once: gradient buckets). NCCL enqueues it there and returns True at once; here
+        (MPI) it runs to completion now and returns False."""
         self.allreduce(buf, op="sum", out=out, check=False)
         return False
 

@@ -26,7 +26,6 @@ from hpclab.options import UsageError
 from hpclab.timing import wall
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-BACKEND_CHOICES = ("auto", "mpi-host", "mpi-cuda", "nccl", "all")
 RAW = "raw-nccl"
 
 
@@ -36,18 +35,6 @@ def parse_size(text: str) -> int:
     if not m:
         raise UsageError(f"{text!r} is not a message size; write bytes like 4, 1K, 256M or 1G")
     return int(m.group(1)) * UNITS[m.group(2)]
-
-
-def parse_sizes(text: str, itemsize: int) -> list[int]:
-    items = [t.strip() for t in text.split(",")]
-    if not text.strip() or not all(items):
-        raise UsageError(f"{text!r} has an empty item; give sizes like 4,1K,1M,256M")
-    sizes = [parse_size(t) for t in items]
-    for s in sizes:
-        if s <= 0 or s % itemsize:
-            raise UsageError(f"size {s} B is not a positive multiple of the element size "
-                             f"({itemsize} B); use e.g. {max(itemsize, s - s % itemsize)}")
-    return sizes
 
 
 def human(nbytes: int) -> str:

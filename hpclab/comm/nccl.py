@@ -1,8 +1,7 @@
 """NCCL: GPU-to-GPU collectives; MPI only starts them (:func:`communicator`: Exercise 4's bootstrap).
 
 The binding is ``cupy.cuda.nccl``: it takes raw device pointers and stream handles, so Numba arrays
-work through their pointers. NVIDIA's ``nccl4py`` infers the device itself, and rejected a Numba array
-allocated after ``cuda.select_device(1)`` ("sendbuf is on device 0, but communicator is on device 1").
+work through their pointers (NVIDIA's ``nccl4py`` infers the device itself: benchmarks/HISTORY.md).
 
 Every call is enqueued on Numba's default stream, behind the kernels that produced the data, and waits
 for it, as the MPI backends do; ``sendrecv`` takes the stream that wrote its buffer instead, so a halo
@@ -16,7 +15,6 @@ import numpy as np
 
 from hpclab import backend
 from hpclab.comm.base import Backend
-from hpclab.comm.nccl_ctas import LimitedCommunicator
 from hpclab.device import describe_sharing, sharing
 from hpclab.errors import RankError, step
 from hpclab.mpi import MPI
@@ -25,11 +23,11 @@ NEEDS_OWN_GPU = "NCCL needs one GPU per rank (it refuses two ranks of one commun
 
 INSTALL = ("install CuPy, which ships NCCL's Python binding: pip install 'hpclab[gpu]' "
            "(cupy-cuda13x; on a cluster load the CUDA module first)")
-_OPS = {"sum": 0, "max": 2, "min": 3}  # ncclSum, ncclMax, ncclMin
-_TYPES = {np.dtype(k): v for k, v in {
+NCCL_OPS = {"sum": 0, "max": 2, "min": 3}  # ncclSum, ncclMax, ncclMin
+NCCL_TYPES = {np.dtype(k): v for k, v in {
     "int8": 0, "uint8": 1, "int32": 2, "uint32": 3, "int64": 4, "uint64": 5,
     "float16": 6, "float32": 7, "float64": 8}.items()}
-_communicators: dict = {}  # id(MPI comm), or (id, CTA limit) -> (comm, communicator, device)
+_communicators: dict = {}  # id(MPI comm) -> (comm, communicator, device)
 
 
 class NcclUnavailable(RuntimeError):
@@ -168,16 +166,16 @@ class NcclBackend(Backend):
         problem = super().local_problem(buf, out)
         if problem:
             return problem
-        if np.dtype(buf.dtype) not in _TYPES:
+        if np.dtype(buf.dtype) not in NCCL_TYPES:
             return (f"NCCL has no type for {np.dtype(buf.dtype).name}; use one of "
-                    f"{', '.join(sorted(t.name for t in _TYPES))}")
+                    f"{', '.join(sorted(t.name for t in NCCL_TYPES))}")
         for name, a in (("buffer", buf), ("out", out)):
             if a is not None and not a.is_c_contiguous():
                 return f"the {name} is not contiguous; NCCL needs contiguous memory (pass a copy)"
         return None
 
     def _code(self, buf) -> int:
-        return _TYPES[buf.dtype]
+        return NCCL_TYPES[buf.dtype]
 
     def _wait(self, stream=None) -> None:
         self._sync_stream(self._stream if stream is None else stream)
@@ -205,30 +203,21 @@ class NcclBackend(Backend):
     def allreduce(self, buf, op="sum", out=None, check=True):
         buf = self.prepared(buf, "allreduce", op=op, out=out, check=check)
         out = self.cuda.device_array(buf.shape, dtype=buf.dtype) if out is None else out
-        self._call("allReduce", buf, out, buf.size, self._code(buf), _OPS[op])
+        self._call("allReduce", buf, out, buf.size, self._code(buf), NCCL_OPS[op])
         return out
 
-    def allreduce_enqueue(self, buf, out, stream, max_ctas=None) -> bool:
+    def allreduce_enqueue(self, buf, out, stream) -> bool:
         # ncclAllReduce on the given stream, no synchronisation: the caller orders the
         # stream after the kernels that wrote buf (an event) and waits for it when it needs out.
-        all_reduce = self.limited(max_ctas).all_reduce if max_ctas else self.nccl_comm.allReduce
-        all_reduce(pointer(buf), pointer(out), buf.size, self._code(buf), _OPS["sum"], stream_handle(stream))
+        self.nccl_comm.allReduce(pointer(buf), pointer(out), buf.size, self._code(buf), NCCL_OPS["sum"],
+                                 stream_handle(stream))
         return True
-
-    def limited(self, max_ctas: int):
-        """This rank's communicator limited to ``max_ctas`` CTAs (:mod:`hpclab.comm.nccl_ctas`); made
-        once, collectively, on first use, so every rank must ask for it at the same point."""
-        key = (id(self.comm), max_ctas)
-        if key not in _communicators:
-            _communicators[key] = (self.comm, LimitedCommunicator(self.comm, max_ctas, self._nccl),
-                                    self.device)
-        return _communicators[key][1]
 
     def reduce(self, buf, root=0, op="sum"):
         buf = self.prepared(buf, "reduce", op=op)
         # recvbuff matters on the root only; elsewhere a scratch buffer, so that no rank's input is written to
         out = self.cuda.device_array(buf.shape, dtype=buf.dtype)
-        self._call("reduce", buf, out, buf.size, self._code(buf), _OPS[op], root)
+        self._call("reduce", buf, out, buf.size, self._code(buf), NCCL_OPS[op], root)
         return out if self.rank == root else buf
 
     def bcast(self, buf, root=0):
@@ -245,7 +234,7 @@ class NcclBackend(Backend):
     def reduce_scatter(self, buf, op="sum"):
         buf = self.prepared(buf, "reduce_scatter", op=op, divisible=True)
         out = self.cuda.device_array((buf.shape[0] // self.size, *buf.shape[1:]), dtype=buf.dtype)
-        self._call("reduceScatter", buf, out, out.size, self._code(buf), _OPS[op])
+        self._call("reduceScatter", buf, out, out.size, self._code(buf), NCCL_OPS[op])
         return out
 
     def scatter(self, buf, root=0):

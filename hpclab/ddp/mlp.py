@@ -134,9 +134,7 @@ def cast(src, dst):
 
 # -- losses ------------------------------------------------------------------------
 # Threads per row of the softmax: the row's classes are shared among them (4096 classes in the scaling
-# MLP). One thread per row, as before, took 3.4 ms a step on an H100 at any batch - a third of a 4-GPU
-# step at batch 512 - since it only had as many threads as rows. On the simulator, few: each barrier is
-# a round of Python thread switches.
+# MLP; benchmarks/HISTORY.md says why). On the simulator, few: each barrier is a round of Python thread switches.
 XENT_THREADS = 4 if backend.is_simulator() else 128
 
 
@@ -283,7 +281,7 @@ def dense_forward(x, w, b, out, relu: bool):
 def row_slices(x, dw, bounds) -> list:
     """(r0, x[:, r0:r1], dw[r0:r1]) for each slice [r0, r1) of dw's rows, last rows first: the views of
     :func:`weight_gradient_in_slices`, made once and kept, as Numba builds a column slice of x one row's extent
-    at a time (for 512 rows, about 0.5 ms of host time per slice on an H200 machine)."""
+    at a time (slow: benchmarks/HISTORY.md)."""
     return [(r0, x[:, r0:r1], dw[r0:r1]) for r0, r1 in reversed(list(zip(bounds[:-1], bounds[1:])))]
 
 

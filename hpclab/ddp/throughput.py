@@ -16,13 +16,12 @@ from hpclab.timing import Phases, wall
 
 def measure(comm, sizes, global_batch: int, steps: int = 5, warmup: int = 2,
             precision: str = "fp32", comm_backend="auto", overlap: bool = False,
-            bucket_mb: float = 25.0, first_layer_slices: int = 1, overlap_ctas: int | None = None) -> dict:
+            bucket_mb: float = 25.0, first_layer_slices: int = 1, hidden_allreduce=None) -> dict:
     """Time data-parallel steps of an MLP classifier of widths ``sizes`` on random data, the global batch split
     evenly among the ranks of ``comm``; one row, the same on every rank. With ``overlap`` (buckets of
-    ``bucket_mb``, the first layer's gradient in ``first_layer_slices`` slices, NCCL's kernels for all but
-    the last bucket limited to ``overlap_ctas`` thread blocks) ``comm_s`` is the all-reduce
-    time left after the backward pass, ``allreduce_s`` the time the all-reduces took and ``hidden_share`` the
-    part of it hidden behind compute."""
+    ``bucket_mb``, the first layer's gradient in ``first_layer_slices`` slices, the trainer's
+    ``hidden_allreduce``) ``comm_s`` is the all-reduce time left after the backward pass, ``allreduce_s`` the
+    time the all-reduces took and ``hidden_share`` the part of it hidden behind compute."""
     size = comm.size
     if global_batch % size:
         raise ValueError(f"global batch {global_batch} does not divide among {size} ranks")
@@ -32,7 +31,7 @@ def measure(comm, sizes, global_batch: int, steps: int = 5, warmup: int = 2,
     model.load(init_parameters(sizes, seed=0))
     trainer = DDPTrainer(model, comm, comm_backend, optimizer="sgd", lr=1e-3, loss="xent",
                          loss_scaling=mixed, overlap=overlap, bucket_mb=bucket_mb,
-                         first_layer_slices=first_layer_slices, overlap_ctas=overlap_ctas)
+                         first_layer_slices=first_layer_slices, hidden_allreduce=hidden_allreduce)
     batch = random_batch(comm, sizes, per)
     for _ in range(warmup):
         trainer.step(*batch, global_batch)
@@ -47,7 +46,7 @@ def measure(comm, sizes, global_batch: int, steps: int = 5, warmup: int = 2,
     return {"gpus": size, "parameters": model.n_params, "global_batch": global_batch, "per_gpu_batch": per,
             "precision": precision, "comm": trainer.be.name, "overlap": overlap,
             "bucket_mb": bucket_mb if overlap else "", "buckets": len(trainer.buckets) if overlap else 1,
-            "first_layer_slices": first_layer_slices if overlap else "", "overlap_ctas": trainer.overlap_ctas or "",
+            "first_layer_slices": first_layer_slices if overlap else "",
             "step_s": step_s, "samples_per_s": global_batch / step_s, "compute_s": ph.get("compute", 0.0),
             "comm_s": comm_s, "update_s": ph.get("update", 0.0), "comm_share": comm_s / total if total else 0.0,
             "allreduce_s": busy, "hidden_share": max(0.0, 1.0 - comm_s / busy) if overlap and busy else 0.0}

@@ -5,8 +5,8 @@
    ranks is the mean gradient over the global batch: what one GPU would compute.
 3. One all-reduce (sum) of the flat gradient bucket per step, the batch's loss in it; with ``overlap``, as
    PyTorch does, buckets of about ``bucket_mb`` (:mod:`hpclab.ddp.buckets`), each all-reduced on a stream
-   of its own as soon as the backward pass has written it; with NCCL and ``overlap_ctas``, each but the
-   last by kernels of at most that many thread blocks, which leave the backward pass more of the GPU.
+   of its own as soon as the backward pass has written it (every bucket but the last through
+   ``hidden_allreduce``, if given).
 4. Every rank applies the same update, so the replicas stay identical (:func:`replica_checksums`); with
    ``overlap``, each bucket's part of it as soon as that bucket's all-reduce is done, while the last
    buckets are still being summed.
@@ -20,7 +20,6 @@ import zlib
 import numpy as np
 
 from hpclab import backend, comm as hcomm, timeline as T
-from hpclab.comm import nccl_ctas
 from hpclab.ddp import buckets as B, mlp as K
 from hpclab.ddp.model import EXTRA_SLOTS, MLP, init_parameters
 from hpclab.errors import RankError
@@ -82,12 +81,14 @@ class LossScaler:
 
 
 class DDPTrainer:
-    """Trains one replica of ``model``; call the same methods on every rank."""
+    """Trains one replica of ``model``; call the same methods on every rank. ``hidden_allreduce(backend)``, if
+    given, is called once (collectively) with overlapped buckets: it returns how the buckets the backward pass
+    hides are summed, a function (buf, out, stream) -> bool like ``allreduce_enqueue``, or None."""
 
     def __init__(self, model: MLP, comm, comm_backend="auto", optimizer: str = "sgd",
                  lr: float = 0.01, momentum: float = 0.0, scale_lr: bool = False,
                  loss: str = "xent", loss_scaling: bool = False, overlap: bool = False,
-                 bucket_mb: float = 25.0, first_layer_slices: int = 1, overlap_ctas: int | None = None):
+                 bucket_mb: float = 25.0, first_layer_slices: int = 1, hidden_allreduce=None):
         if optimizer not in OPTIMIZERS:
             raise ValueError(f"unknown optimizer {optimizer!r}; use one of {', '.join(OPTIMIZERS)}")
         if not lr > 0:
@@ -107,9 +108,7 @@ class DDPTrainer:
         self.state = [cuda.to_device(zeros) for _ in range(1 if optimizer == "sgd" else 2)]   # velocity, or 2 moments
         self._targets: dict[int, object] = {}     # a target buffer per batch size
         self.overlap, self.first_layer_slices = overlap, first_layer_slices if overlap else 1
-        self.overlap_ctas = None
-        if overlap_ctas is not None:
-            nccl_ctas.config(overlap_ctas)          # a bad limit is an error on every backend
+        self.hidden_allreduce = None
         # The all-reduced gradients land here, one buffer for the whole training (not 200 MB allocated and
         # freed per step); the models were checked to agree above, so the all-reduce skips its shape check.
         self.summed = cuda.device_array_like(model.bucket)
@@ -122,10 +121,9 @@ class DDPTrainer:
             self._backward_done, self._stats_copied = cuda.event(), cuda.event()
             self._stats_host = cuda.pinned_array(EXTRA_SLOTS, model.dtype)   # the summed loss, copied early
             self.allreduce_busy_s = 0.0     # GPU time of the bucket all-reduces, summed over steps
-            # The last bucket's all-reduce runs after the backward pass, beside nothing: it keeps every CTA.
-            self.overlap_ctas = overlap_ctas if hasattr(self.be, "limited") and len(self.buckets) > 1 else None
-            if self.overlap_ctas:
-                self.be.limited(self.overlap_ctas)      # collective: made here, not in the middle of a step
+            # The last bucket's all-reduce runs after the backward pass, beside nothing: the backend's own.
+            if hidden_allreduce and len(self.buckets) > 1:
+                self.hidden_allreduce = hidden_allreduce(self.be)   # collective: here, not in a step
 
     def step(self, x_dev, y_dev, idx_dev, global_batch: int) -> tuple[float, float]:
         """One training step on this rank's rows ``idx_dev`` of the data set; returns the global batch's
@@ -184,9 +182,9 @@ class DDPTrainer:
                 begun.record(self.comm_stream)
                 t0 = time.perf_counter()
                 with tl.span(f"all-reduce {b.name}", "comm", self.comm_stream, "comm stream"):
-                    ctas = self.overlap_ctas if b.start else None       # start 0: the last bucket
-                    if not self.be.allreduce_enqueue(bucket[b.start:b.stop], self.summed[b.start:b.stop],
-                                                     self.comm_stream, ctas):
+                    # b.start 0: the last bucket, which nothing hides
+                    enqueue = self.hidden_allreduce if b.start and self.hidden_allreduce else self.be.allreduce_enqueue
+                    if not enqueue(bucket[b.start:b.stop], self.summed[b.start:b.stop], self.comm_stream):
                         blocking += time.perf_counter() - t0
                 done.record(self.comm_stream)
                 if b.stop > model.n_params:         # the loss slots: to the host while the backward goes on

@@ -9,10 +9,9 @@ kernel (:mod:`hpclab.matmul.warp`), and the result back with bias and ReLU by an
 Toom-Cook interpolation at 0, 1, -1, 2, -2, 1/2, -1/2 (the first alpha - 1) and infinity, B^T solved so
 that the formula is exact.
 
-``TILES`` holds m. For C2 at batch 32 on one H100 (``python -m benchmarks conv throughput``, 2026-11-26) m = 4 ran
-at 110.4 effective TFLOP/s (0.76 of cuDNN FP32 in that run), m = 3 at 96.7, m = 2 at 60.5; errors against
-float64 7.4e-6 (m = 3) to 8.5e-6 (4). A value depends on where its tile starts, so bands are not bit for bit
-the whole image: the halo versions, which compare digests, use direct or GEMM.
+``TILES`` holds m (for 5x5 layers F(4x4), the fastest: benchmarks/HISTORY.md). A value depends on where its
+tile starts, so bands are not bit for bit the whole image: the halo versions, which compare digests, use direct
+or GEMM.
 """
 from __future__ import annotations
 
@@ -131,9 +130,7 @@ def _input_kernel(m: int, r: int):
             for p in range(AL):
                 for q in range(AL):
                     acc[p, q] = float32(0.0)
-            # B^T d B summed over the patch's rows i, B^T[:, i] (d[i, :] B), so acc stays in registers. (B^T d
-            # first, then (B^T d) B, left the intermediate indexed by a loop that was not unrolled: 200 bytes
-            # of local memory per thread.)
+            # B^T d B summed over the patch's rows i, B^T[:, i] (d[i, :] B), so acc stays in registers.
             for i in range(AL):
                 ih = ih0 + i
                 for j in range(AL):
@@ -164,9 +161,8 @@ def _output_kernel(m: int, r: int):
         # Each thread makes one tile, A^T prod[:, k, t] A + bias[k] (then ReLU), summed over the rows q of
         # prod's alpha x alpha tile as the input transform sums over its patch's rows, into ``stage``: the
         # block's G * m output rows of Wo, back to back. Then the block copies them to ``flat``, the output
-        # (N, K, Ho, Wo) as one vector, in long runs: stored from registers, each m x m tile wrote m short
-        # pieces of m floats, and the partial writes kept L2 busy (C2 on an H100: 87 us that way, 66 us
-        # staged). Copied through out's four indices, or a reshape in the kernel, the layer was 13-24 us slower.
+        # (N, K, Ho, Wo) as one vector, in long runs: stored from registers, each m x m tile would write m
+        # short pieces of m floats, partial writes that keep L2 busy.
         stage = cuda.shared.array(0, float32)
         start = cuda.shared.array(MAX_ROWS, int64)      # where each row of tiles begins in flat
         size = cuda.shared.array(MAX_ROWS, int64)       # and how many of its values are outputs
@@ -235,7 +231,7 @@ _FLAT: dict[int, object] = {}    # id(out) -> out as one vector, dropped when ou
 
 def _flat(out):
     """``out`` as one vector. Made once per array and kept while the array lives: a view costs the host about
-    40 us, and a forward pass calls each layer with the same output array."""
+    as much as a launch, and a forward pass calls each layer with the same output array."""
     view = _FLAT.get(id(out))
     if view is None:
         if not out.is_c_contiguous():

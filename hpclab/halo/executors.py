@@ -115,7 +115,7 @@ def run_device(ops, x, comm, be=None, overlap: bool = True, phases: Phases | Non
     edge, _ = edge_stream()
     tl = timeline or OFF
     # One rank has nothing to wait for between layers: the host queues them all and waits once, at the end
-    # (waiting after each layer left the GPU idle while Python launched the next: a third of AlexNet's trunk).
+    # (waiting after each layer would leave the GPU idle while Python launches the next).
     queue = size == 1 and not phases.sync
     # Frees deferred: Numba's batched cuMemFree synchronises the whole GPU, which would
     # stall the host mid-layer and undo the overlap.

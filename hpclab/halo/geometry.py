@@ -128,7 +128,7 @@ def schedule(moves: list[Transfer], size: int):
 
 
 def brute_force_band(height: int, kernel: int, stride: int, pad: int, size: int, rank: int) -> dict:
-    """The same facts by enumerating every (output row, kernel row) pair: for tests."""
+    """The same facts by enumerating every (output row, kernel row) pair: a check of :func:`plan_band`."""
     ho = output_size(height, kernel, stride, pad)
     o0, o1 = block_range(ho, size, rank)
     own = set(range(*block_range(height, size, rank)))

@@ -14,9 +14,8 @@ cuda = _cuda()  # decides GPU or simulator before numba reads its configuration
 
 from numba import float32  # noqa: E402 - after the backend choice
 
-# A shared array's shape is a compile-time constant. 32 x 32 on a GPU (the recorded 15.4 % of
-# cuBLAS); on the simulator, where every thread is a Python thread that waits at each barrier
-# for all the others, 16 x 16 runs a small matrix several times faster.
+# A shared array's shape is a compile-time constant. 32 x 32 on a GPU; on the simulator, where every
+# thread is a Python thread that waits at each barrier for all the others, 16 x 16 is several times faster.
 TILE = backend.auto_size(gpu=32, sim=16)
 
 

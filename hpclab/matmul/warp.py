@@ -7,15 +7,13 @@ load. Also unlike ``fast``:
 
 - Any M, N, K (float32, untransposed), bounds checked at the edges only: a block tests once whether its
   tile lies inside C, and each tile of k whether it is whole; sizes that divide the tiles need no test.
-- B's tile is copied four columns at a time, one 16-byte global load and shared store (:mod:`.wide`).
-  A's tile is stored transposed, its four values in four shared rows: as one 16-byte run they cost
-  registers (143 instead of 123, one block per SM instead of two) and were slower on an H200.
+- B's tile is copied four columns at a time, one 16-byte global load and shared store (:mod:`.wide`);
+  A's, stored transposed, value by value (benchmarks/HISTORY.md says why).
 - A step's products in serpentine order (every other row backwards), so consecutive FFMAs share an operand.
 
-``warp_kernel(WarpConfig)`` builds it; ``python -m benchmarks matmul`` sweeps several shapes; ``config_for``
-picks the one used. ``launch`` on 3-d arrays multiplies a batch of matrices in one launch (one per
-blockIdx.z): Winograd convolution's products (:mod:`hpclab.halo.conv_winograd`). It starts the kernel through
-:mod:`hpclab.quick_launch` (about half of Numba's host time per launch).
+``warp_kernel(WarpConfig)`` builds it, ``config_for`` picks the tile shape. ``launch`` on 3-d arrays multiplies
+a batch of matrices in one launch, one per blockIdx.z (:mod:`hpclab.halo.conv_winograd`'s products), through
+:mod:`hpclab.quick_launch`.
 """
 from __future__ import annotations
 
@@ -81,15 +79,11 @@ class WarpConfig:
         return out
 
 
-# 128 x 128 blocks of 8 warps of 32 x 64 outputs, 8 x 8 per lane on a GPU (64 x 32 warps
-# were 0.5 % slower against cuBLAS on an H100 at N = 4096); on the simulator, where each
+# 128 x 128 blocks of 8 warps of 32 x 64 outputs, 8 x 8 per lane on a GPU; on the simulator, where each
 # thread is a Python thread, 32 x 32 blocks of 2 warps, 4 x 4 per lane.
 CONFIG = WarpConfig() if backend.name() == "gpu" else WarpConfig(32, 32, 8, 16, 32, 1, 1, pad=4)
 # For a shallow product (K below SHALLOW_K) half-width blocks of four warps, four per SM: each block's
 # fixed costs (the first tile's loads, the stores of C) are then hidden by three others rather than one.
-# 3000 x 5000 x 700, three rounds in turns with cuBLAS: H100 92.5 / 91.7 / 93.5 % (64 x 128 blocks 90.3 / 90.6 /
-# 88.3, CONFIG 89.9 / 89.0 / 90.5); H200 91.9 / 88.7 / 89.3 (64 x 128 88.8 / 86.4 / 86.5). At N = 4095, where K is
-# deep, CONFIG is best (check log, thirteenth round).
 SHALLOW = WarpConfig(128, 64, 16, 32, 64, 2, 2) if backend.name() == "gpu" else CONFIG
 SHALLOW_K = 1024
 
@@ -133,9 +127,8 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
             for j in range(4):
                 b_frag[4 * s + j] = Bs[b_at + U(s) * B_SUB + U(j)]
         # Row by row, every other row backwards (serpentine): the B value that ends a row starts the next,
-        # so more FFMAs take an operand from the reuse cache (940 of 1,024 in the SASS, 822 in plain order)
-        # and fewer wait to be dispatched (ncu on an H100: 0.21 cycles per instruction, 0.53 in plain
-        # order, cuBLAS 0.10). Each output sums the same products in the same order: bit for bit the same C.
+        # so more FFMAs take an operand from the reuse cache and fewer wait to be dispatched. Each output
+        # sums the same products in the same order: bit for bit the same C.
         for i in range(TM):
             for jj in range(TN):
                 j = jj if i % 2 == 0 else TN - 1 - jj
@@ -210,10 +203,8 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
             if t > ZERO:      # tile t - 1 is in shared buffer `cur`: multiply it
                 a_base, b_base = cur * A_BUF + m0, cur * B_BUF + n0
                 # The tile's steps of k written out, four at a time (BK is a constant: the
-                # conditions vanish when Numba compiles). Written out, the compiler loads the next
-                # steps' fragments while the current products run; a loop of four steps per pass
-                # made each pass wait for its loads (H200, N = 4096: 88 % of cuBLAS as a while
-                # loop, 91 % written out; a range() loop was slower still, see fast.py).
+                # conditions vanish when Numba compiles), so that the compiler loads the next
+                # steps' fragments while the current products run (a loop waited for its loads).
                 multiply_four(As, Bs, a_base, b_base, a_frag, b_frag, acc)
                 if BK > FOUR:
                     multiply_four(As, Bs, a_base + FOUR * SA, b_base + FOUR * SB, a_frag, b_frag, acc)

@@ -3,12 +3,12 @@
 
 Midpoint rule: the loop is bound by float64 throughput, and a division costs about ten multiply-adds.
 Four bins share one: 1/a + 1/b + 1/c + 1/d = ((a+b)cd + (c+d)ab) / (abcd), exact algebra which, with
-a, b, c, d in [1, 2], loses only a few rounding units (2.07e12 bins/s on one H200).
+a, b, c, d in [1, 2], loses only a few rounding units.
 
 Monte Carlo: both samples of each Philox call are used, in 32-bit words. The call's high word is the
 same for the whole launch (launches split at multiples of 2^32 calls), so only the low word runs through
 the loop, and with the counter's other words zero the compiler moves a round's worth of products out of
-it: 48 sm_90 instructions for two samples (8.2e11 samples/s on one H200), mc.count_hits's count bit for bit.
+it: 48 sm_90 instructions for two samples, mc.count_hits's count bit for bit (rates: docs/results.md).
 """
 from __future__ import annotations
 

@@ -2,11 +2,10 @@
 from ``numba.cuda.random``, as curand gives each thread in the workshop's code. Rank r's states start
 2^64 x n_states x r steps into the sequence, so every thread of every rank draws its own samples: the
 estimate depends on the ranks and the launch shape, unlike the counter-based generator's
-(:mod:`hpclab.pi.mc`). The states are made on the host, one by one (``init_seconds``).
+(:mod:`hpclab.pi.mc`). The states are made on the host, one by one.
 """
 from __future__ import annotations
 
-import time
 import warnings
 
 import numpy as np
@@ -48,15 +47,6 @@ def states(n_states: int, seed: int, rank: int = 0):
     """One xoroshiro128+ state per thread, rank r's states 2^64 * n_states * r steps on."""
     check_seed(seed)
     return create_xoroshiro128p_states(n_states, seed=seed, subsequence_start=rank * n_states)
-
-
-def init_seconds(n_states: int, seed: int = 0) -> float:
-    """Host-side seconds to create ``n_states`` states (jump-ahead on the CPU)."""
-    t0 = time.perf_counter()
-    made = states(n_states, seed)
-    cuda.synchronize()
-    del made
-    return time.perf_counter() - t0
 
 
 def count_hits(count: int, seed: int, rank: int = 0, blocks: int | None = None,

@@ -18,8 +18,6 @@ from importlib import resources
 
 from hpclab.speedup import speedups
 
-SOURCE = ("FASRC workshop 'Distributed GPU Computing' (github.com/fasrc/User_Codes, "
-          "Training/Distributed_GPU_Computing), A100 runs")
 RUN_NAMES = {"h200": "1× H200", "h200x2": "2× H200 (NVLink)", "h200x4": "4× H200 (NVLink)", "h100": "1× H100"}
 
 
@@ -75,11 +73,6 @@ def fasrc_a100(exercise: str | None = None) -> list[dict]:
             row["wall_s"] = float(row["wall_s"]) if row["wall_s"] else None
             rows.append(row)
     return rows
-
-
-def cite(rows: list[dict]) -> str:
-    """One line naming where the workshop's rows come from."""
-    return f"{SOURCE}: {'; '.join(sorted({r['source'].split(' (')[0] for r in rows}))}"
 
 
 def a100_rows():

@@ -13,19 +13,22 @@ from hpclab.ddp.trainer import DDPTrainer, random_batch, replica_checksums  # no
 from hpclab.device import select_gpu  # noqa: E402
 from hpclab.mpi import world  # noqa: E402
 
+from benchmarks.nccl_ctas import HiddenAllreduce  # noqa: E402
+
 comm = world()
 select_gpu(comm)
 sizes = [512, 1024, 256, 10]
 runs = []
 for overlap, ctas in ((False, None), (True, None), (True, 2)):
     model = MLP(sizes)
+    hidden = HiddenAllreduce(ctas) if ctas else None
     model.load(init_parameters(sizes, seed=0))
     trainer = DDPTrainer(model, comm, "nccl", optimizer="sgd", lr=1e-3, momentum=0.9, overlap=overlap,
-                         bucket_mb=0.5, first_layer_slices=2, overlap_ctas=ctas)
+                         bucket_mb=0.5, first_layer_slices=2, hidden_allreduce=hidden)
     batch = random_batch(comm, sizes, 128)
     losses = [trainer.step(*batch, 128 * comm.size)[0] for _ in range(3)]
     runs.append({"losses": losses, "weights": model.parameters_host(), "comm": trainer.be.name,
-                 "ctas": trainer.overlap_ctas, "buckets": len(trainer.buckets) if overlap else 1,
+                 "ctas": ctas if hidden and hidden.used else None, "buckets": len(trainer.buckets) if overlap else 1,
                  "identical": replica_checksums(comm, model)["identical"]})
 if comm.rank == 0:
     plain = runs[0]

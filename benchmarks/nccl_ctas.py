@@ -1,5 +1,6 @@
 """A NCCL communicator whose kernels use at most ``max_ctas`` thread blocks (CTAs), for all-reduces that run
-beside compute.
+beside compute: ``python -m benchmarks ddp --overlap-ctas N`` (:class:`HiddenAllreduce`, the DDP trainer's
+``hidden_allreduce``).
 
 NCCL picks as many CTAs (one per channel, each holding an SM for the whole collective) as give it the most
 bandwidth; an all-reduce hidden behind the backward pass needs less bandwidth than that, and the SMs it holds
@@ -9,8 +10,12 @@ not bind that call, so this module calls the NCCL library CuPy loaded through ct
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 
+import numpy as np
+
+from hpclab.comm.nccl import NCCL_OPS, NCCL_TYPES, load, pointer, stream_handle
 from hpclab.errors import step
 
 CONFIG_MAGIC = 0xCAFEBEEF     # NCCL_CONFIG_INITIALIZER's magic number
@@ -83,3 +88,48 @@ class LimitedCommunicator:
         if self._comm:
             self._lib.ncclCommDestroy(self._comm)
             self._comm = ctypes.c_void_p()
+
+
+_made: dict = {}      # (id(MPI comm), CTA limit) -> (comm, LimitedCommunicator)
+
+
+def limited(be, max_ctas: int) -> LimitedCommunicator:
+    """The NCCL backend ``be``'s communicator limited to ``max_ctas`` CTAs; made once, collectively, on first use,
+    so every rank must ask for it at the same point."""
+    key = (id(be.comm), max_ctas)
+    if key not in _made:
+        _made[key] = (be.comm, LimitedCommunicator(be.comm, max_ctas, load()))
+    return _made[key][1]
+
+
+@atexit.register
+def destroy_all() -> None:
+    """Destroy the limited communicators, oldest first, on every rank in the same order (before
+    :func:`hpclab.comm.nccl.destroy_all`, registered earlier, runs)."""
+    while _made:
+        _, made = _made.pop(next(iter(_made)))
+        try:
+            made.destroy()
+        except Exception:  # noqa: BLE001 - nothing useful to do at exit
+            pass
+
+
+class HiddenAllreduce:
+    """The DDP trainer's ``hidden_allreduce``: with NCCL, the buckets that the backward pass hides are summed by a
+    communicator of at most ``max_ctas`` CTAs (other backends run no kernels of their own: None). ``used``:
+    whether a trainer took it."""
+
+    def __init__(self, max_ctas: int):
+        config(max_ctas)              # a bad limit is an error on every backend
+        self.max_ctas, self.used = max_ctas, False
+
+    def __call__(self, be):
+        if be.name != "nccl":
+            return None
+        made, self.used = limited(be, self.max_ctas), True     # collective: when the trainer is made
+
+        def enqueue(buf, out, stream) -> bool:
+            made.all_reduce(pointer(buf), pointer(out), buf.size, NCCL_TYPES[np.dtype(buf.dtype)], NCCL_OPS["sum"],
+                            stream_handle(stream))
+            return True
+        return enqueue
