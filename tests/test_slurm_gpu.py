@@ -22,7 +22,8 @@ import pytest
 from . import slurm_local
 from .helpers import ROOT
 from .test_slurm import (TEMPLATES, TWO_GPUS, assert_one_message_then_a_fresh_job, completed, init_profile, job_env,
-                         last_json, log_of, no_jobs_left, run_through_a_fault, submit)
+                         last_json, log_of, run_through_a_fault, submit)
+from .test_slurm import no_job_outlives_its_test  # noqa: F401 - the same autouse fixture here
 
 # HPCLAB_SLURM_GPU_DRYRUN=1 runs the same tests on the simulator with fake GPUs, to try them without a GPU.
 DRY = os.environ.get("HPCLAB_SLURM_GPU_DRYRUN") == "1"
@@ -45,15 +46,6 @@ def slurm():
         yield s
     finally:
         s.stop()
-
-
-@pytest.fixture(autouse=True)
-def no_job_outlives_its_test(slurm):
-    yield
-    left = slurm.jobs()
-    if left:
-        slurm.run(["scancel", *left], timeout=30)
-        no_jobs_left(slurm, 30)
 
 
 def test_route3_every_template_runs_on_the_gpus(slurm, tmp_path):
