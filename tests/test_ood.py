@@ -1,5 +1,5 @@
 """The Open OnDemand app in ood/: its ERB files rendered with Ruby's erb, as the dashboard renders them, with a
-form's values (the Slurm tier runs the rendered script as a job: tests/test_slurm.py)."""
+form's values (the Slurm tier runs the rendered script as a job: tests/test_slurm_engines.py)."""
 from __future__ import annotations
 
 import json

@@ -21,8 +21,8 @@ import pytest
 
 from . import slurm_local
 from .helpers import ROOT
-from .test_slurm import (TEMPLATES, TWO_GPUS, assert_one_message_then_a_fresh_job, completed, init_profile, job_env,
-                         last_json, log_of, run_through_a_fault, submit)
+from .test_slurm import TEMPLATES, TWO_GPUS, completed, init_profile, job_env, last_json, log_of, submit
+from .test_slurm_engines import assert_one_message_then_a_fresh_job, run_through_a_fault
 from .test_slurm import no_job_outlives_its_test  # noqa: F401 - the same autouse fixture here
 
 # HPCLAB_SLURM_GPU_DRYRUN=1 runs the same tests on the simulator with fake GPUs, to try them without a GPU.
