@@ -47,8 +47,8 @@ run: $(VENV)/.installed-run
 	$(BIN)/python -m hpclab info
 	$(BIN)/python -m hpclab workbook --engines $(ENGINES) --out build
 
-# The whole suite in six lanes side by side (tools/test_lanes.py): the lessons, the solutions, two halves of
-# the Slurm tier, two of the library's tests; each lane's slowest tests are printed.
+# The whole suite in four lanes side by side (tools/test_lanes.py): engines and notebooks, two halves of the
+# Slurm tier, the library's tests; each lane's slowest tests are printed.
 test: $(VENV)/.installed-test
 	$(BIN)/python -m hpclab exercises check
 	$(BIN)/python tools/test_lanes.py

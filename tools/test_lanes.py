@@ -1,12 +1,11 @@
-"""``make test``: the whole suite in six pytest processes side by side, then one summary.
+"""``make test``: the whole suite in four pytest processes side by side, then one summary.
 
-The lanes: the lessons and the solutions, each on its own engines, with the tests that drive engines; the two
-halves of the Slurm tier, each on its own Slurm, whose tests mostly wait for jobs; and the library's tests
-(every other file of tests/ and benchmarks/tests/, found anew each run, so a new test file always runs) in two
-halves. Most of the suite waits (for engines, jobs, deadlines) rather than computes, so six lanes keep two cores
-busy. Each lane has its own IPython directory (conftest.py), so their engines never meet. Each prints its slowest
-tests (--durations), so every run shows where the time goes; a lane's output is shown whole when it ends, and the
-exit status is 1 if any lane failed.
+The lanes: the notebooks and everything else that drives engines; the two halves of the Slurm tier, each on a
+Slurm of its own, whose tests mostly wait for jobs; and the library's tests (every other file of tests/ and
+benchmarks/tests/, found anew each run, so a new test file always runs). More lanes do not help on two cores:
+MPI ranks spin while they wait, and six lanes ran slower than three. Each lane has its own IPython directory
+(conftest.py), so their engines never meet. Each prints its slowest tests (--durations), so every run shows where
+the time goes; a lane's output is shown whole when it ends, and the exit status is 1 if any lane failed.
 """
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LANES = {
-    "lessons": ["notebooks", "tests/test_exercise_stubs.py"],
-    "solutions": ["solutions", "tests/test_cluster.py"],
+    "engines": ["notebooks", "solutions", "tests/test_cluster.py", "tests/test_exercise_stubs.py"],
     "slurm": ["tests/test_slurm.py", "tests/test_slurm_module.py", "tests/test_slurm_gpu.py"],
     "slurm-engines": ["tests/test_slurm_engines.py"],
 }
@@ -29,7 +27,7 @@ def lanes() -> dict[str, list[str]]:
     taken = {p for paths in LANES.values() for p in paths}
     rest = [str(p.relative_to(ROOT)) for folder in ("tests", "benchmarks/tests")
             for p in sorted((ROOT / folder).glob("test_*.py")) if str(p.relative_to(ROOT)) not in taken]
-    return {**LANES, "library": rest[::2], "library-2": rest[1::2]}
+    return {**LANES, "library": rest}
 
 
 def main() -> int:
