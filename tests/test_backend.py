@@ -65,6 +65,24 @@ def test_numba_cuda_imported_first_is_detected():
     assert "ERR numba.cuda was imported before hpclab chose the backend" in proc.stdout, proc.stderr
 
 
+def test_a_login_node_process_takes_the_simulator_and_refuses_gpu_work_with_the_fix():
+    """HPCLAB_LOGIN_NODE=1 (a notebook's kernel on a login node, as every nbval kernel here starts): imports work,
+    whatever HPCLAB_BACKEND says; a kernel launched and a problem size chosen in a cell raise, naming %%px."""
+    code = ("from hpclab import backend\nprint('BACKEND', backend.select())\ncuda = backend.cuda()\n"
+            "@cuda.jit\ndef one(a):\n    a[0] = 1\n"
+            "import numpy as np\nfor what, call in (('launch', lambda: one[1, 1](np.zeros(1))),\n"
+            "                   ('size', lambda: backend.auto_size(gpu=10, sim=2))):\n"
+            "    try:\n        call()\n        print(what, 'RAN')\n"
+            "    except backend.BackendError as e:\n        print(what, 'REFUSED', e)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT,
+                          env=env(HPCLAB_LOGIN_NODE="1", HPCLAB_BACKEND="gpu", CUDA_VISIBLE_DEVICES=""))
+    lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines())
+    assert lines.get("BACKEND") == "sim", proc.stdout + proc.stderr
+    assert lines["launch"].startswith("REFUSED a kernel was launched in the notebook's own process")
+    assert lines["size"].startswith("REFUSED a problem size was chosen (auto_size(gpu=10, sim=2))")
+    assert all("Run it in a %%px cell" in lines[k] for k in ("launch", "size")), lines
+
+
 def test_switching_backend_in_a_process_is_refused():
     other = "gpu" if backend.select() == "sim" else "sim"
     with pytest.raises(backend.BackendError, match="restart"):
