@@ -164,8 +164,9 @@ def main(argv=None) -> int:
     smallest = min(sizes, key=lambda s: s[0] * s[1] * s[2])
     for m, n, k in sizes:
         rng, a_h, b_h, a, b, c = operands(cuda, m, n, k)
-        chosen = warp.config_for(k)            # what launch() runs at this shape: the default row
-        warp_configs = [chosen] + [cfg for cfg in warp_sweep if cfg != chosen]
+        chosen, split = warp.plan(m, n, k)     # what launch() runs at this shape: the default row (cfg None)
+        warp_configs = [None] + [cfg for cfg in warp_sweep if cfg != chosen]
+        planned = chosen.label() + (f" split-K {split}" if split > 1 else "")
         flop = mm.flops(m, k, n)
         reps = args.repeats or (2 if sim else (20 if flop <= mm.flops(4096, 4096, 4096) else 10))
         rows, reference, cublas_fn = [], None, None
@@ -195,7 +196,8 @@ def main(argv=None) -> int:
         plan += [("fast", cfg, reps) for cfg in configs] + [("warp", cfg, reps) for cfg in warp_configs]
         for kernel, cfg, r in plan:
             row = {"kernel": kernel, "config": cfg.label() if cfg else
-                   (f"{tiled.TILE}x{tiled.TILE} tiles" if kernel == "tiled" else "one output per thread")}
+                   (f"{tiled.TILE}x{tiled.TILE} tiles" if kernel == "tiled" else planned if kernel == "warp" else
+                    "one output per thread")}
             try:
                 fn = lambda: mm.launch(kernel, a, b, c, config=cfg)  # noqa: E731
                 if cublas_fn is None:
@@ -205,12 +207,13 @@ def main(argv=None) -> int:
                     row["cublas_tflops"] = flop / t_ref / 1e12
                 err = check(c)
                 row.update(seconds=t, tflops=flop / t / 1e12, max_rel_error=err, correct=err <= TOLERANCE)
-                compiled = (warp.kernel_for(a, b, c, cfg) if kernel == "warp" else
+                compiled = (warp.kernel_for(a, b, c, cfg or chosen, cfg is None and split > 1) if kernel == "warp" else
                             mm.fast_kernel(f32, cfg, False, False) if kernel == "fast" else
                             naive.naive_kernel if kernel == "naive" else tiled.tiled_kernel)
-                threads = cfg.threads if cfg else (naive.BLOCK ** 2 if kernel == "naive" else tiled.TILE ** 2)
+                threads = (cfg or chosen).threads if cfg or kernel == "warp" else (
+                    naive.BLOCK ** 2 if kernel == "naive" else tiled.TILE ** 2)
                 row.update(resources(compiled, threads, dev))
-                if cfg in (default, chosen) and (m, n, k) == sizes[0]:
+                if (cfg == default or (kernel == "warp" and cfg is None)) and (m, n, k) == sizes[0]:
                     row["sass"] = sass_counts(compiled)
             except Exception as exc:  # noqa: BLE001 - one bad configuration must not end the sweep
                 row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
@@ -222,15 +225,15 @@ def main(argv=None) -> int:
                     row["vs_cublas"] = row["tflops"] / row.get("cublas_tflops", cublas)
                 if peak:
                     row["vs_peak"] = row["tflops"] / peak
-        summary = {"rows": rows, "default_warp_config": chosen.label()}
+        summary = {"rows": rows, "default_warp_config": planned}
         best = {}
-        for kernel, cfg in (("fast", default), ("warp", chosen)):
+        for kernel, label in (("fast", default.label()), ("warp", planned)):
             mine = [r for r in rows if r["kernel"] == kernel and "tflops" in r]
             best[kernel] = max(mine, key=lambda r: r["tflops"]) if mine else None
             summary.update({f"best_{kernel}": best[kernel] and best[kernel]["config"],
                             f"best_{kernel}_vs_cublas": best[kernel] and best[kernel].get("vs_cublas"),
                             f"default_{kernel}_vs_cublas": next((r.get("vs_cublas") for r in mine
-                                                                 if r["config"] == cfg.label()), None)})
+                                                                 if r["config"] == label), None)})
         key = str(n) if m == n == k else f"{m}x{n}x{k}"
         record["sizes" if m == n == k else "shapes"][key] = summary
         print_table(key, rows, best)

@@ -25,7 +25,7 @@ cuda = _cuda()  # decides GPU or simulator before numba reads its configuration
 import numba  # noqa: E402 - after the backend choice (numba reads NUMBA_ENABLE_CUDASIM on import)
 
 from hpclab.launch import launch_1d  # noqa: E402
-from hpclab.matmul import naive, tiled, warp  # noqa: E402
+from hpclab.matmul import naive, split_k, tiled, warp  # noqa: E402
 from hpclab.quick_launch import Launches  # noqa: E402
 
 KERNELS = ("naive", "tiled", "fast")  # any shape and dtype: what programs and training choose from
@@ -267,11 +267,6 @@ def fast_config(dtype) -> FastConfig:
     return SIM_FAST_CONFIG if backend.is_simulator() else FAST_CONFIG[acc_dtype(dtype)]
 
 
-@lru_cache(maxsize=None)
-def _sms(device_id: int) -> int:
-    return cuda.get_current_device().MULTIPROCESSOR_COUNT
-
-
 def split_for(blocks: int, k: int, cfg: FastConfig, dtype, out_dtype) -> int:
     """How many slices of K the fast kernel splits a product into: 2 when its grid has no more blocks than the
     GPU has SMs (a dense layer's products at a small per-GPU batch: most of each SM would idle) and K is deep
@@ -279,7 +274,7 @@ def split_for(blocks: int, k: int, cfg: FastConfig, dtype, out_dtype) -> int:
     give the same bits, so the result does not depend on which block finishes first."""
     if backend.is_simulator() or np.dtype(dtype) != np.float32 or np.dtype(out_dtype) != np.float32:
         return 1
-    return 2 if blocks <= _sms(cuda.get_current_device().id) and k >= 16 * cfg.bk else 1
+    return 2 if blocks <= split_k.current_sms() and k >= 16 * cfg.bk else 1
 
 
 def auto_split(a, c, trans_a: bool = False, cfg: FastConfig | None = None) -> int:

@@ -11,8 +11,9 @@ load. Also unlike ``fast``:
   A's, stored transposed, value by value (benchmarks/HISTORY.md says why).
 - A step's products in serpentine order (every other row backwards), so consecutive FFMAs share an operand.
 
-``warp_kernel(WarpConfig)`` builds it, ``config_for`` picks the tile shape. ``launch`` on 3-d arrays multiplies
-a batch of matrices in one launch, one per blockIdx.z (:mod:`hpclab.halo.conv_winograd`'s products), through
+``warp_kernel(WarpConfig)`` builds it. ``launch`` picks the tile shape and, for a product whose tiles of C are
+too few to fill the GPU, splits K into slices (:mod:`.split_k`); on 3-d arrays it multiplies a batch of
+matrices in one launch, one per blockIdx.z (:mod:`hpclab.halo.conv_winograd`'s products), through
 :mod:`hpclab.quick_launch`.
 """
 from __future__ import annotations
@@ -24,6 +25,7 @@ import numpy as np
 
 from hpclab import backend
 from hpclab.backend import cuda as _cuda
+from hpclab.matmul import split_k
 from hpclab.matmul.wide import aligned, load4, store4
 from hpclab.quick_launch import Launches
 
@@ -89,14 +91,22 @@ SHALLOW_K = 1024
 
 
 def config_for(k: int) -> WarpConfig:
-    """The tile shape ``launch`` uses for a product over k terms."""
+    """The tile shape a batched product over k terms uses (and a 2-d one's first candidate)."""
     return SHALLOW if k < SHALLOW_K else CONFIG
 
 
+def plan(m: int, n: int, k: int) -> tuple[WarpConfig, int]:
+    """(tile shape, slices of K) for a 2-d m x k by k x n product: :func:`split_k.plan` on this GPU."""
+    first = config_for(k)
+    return split_k.planned(m, n, k, list(dict.fromkeys([first, CONFIG, SHALLOW])))
+
+
 @lru_cache(maxsize=None)
-def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True, batched: bool = False):
+def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True, batched: bool = False,
+                split: bool = False):
     """The float32 kernel for one tile shape, for any sizes (``edges``), B read in 16-byte ``runs``; ``batched``:
-    c[z] = a[z] @ b[z] for 3-d arrays, z = blockIdx.z."""
+    c[z] = a[z] @ b[z] for 3-d arrays, z = blockIdx.z; ``split``: w[z] = the product over the z-th of
+    w.shape[0] slices of K (2-d a and b, 3-d w)."""
     bad = cfg.problems()
     if bad:
         raise ValueError(f"warp kernel configuration {cfg.label()} cannot be built: {'; '.join(bad)}")
@@ -227,6 +237,17 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
                         if not EDGES or (r < M and cc < N):
                             c[r, cc] = acc[4 * s + i, 4 * q + j]
 
+    if split:
+        @cuda.jit(fastmath=True, **bounds)
+        def warp_tiled_split(a, b, w):
+            # whole tiles of k per slice, as split_k.slices counts them
+            z, K, S = uint64(cuda.blockIdx.z), uint64(a.shape[1]), uint64(w.shape[0])
+            depth = ((K + BK - ONE) // BK + S - ONE) // S * BK
+            k0 = min(K, z * depth)
+            k1 = min(K, k0 + depth)
+            block_tile(a[:, k0:k1], b[k0:k1, :], w[z])
+        return warp_tiled_split
+
     if batched:
         @cuda.jit(fastmath=True, **bounds)
         def warp_tiled_batched(a, b, c):
@@ -240,25 +261,40 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
     return warp_tiled
 
 
-def kernel_for(a, b, c, cfg: WarpConfig = CONFIG):
+def kernel_for(a, b, c, cfg: WarpConfig = CONFIG, split: bool = False):
     """The kernel ``launch`` runs: edge tests if the sizes do not divide the tiles, B in 16-byte runs if it can
-    (3-d arrays: the batched kernel)."""
+    (3-d c: the batched kernel, or with ``split`` the slices' partial sums)."""
     (m, n), k = tuple(c.shape)[-2:], tuple(a.shape)[-1]     # (the simulator's shapes take no negative index)
     edges = bool(m % cfg.bm or n % cfg.bn or k % cfg.bk)
-    return warp_kernel(cfg, edges, aligned(b), len(c.shape) == 3)
+    return warp_kernel(cfg, edges, aligned(b), len(c.shape) == 3 and not split, split)
 
 
-def _choose(a, b, c, variant: WarpConfig | None = None):
-    """(kernel, grid, threads) of c = a @ b with tile shape ``variant`` (None: ``config_for``'s)."""
+def _choose(a, b, c, variant: tuple[WarpConfig, int]):
+    """(kernel, grid, threads) of c = a @ b (a batch: 3-d; slices of K: c the 3-d workspace) in ``variant``'s
+    (tile shape, slices)."""
+    cfg, split = variant
     shape = tuple(c.shape)
-    cfg = variant or config_for(tuple(a.shape)[-1])
     grid = (-(-shape[-1] // cfg.bn), -(-shape[-2] // cfg.bm)) + shape[:-2]
-    return kernel_for(a, b, c, cfg), grid, cfg.threads
+    return kernel_for(a, b, c, cfg, split > 1), grid, cfg.threads
 
 
 _launches = Launches(_choose)
 
 
-def launch(a, b, c, cfg: WarpConfig | None = None, stream=0) -> None:
-    """c = a @ b on float32 device arrays of any sizes (no checks); 3-d arrays: c[z] = a[z] @ b[z] for every z."""
-    _launches(a, b, c, variant=cfg, stream=stream)
+def launch(a, b, c, cfg: WarpConfig | None = None, stream=0, split: int | None = None) -> None:
+    """c = a @ b on float32 device arrays of any sizes (no checks); 3-d arrays: c[z] = a[z] @ b[z] for every z.
+    A 2-d product's tile shape and slices of K are :func:`plan`'s unless given (``split``: at most that many)."""
+    if len(c.shape) == 3:
+        _launches(a, b, c, variant=(cfg or config_for(tuple(a.shape)[-1]), 1), stream=stream)
+        return
+    (m, k), n = tuple(a.shape), tuple(c.shape)[1]
+    if cfg is None or split is None:
+        planned_cfg, planned_split = split_k.planned(m, n, k, [cfg]) if cfg else plan(m, n, k)
+        cfg, split = cfg or planned_cfg, split or planned_split
+    split = split_k.slices(k, cfg.bk, split)[0]
+    if split == 1:
+        _launches(a, b, c, variant=(cfg, 1), stream=stream)
+        return
+    w = split_k.workspace(split, m, n, stream)
+    _launches(a, b, w, variant=(cfg, split), stream=stream)
+    split_k.add(w, c, stream)
