@@ -47,7 +47,7 @@ def test_fast_configurations(config, shape):
 # a second configuration with other warp and lane shapes, and tiles 16 deep (all four written-out
 # groups of k steps, as on a GPU). Sizes that divide the tiles take the kernel without edge tests.
 # On a GPU also the shallow-K tiles (the simulator's are CONFIG).
-WARP_CONFIGS = list(dict.fromkeys([warp.CONFIG, warp.SHALLOW, warp.WarpConfig(32, 64, 8, 32, 32, 2, 1),
+WARP_CONFIGS = list(dict.fromkeys([warp.CONFIG, warp.SHALLOW, warp.SHORT, warp.WarpConfig(32, 64, 8, 32, 32, 2, 1),
                                    warp.WarpConfig(32, 32, 16, 16, 32, 1, 1)]))
 
 
@@ -104,7 +104,7 @@ def test_warp_split_k_matches_numpy_and_gives_the_same_bits_each_time(m, k, n, s
 
 # The plan for an H100's or H200's 132 SMs in the GPU's tile shapes: slices where the tiles of C leave SMs idle
 # and K is deep; none where the tiles fill the GPU or K is shallow.
-GPU_TILES = [warp.WarpConfig(), warp.WarpConfig(128, 64, 16, 32, 64, 2, 2)]
+GPU_TILES = [warp.WarpConfig(), warp.WarpConfig(128, 64, 16, 32, 64, 2, 2), warp.WarpConfig(64, 128, 16, 32, 64, 2, 2)]
 
 
 @pytest.mark.parametrize("m, n, k, splits", [(333, 777, 9000, range(8, 17)), (2047, 1531, 3001, range(2, 17)),

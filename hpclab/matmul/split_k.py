@@ -111,8 +111,11 @@ def add(w, c, stream=0) -> None:
     _add_launches(w, c, stream=stream)
 
 
-def planned(m: int, n: int, k: int, configs) -> tuple[object, int]:
-    """:func:`plan` on this GPU; on the simulator, which has no SMs to fill, the first shape unsplit."""
+@lru_cache(maxsize=4096)
+def planned(m: int, n: int, k: int, configs: tuple) -> tuple[object, int]:
+    """:func:`plan` on this GPU, once per shape (a launch must cost the host microseconds, and a plan made on
+    another GPU of the process is still a correct one); on the simulator, which has no SMs to fill, the first
+    shape unsplit."""
     if backend.is_simulator():
         return configs[0], 1
     return plan(m, n, k, configs, current_sms())

@@ -88,6 +88,8 @@ CONFIG = WarpConfig() if backend.name() == "gpu" else WarpConfig(32, 32, 8, 16, 
 # fixed costs (the first tile's loads, the stores of C) are then hidden by three others rather than one.
 SHALLOW = WarpConfig(128, 64, 16, 32, 64, 2, 2) if backend.name() == "gpu" else CONFIG
 SHALLOW_K = 1024
+# For an output of few rows (M of 64 or less) blocks of 64 x 128: a 128-row tile would compute half zeros.
+SHORT = WarpConfig(64, 128, 16, 32, 64, 2, 2) if backend.name() == "gpu" else CONFIG
 
 
 def config_for(k: int) -> WarpConfig:
@@ -95,10 +97,11 @@ def config_for(k: int) -> WarpConfig:
     return SHALLOW if k < SHALLOW_K else CONFIG
 
 
+@lru_cache(maxsize=4096)
 def plan(m: int, n: int, k: int) -> tuple[WarpConfig, int]:
     """(tile shape, slices of K) for a 2-d m x k by k x n product: :func:`split_k.plan` on this GPU."""
     first = config_for(k)
-    return split_k.planned(m, n, k, list(dict.fromkeys([first, CONFIG, SHALLOW])))
+    return split_k.planned(m, n, k, tuple(dict.fromkeys([first, CONFIG, SHALLOW, SHORT])))
 
 
 @lru_cache(maxsize=None)
@@ -126,6 +129,9 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
     A_BUF, B_BUF = U(A_SHARED // 2), U(B_SHARED // 2)
     ZERO, ONE, TWO, THREE, FOUR = U(0), U(1), U(2), U(3), U(4)
     EDGES, RUNS = bool(edges), bool(runs)
+    # An edge tile's whole runs of B in 16-byte loads too; not in blocks of 128 threads, whose 128 registers
+    # it would overflow into local memory (measured: 240-280 bytes a thread)
+    WIDE_EDGE = RUNS and cfg.threads >= 256
 
     @cuda.jit(device=True, fastmath=True)
     def multiply_step(As, Bs, a_at, b_at, a_frag, b_frag, acc):
@@ -153,16 +159,19 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
         multiply_step(As, Bs, a_at + THREE * SA, b_at + THREE * SB, a_frag, b_frag, acc)
 
     @cuda.jit(device=True)
-    def fetch_edge(a, b, k0, row0, col0, a_r, a_k, b_k, b_c, a_next, b_next):
-        """A tile at an edge: global -> registers, zeros outside a and b."""
-        M, K, N = uint64(a.shape[0]), uint64(a.shape[1]), uint64(b.shape[1])
+    def fetch_edge(a, b, k0, K, row0, col0, a_r, a_k, b_k, b_c, a_next, b_next):
+        """A tile at an edge: global -> registers, zeros outside a and b (and past k = K)."""
+        M, N = uint64(a.shape[0]), uint64(b.shape[1])
         for s in range(A_N):
             r, kk = row0 + a_r + U(s) * A_STEP, k0 + a_k
             a_next[s] = a[r, kk] if r < M and kk < K else float32(0)
         for s in range(B_N):
             kk, cc = k0 + b_k + U(s) * B_STEP, col0 + b_c
-            for j in range(4):
-                b_next[4 * s + j] = b[kk, cc + U(j)] if kk < K and cc + U(j) < N else float32(0)
+            if WIDE_EDGE and kk < K and cc + THREE < N:    # a whole run: still one 16-byte load
+                b_next[4 * s], b_next[4 * s + 1], b_next[4 * s + 2], b_next[4 * s + 3] = load4(b, kk, cc)
+            else:
+                for j in range(4):
+                    b_next[4 * s + j] = b[kk, cc + U(j)] if kk < K and cc + U(j) < N else float32(0)
 
     # The edge tests take registers, and blocks of fewer than 256 threads are meant to share an SM four at a time:
     # ask for 512 threads per SM still (128 registers each).
@@ -171,9 +180,9 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
               if (edges or small) and backend.name() == "gpu" else {})
 
     @cuda.jit(device=True, fastmath=True)
-    def block_tile(a, b, c):
-        """This block's tile of c = a @ b (2-d arrays)."""
-        M, K, N = uint64(a.shape[0]), uint64(a.shape[1]), uint64(b.shape[1])
+    def block_tile(a, b, c, k_lo, K):
+        """This block's tile of c = a[:, k_lo:K] @ b[k_lo:K] (2-d arrays; k_lo a multiple of BK)."""
+        M, N = uint64(a.shape[0]), uint64(b.shape[1])
         tid = uint64(cuda.threadIdx.x)
         row0, col0 = uint64(cuda.blockIdx.y) * BM, uint64(cuda.blockIdx.x) * BN
         warp, lane = tid // U(32), tid % U(32)
@@ -194,16 +203,16 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
                 acc[i, j] = 0
         # Without ``edges`` the sizes divide the tiles: every tile is whole and these tests vanish.
         inside = not EDGES or (row0 + BM <= M and col0 + BN <= N)
-        tiles = (K + BK - ONE) // BK
+        tiles = (K - k_lo + BK - ONE) // BK
         for t in range(ZERO, tiles + ONE):
-            cur, nxt, more = t % U(2), ONE - t % U(2), t < tiles
-            if more and EDGES and not (inside and t * BK + BK <= K):
-                fetch_edge(a, b, t * BK, row0, col0, a_r, a_k, b_k, b_c, a_next, b_next)
+            cur, nxt, more, k0 = t % U(2), ONE - t % U(2), t < tiles, k_lo + t * BK
+            if more and EDGES and not (inside and k0 + BK <= K):
+                fetch_edge(a, b, k0, K, row0, col0, a_r, a_k, b_k, b_c, a_next, b_next)
             elif more:        # tile t: global -> registers; the loads are in flight during the products
                 for s in range(A_N):
-                    a_next[s] = a[row0 + a_r + U(s) * A_STEP, t * BK + a_k]
+                    a_next[s] = a[row0 + a_r + U(s) * A_STEP, k0 + a_k]
                 for s in range(B_N):
-                    k_b = t * BK + b_k + U(s) * B_STEP
+                    k_b = k0 + b_k + U(s) * B_STEP
                     if RUNS:
                         b_next[4 * s], b_next[4 * s + 1], b_next[4 * s + 2], b_next[4 * s + 3] = \
                             load4(b, k_b, col0 + b_c)
@@ -244,20 +253,19 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
             z, K, S = uint64(cuda.blockIdx.z), uint64(a.shape[1]), uint64(w.shape[0])
             depth = ((K + BK - ONE) // BK + S - ONE) // S * BK
             k0 = min(K, z * depth)
-            k1 = min(K, k0 + depth)
-            block_tile(a[:, k0:k1], b[k0:k1, :], w[z])
+            block_tile(a, b, w[z], k0, min(K, k0 + depth))
         return warp_tiled_split
 
     if batched:
         @cuda.jit(fastmath=True, **bounds)
         def warp_tiled_batched(a, b, c):
             z = cuda.blockIdx.z
-            block_tile(a[z], b[z], c[z])
+            block_tile(a[z], b[z], c[z], ZERO, uint64(a.shape[2]))
         return warp_tiled_batched
 
     @cuda.jit(fastmath=True, **bounds)
     def warp_tiled(a, b, c):
-        block_tile(a, b, c)
+        block_tile(a, b, c, ZERO, uint64(a.shape[1]))
     return warp_tiled
 
 
@@ -288,10 +296,11 @@ def launch(a, b, c, cfg: WarpConfig | None = None, stream=0, split: int | None =
         _launches(a, b, c, variant=(cfg or config_for(tuple(a.shape)[-1]), 1), stream=stream)
         return
     (m, k), n = tuple(a.shape), tuple(c.shape)[1]
-    if cfg is None or split is None:
-        planned_cfg, planned_split = split_k.planned(m, n, k, [cfg]) if cfg else plan(m, n, k)
-        cfg, split = cfg or planned_cfg, split or planned_split
-    split = split_k.slices(k, cfg.bk, split)[0]
+    if split is None:
+        cfg, split = split_k.planned(m, n, k, (cfg,)) if cfg else plan(m, n, k)
+    else:
+        cfg = cfg or config_for(k)
+        split = split_k.slices(k, cfg.bk, split)[0]
     if split == 1:
         _launches(a, b, c, variant=(cfg, 1), stream=stream)
         return
