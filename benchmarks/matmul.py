@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from hpclab import backend
-from hpclab.options import Parser, count
+from hpclab.options import Parser, count, count_list
 from hpclab.results.recorded import figure
 from hpclab.matmul.measure import device_info, operands
 from hpclab.timing import median_time, median_times
@@ -129,11 +129,13 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=count(1, 10**6), default=None,
                    help="timed runs per kernel (median; default 20 at N <= 4096, else 10; naive 2, tiled 3)")
     p.add_argument("--no-sweep", action="store_true", help="only the default fast configuration")
+    p.add_argument("--splits", type=count_list(1, 1024, example="1,2,4,8"), default=None,
+                   help="also run the warp kernel's three tile shapes with K in these many slices")
     p.add_argument("--json", action="store_true", help="print one JSON line at the end")
     p.add_argument("--out", default=None, help="also write the JSON to this file")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     backend.select()
-    from hpclab.matmul import fast as mm, naive, tiled, warp     # loads numba.cuda: after the backend choice
+    from hpclab.matmul import fast as mm, naive, split_k, tiled, warp     # loads numba.cuda: after the backend choice
 
     cuda = mm.cuda
     sim = backend.is_simulator()
@@ -164,9 +166,14 @@ def main(argv=None) -> int:
     smallest = min(sizes, key=lambda s: s[0] * s[1] * s[2])
     for m, n, k in sizes:
         rng, a_h, b_h, a, b, c = operands(cuda, m, n, k)
-        chosen, split = warp.plan(m, n, k)     # what launch() runs at this shape: the default row (cfg None)
-        warp_configs = [None] + [cfg for cfg in warp_sweep if cfg != chosen]
-        planned = chosen.label() + (f" split-K {split}" if split > 1 else "")
+        chosen, split = warp.plan(m, n, k)     # what launch() runs at this shape: the default row
+        # (tile shape, slices of K) of each warp row: the plan's, each swept shape with the plan's slicing for it,
+        # and with --splits each of the three tile shapes launch() chooses from at those slice counts
+        warp_rows = [(chosen, split)] + [split_k.planned(m, n, k, (cfg,)) for cfg in warp_sweep if cfg != chosen]
+        warp_rows += [(cfg, split_k.slices(k, cfg.bk, s)[0]) for cfg in dict.fromkeys([warp.CONFIG, warp.SHALLOW, warp.SHORT])
+                      for s in args.splits or ()]
+        warp_rows = list(dict.fromkeys(warp_rows))
+        planned = warp_label(chosen, split)
         flop = mm.flops(m, k, n)
         reps = args.repeats or (2 if sim else (20 if flop <= mm.flops(4096, 4096, 4096) else 10))
         rows, reference, cublas_fn = [], None, None
@@ -193,13 +200,15 @@ def main(argv=None) -> int:
         if max(m, n, k) <= NAIVE_MAX and (m, n, k) == smallest:
             plan.append(("naive", None, max(1, min(reps, 2))))
         plan.append(("tiled", None, max(1, min(reps, 3))))
-        plan += [("fast", cfg, reps) for cfg in configs] + [("warp", cfg, reps) for cfg in warp_configs]
+        plan += [("fast", cfg, reps) for cfg in configs] + [("warp", cfg, reps) for cfg in warp_rows]
         for kernel, cfg, r in plan:
-            row = {"kernel": kernel, "config": cfg.label() if cfg else
-                   (f"{tiled.TILE}x{tiled.TILE} tiles" if kernel == "tiled" else planned if kernel == "warp" else
-                    "one output per thread")}
+            row = {"kernel": kernel, "config": warp_label(*cfg) if kernel == "warp" else cfg.label() if cfg else
+                   (f"{tiled.TILE}x{tiled.TILE} tiles" if kernel == "tiled" else "one output per thread")}
             try:
-                fn = lambda: mm.launch(kernel, a, b, c, config=cfg)  # noqa: E731
+                if kernel == "warp":
+                    fn = lambda: warp.launch(a, b, c, cfg[0], split=cfg[1])  # noqa: E731
+                else:
+                    fn = lambda: mm.launch(kernel, a, b, c, config=cfg)  # noqa: E731
                 if cublas_fn is None:
                     t = median_time(fn, repeats=r, warmup=1)
                 else:   # cuBLAS in turns with the kernel: the ratio compares like clocks with like
@@ -207,13 +216,13 @@ def main(argv=None) -> int:
                     row["cublas_tflops"] = flop / t_ref / 1e12
                 err = check(c)
                 row.update(seconds=t, tflops=flop / t / 1e12, max_rel_error=err, correct=err <= TOLERANCE)
-                compiled = (warp.kernel_for(a, b, c, cfg or chosen, cfg is None and split > 1) if kernel == "warp" else
+                compiled = (warp.kernel_for(a, b, c, cfg[0], cfg[1] > 1) if kernel == "warp" else
                             mm.fast_kernel(f32, cfg, False, False) if kernel == "fast" else
                             naive.naive_kernel if kernel == "naive" else tiled.tiled_kernel)
-                threads = (cfg or chosen).threads if cfg or kernel == "warp" else (
+                threads = (cfg[0] if kernel == "warp" else cfg).threads if cfg else (
                     naive.BLOCK ** 2 if kernel == "naive" else tiled.TILE ** 2)
                 row.update(resources(compiled, threads, dev))
-                if (cfg == default or (kernel == "warp" and cfg is None)) and (m, n, k) == sizes[0]:
+                if cfg in (default, (chosen, split)) and (m, n, k) == sizes[0]:
                     row["sass"] = sass_counts(compiled)
             except Exception as exc:  # noqa: BLE001 - one bad configuration must not end the sweep
                 row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
@@ -248,6 +257,10 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps(record, default=float))
     return 1 if wrong else 0
+
+
+def warp_label(cfg, split: int) -> str:
+    return cfg.label() + (f" split-K {split}" if split > 1 else "")
 
 
 def print_table(key: str, rows: list[dict], best: dict) -> None:

@@ -7,7 +7,7 @@ slice's partial sums into layer z of an S x M x N workspace, and a second kernel
 
 :func:`plan` picks the tile shape and S from a model of the GPU's waves of blocks: a block runs its slice in a
 time proportional to the slice's depth (plus a fixed part: the first tile's loads and C's stores), the GPU runs
-``sms * blocks_per_sm`` blocks at a time, and the slices cost their workspace traffic and one more launch.
+``sms * cfg.blocks_per_sm()`` blocks at a time, and the slices cost their workspace traffic and one more launch.
 """
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ from hpclab.quick_launch import Launches
 cuda = _cuda()
 
 # The model's figures, from the warp kernel's records on an H200 (benchmarks/results/h200_matmul.csv):
-THREADS_PER_SM = 512     # its launch bounds: 2 blocks of 256 threads or 4 of 128 share an SM
 FMA_PER_SM = 1.8e11      # multiply-adds per second and SM (about 48 TFLOP/s over 132 SMs)
 FIXED_K = 32             # a block's fixed costs, in steps of k
 BYTES_PER_S = 3e12       # the workspace's traffic (below the HBM's 3.4-4.8 TB/s: a sum of layers streams)
@@ -43,7 +42,7 @@ def slices(k: int, bk: int, split: int) -> tuple[int, int]:
 def seconds(m: int, n: int, k: int, cfg, split: int, sms: int) -> float:
     """The model's time of c = a @ b (m x k by k x n) in ``cfg``'s tiles, K in ``split`` slices, on ``sms`` SMs."""
     split, depth = slices(k, cfg.bk, split)
-    per_sm = max(1, THREADS_PER_SM // cfg.threads)
+    per_sm = cfg.blocks_per_sm(split > 1)      # the kernel's launch bounds: blocks that share an SM
     blocks = -(-m // cfg.bm) * -(-n // cfg.bn) * split
     waves = -(-blocks // (sms * per_sm))
     t = waves * per_sm * cfg.bm * cfg.bn * (min(depth, k) + FIXED_K) / FMA_PER_SM

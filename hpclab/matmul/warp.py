@@ -61,6 +61,13 @@ class WarpConfig:
         return (f"{self.bm}x{self.bn}x{self.bk} warp {self.wm}x{self.wn} lanes {lm}x{ln} "
                 f"thread {4 * self.mi}x{4 * self.ni}" + (f" pad {self.pad}" if self.pad != 4 else ""))
 
+    def blocks_per_sm(self, split: bool = False) -> int:
+        """The blocks an SM is asked to hold (the kernel's launch bounds): 512 threads, 128 registers each; but
+        three of 128 threads for a split kernel, whose range of k would not fit 128 registers (measured: 240-280
+        bytes a thread spilled to local memory at four)."""
+        per = max(1, 512 // self.threads)
+        return 3 if split and per == 4 else per
+
     def problems(self) -> list[str]:
         """Why this configuration cannot be built (empty when it can)."""
         lm, ln = self.lanes
@@ -176,7 +183,7 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
     # The edge tests take registers, and blocks of fewer than 256 threads are meant to share an SM four at a time:
     # ask for 512 threads per SM still (128 registers each).
     small = cfg.threads < 256
-    bounds = ({"launch_bounds": (cfg.threads, max(1, 512 // cfg.threads))}
+    bounds = ({"launch_bounds": (cfg.threads, cfg.blocks_per_sm(split))}
               if (edges or small) and backend.name() == "gpu" else {})
 
     @cuda.jit(device=True, fastmath=True)
