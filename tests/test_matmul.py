@@ -102,21 +102,27 @@ def test_warp_split_k_matches_numpy_and_gives_the_same_bits_each_time(m, k, n, s
     assert got <= split and (got - 1) * depth < k <= got * depth        # every slice has work, K is covered
 
 
-# The plan for an H100's or H200's 132 SMs in the GPU's tile shapes: slices where the tiles of C leave SMs idle
-# and K is deep; none where the tiles fill the GPU or K is shallow.
-GPU_TILES = [warp.WarpConfig(), warp.WarpConfig(128, 64, 16, 32, 64, 2, 2), warp.WarpConfig(64, 128, 16, 32, 64, 2, 2)]
+# The plan for an H100's or H200's 132 SMs in the GPU's tile shapes (as warp.plan orders them): a grid that fills
+# the GPU three times over stays whole; else slices where the tiles of C leave SMs idle and K is deep.
+WIDE, SHORT, HALF = (warp.WarpConfig(), warp.WarpConfig(64, 128, 16, 32, 64, 2, 2),
+                     warp.WarpConfig(128, 64, 16, 32, 64, 2, 2))
 
 
-@pytest.mark.parametrize("m, n, k, splits", [(333, 777, 9000, range(8, 17)), (2047, 1531, 3001, range(2, 17)),
+@pytest.mark.parametrize("m, n, k, splits", [(333, 777, 9000, range(4, 65)), (256, 256, 65536, range(16, 65)),
                                              (4096, 4096, 4096, [1]), (6000, 6000, 64, [1]), (8192, 8192, 8192, [1]),
                                              (64, 64, 1 << 16, range(32, 65)), (128, 128, 300, [1])])
 def test_split_k_plan_splits_only_what_leaves_sms_idle(m, n, k, splits):
-    cfg, split = split_k.plan(m, n, k, GPU_TILES, sms=132)
+    configs = (HALF, SHORT, WIDE, HALF) if k < warp.SHALLOW_K else (WIDE, WIDE, SHORT, HALF)
+    cfg, split = split_k.plan(m, n, k, configs, sms=132)
     assert split in splits, (cfg.label(), split)
     assert split == 1 or split_k.slices(k, cfg.bk, split)[1] >= split_k.MIN_SLICE
+    first = configs[0]
+    if -(-m // first.bm) * -(-n // first.bn) >= split_k.FULL_WAVES * 132 * first.blocks_per_sm():
+        assert (cfg, split) == (first, 1)
+        return
     # the model's choice is its best: no other shape or slicing it allows is faster by its own measure
     best = split_k.seconds(m, n, k, cfg, split, 132)
-    allowed = [(c, s) for c in GPU_TILES for s in (1, 2, 4) if s == 1 or split_k.slices(k, c.bk, s)[1] >= 256]
+    allowed = [(c, s) for c in configs for s in (1, 2, 4) if s == 1 or split_k.slices(k, c.bk, s)[1] >= 256]
     assert all(best <= split_k.seconds(m, n, k, c, s, 132) for c, s in allowed)
 
 

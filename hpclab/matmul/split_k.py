@@ -7,7 +7,9 @@ slice's partial sums into layer z of an S x M x N workspace, and a second kernel
 
 :func:`plan` picks the tile shape and S from a model of the GPU's waves of blocks: a block runs its slice in a
 time proportional to the slice's depth (plus a fixed part: the first tile's loads and C's stores), the GPU runs
-``sms * cfg.blocks_per_sm()`` blocks at a time, and the slices cost their workspace traffic and one more launch.
+blocks spread evenly over its SMs, ``cfg.blocks_per_sm()`` at a time on each, and an SM with fewer than SATURATE
+threads resident runs slower in proportion; the slices cost their workspace traffic and one more launch. Its figures were fitted to a sweep of tile shapes and slice counts
+on an H200 (``python -m benchmarks matmul --splits 1,2,4,8,16``, benchmarks/HISTORY.md).
 """
 from __future__ import annotations
 
@@ -25,8 +27,10 @@ cuda = _cuda()
 # The model's figures, from the warp kernel's records on an H200 (benchmarks/results/h200_matmul.csv):
 FMA_PER_SM = 1.8e11      # multiply-adds per second and SM (about 48 TFLOP/s over 132 SMs)
 FIXED_K = 32             # a block's fixed costs, in steps of k
+SATURATE = 384           # threads an SM needs resident to run the kernel at full rate (fewer: in proportion)
 BYTES_PER_S = 3e12       # the workspace's traffic (below the HBM's 3.4-4.8 TB/s: a sum of layers streams)
 LAUNCH_S = 5e-6          # the second kernel's start
+FULL_WAVES = 3          # a grid this many times the GPU's blocks at a time is left whole
 MIN_SLICE = 256          # no slice of K shallower than this: its fixed costs would dominate
 MAX_SPLIT = 64
 
@@ -42,19 +46,25 @@ def slices(k: int, bk: int, split: int) -> tuple[int, int]:
 def seconds(m: int, n: int, k: int, cfg, split: int, sms: int) -> float:
     """The model's time of c = a @ b (m x k by k x n) in ``cfg``'s tiles, K in ``split`` slices, on ``sms`` SMs."""
     split, depth = slices(k, cfg.bk, split)
-    per_sm = cfg.blocks_per_sm(split > 1)      # the kernel's launch bounds: blocks that share an SM
     blocks = -(-m // cfg.bm) * -(-n // cfg.bn) * split
-    waves = -(-blocks // (sms * per_sm))
-    t = waves * per_sm * cfg.bm * cfg.bn * (min(depth, k) + FIXED_K) / FMA_PER_SM
+    most = -(-blocks // sms)                                # the blocks of the busiest SM, one after another
+    resident = min(most, cfg.blocks_per_sm(split > 1))      # at a time (the kernel's launch bounds)
+    rate = FMA_PER_SM * min(1.0, resident * cfg.threads / SATURATE)
+    t = most * cfg.bm * cfg.bn * (min(depth, k) + FIXED_K) / rate
     if split > 1:
         t += (2 * split + 1) * m * n * 4 / BYTES_PER_S + LAUNCH_S
     return t
 
 
 def plan(m: int, n: int, k: int, configs, sms: int) -> tuple[object, int]:
-    """(tile shape, slices of K) the model finds fastest among ``configs`` (ties: the earlier one, fewer slices)."""
+    """(tile shape, slices of K): ``configs[0]`` whole when its grid fills the GPU FULL_WAVES times over (the shapes
+    it was tuned on, measured at 0.90-0.98 of cuBLAS), else what the model finds fastest among ``configs[1:]``
+    (ties: the earlier one, fewer slices)."""
+    first = configs[0]
+    if -(-m // first.bm) * -(-n // first.bn) >= FULL_WAVES * sms * first.blocks_per_sm():
+        return first, 1
     options = []
-    for rank, cfg in enumerate(configs):
+    for rank, cfg in enumerate(configs[1:] or configs):
         for split in range(1, MAX_SPLIT + 1):
             got, depth = slices(k, cfg.bk, split)
             if got != split or (split > 1 and depth < MIN_SLICE):
