@@ -95,7 +95,8 @@ CONFIG = WarpConfig() if backend.name() == "gpu" else WarpConfig(32, 32, 8, 16, 
 # fixed costs (the first tile's loads, the stores of C) are then hidden by three others rather than one.
 SHALLOW = WarpConfig(128, 64, 16, 32, 64, 2, 2) if backend.name() == "gpu" else CONFIG
 SHALLOW_K = 1024
-# For an output of few rows (M of 64 or less) blocks of 64 x 128: a 128-row tile would compute half zeros.
+# Blocks of 64 x 128 (four warps): for an output of 64 rows a 128-row tile would compute half zeros, and :func:`plan`
+# takes them where its model finds the shapes of four warps alike.
 SHORT = WarpConfig(64, 128, 16, 32, 64, 2, 2) if backend.name() == "gpu" else CONFIG
 
 
@@ -183,8 +184,8 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
                 for j in range(4):
                     b_next[4 * s + j] = b[kk, cc + U(j)] if kk < K and cc + U(j) < N else float32(0)
 
-    # The edge tests take registers, and blocks of fewer than 256 threads are meant to share an SM four at a time:
-    # ask for 512 threads per SM still (128 registers each).
+    # The edge tests take registers, and blocks of fewer than 256 threads are meant to share an SM: ask for
+    # cfg.blocks_per_sm() blocks per SM still (512 threads of 128 registers; three blocks for a split kernel).
     small = cfg.threads < 256
     bounds = ({"launch_bounds": (cfg.threads, cfg.blocks_per_sm(split))}
               if (edges or small) and backend.name() == "gpu" else {})
