@@ -30,7 +30,7 @@ FIXED_K = 32             # a block's fixed costs, in steps of k
 SATURATE = 384           # threads an SM needs resident to run the kernel at full rate (fewer: in proportion)
 BYTES_PER_S = 3e12       # the workspace's traffic (below the HBM's 3.4-4.8 TB/s: a sum of layers streams)
 LAUNCH_S = 5e-6          # the second kernel's start
-FULL_WAVES = 3          # a grid this many times the GPU's blocks at a time is left whole
+FULL_WAVES = 3           # a grid this many times the GPU's blocks at a time is left whole
 MIN_SLICE = 256          # no slice of K shallower than this: its fixed costs would dominate
 MAX_SPLIT = 64
 
@@ -59,7 +59,7 @@ def seconds(m: int, n: int, k: int, cfg, split: int, sms: int) -> float:
 def plan(m: int, n: int, k: int, configs, sms: int) -> tuple[object, int]:
     """(tile shape, slices of K): ``configs[0]`` whole when its grid fills the GPU FULL_WAVES times over (the shapes
     it was tuned on, measured at 0.90-0.98 of cuBLAS), else what the model finds fastest among ``configs[1:]``
-    (ties: the earlier one, fewer slices)."""
+    (ties: fewer slices, then the earlier shape)."""
     first = configs[0]
     if -(-m // first.bm) * -(-n // first.bn) >= FULL_WAVES * sms * first.blocks_per_sm():
         return first, 1
