@@ -494,3 +494,21 @@ def test_a_notebook_runs_on_a_shared_cluster_of_one_engine(tmp_path, cleanup):
     assert _hpclab("cluster", "start", "-n", "1", e=e).returncode == 0
     proc = _nbval("00_setup.ipynb", e)
     assert proc.returncode == 0, proc.stdout[-3000:]
+
+
+def test_a_shared_engines_job_is_not_idle_while_its_starter_waits_for_the_engines(tmp_path):
+    """The idle clock of the shared engines job starts when nobody holds it: not while the process that submitted
+    it still waits for its engines (the job's queue and start-up), and as soon as that process is gone."""
+    from hpclab.cluster import files, reaper
+
+    pdir, cid = str(tmp_path), files.SHARED_ID
+    (tmp_path / "security").mkdir()
+    (tmp_path / "security" / os.path.basename(files.cluster_file(pdir, cid))).write_text(json.dumps({"engines": {}}))
+    files.write_record(pdir, cid, {"owner": None, "starting": files.this_process()})
+    idle: list[float] = []
+    assert reaper._why_end(pdir, cid, ["--idle", "0"], idle) is None and idle == []
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    files.write_record(pdir, cid, {"owner": None, "starting": {**files.this_process(), "pid": gone.pid}})
+    time.sleep(0.01)
+    assert reaper._why_end(pdir, cid, ["--idle", "0"], idle) == "no notebook used it for 0 min"

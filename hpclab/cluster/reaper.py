@@ -28,7 +28,10 @@ def _why_end(pdir: str, cluster_id: str, argv: list[str], idle_since: list[float
         gone = files.alive({"host": files.this_process()["host"], "pid": int(argv[1]), "started": float(argv[2])})
         return None if gone is not False else f"kernel {argv[1]} is gone"
     raw = files.read_record(pdir, cluster_id)
-    if raw.get("owner") and files.alive(raw["owner"]) is not False:
+    # used: by a notebook, or by the process that started the job and still waits for its engines (a job's queue
+    # and start-up are not idle time; that process gone, they are)
+    holder = raw.get("owner") or raw.get("starting")
+    if holder and files.alive(holder) is not False:
         idle_since[:] = []
         return None
     idle_since[:] = idle_since or [raw.get("released") or time.time()]

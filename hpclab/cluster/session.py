@@ -177,6 +177,7 @@ def start_shared(n: int = 4, profile: str = "default", timeout: float | None = N
     cluster = _new_cluster(pdir, SHARED_ID, n, log)
     say(f"starting {where}: {routes.plan(cluster, n)}")
     idle = (routes.profile.settings(pdir) or {}).get("idle") if routes.profile_is_slurm(pdir) else None
+    files.write_record(pdir, SHARED_ID, {"owner": None, "starting": files.this_process()})  # not idle while it waits
     client = _launch(cluster, n, timeout or (None if idle else 120), log,
                      lambda c: idle and reaper.start(c.cluster_file, idle_s=idle * 60))
     files.write_record(pdir, SHARED_ID, {"owner": None, "engines": _table(_describe(client, client.ids, 30))})
