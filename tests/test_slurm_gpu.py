@@ -156,9 +156,7 @@ def test_route3_exercise4_scales_strong_and_weak_on_one_node_and_on_two(slurm, t
     """Exercise 4's table from slurm/scaling.sbatch: strong (4e11 samples in all) and weak (1e11 a rank) on 1, 2
     and 4 GPUs of one node, and on 2 and 4 GPUs spread over two nodes (a machine of 2 GPUs: 1 and 2 GPUs of one
     node, 2 over two nodes of one). HPCLAB_SCALING_OUT keeps the CSVs."""
-    g = 4 if DRY else min(4, slurm.gpus)
-    if g == 3:
-        g = 2
+    g = 4 if DRY or slurm.gpus >= 4 else 2          # GPUs of the one-node runs (two nodes take half each)
     out = Path(os.environ.get("HPCLAB_SCALING_OUT", tmp_path))
     places = [("one-node", ("--partition=gpu", "--nodes=1", f"--ntasks-per-node={g}", f"--gpus-per-node={g}"),
                ",".join(str(r) for r in (1, 2, 4) if r <= g)),
