@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import traceback
 from dataclasses import dataclass, field
 
@@ -20,6 +21,8 @@ from hpclab.budget import Launch
 from hpclab.device import local_rank, select_gpu
 from hpclab.errors import RankError, step
 from hpclab.options import Parser, UsageError
+
+ABORT_GRACE_S = 1.0     # how long a failing rank waits between its message and MPI_Abort
 
 
 @dataclass(frozen=True)
@@ -165,6 +168,9 @@ def main(program, argv: list[str], name: str | None = None) -> int:
         _error_json(want_json, name, comm.size, f"{type(exc).__name__} on rank {rank}: {exc}", rank=rank)
         _say(rank, "aborting all ranks")
         sys.stderr.flush()
+        # mpiexec passes a rank's output on by itself, and MPI_Abort has it kill every process: give it a moment to
+        # pass this message on first (on a loaded machine MPICH's mpiexec lost it)
+        time.sleep(ABORT_GRACE_S)
         comm.Abort(1)
         return 1
     if rank == 0:
