@@ -1,8 +1,8 @@
 """``make test``: the whole suite in four pytest processes side by side, then one summary.
 
-The lanes: the notebooks and the cluster tests that drive engines; the two halves of the Slurm tier, each on a
-Slurm of its own, whose tests mostly wait for jobs (the first with two more files beside it); and the library's
-tests (every other file of tests/ and benchmarks/tests/, found anew each run, so a new test file always runs). More lanes do not help on two cores:
+The lanes: the notebooks and everything else that drives engines; the two halves of the Slurm tier, each on a
+Slurm of its own, whose tests mostly wait for jobs; and the library's tests (every other file of tests/ and
+benchmarks/tests/, found anew each run, so a new test file always runs). More lanes do not help on two cores:
 MPI ranks spin while they wait, and six lanes ran slower than three. Each lane has its own IPython directory
 (conftest.py), so their engines never meet. Each prints its slowest tests (--durations), so every run shows where
 the time goes; a lane's output is shown whole when it ends, and the exit status is 1 if any lane failed.
@@ -15,12 +15,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# Balanced by the lanes' times on a 2-core machine: the first Slurm half waits least, so it also takes the
-# unfilled exercises' engines and the data-parallel tests (a fresh clone: 895 s before, the Slurm lane done at 456 s).
 LANES = {
-    "engines": ["notebooks", "solutions", "tests/test_cluster.py"],
-    "slurm": ["tests/test_slurm.py", "tests/test_slurm_module.py", "tests/test_slurm_gpu.py",
-              "tests/test_exercise_stubs.py", "tests/test_ddp.py"],
+    "engines": ["notebooks", "solutions", "tests/test_cluster.py", "tests/test_exercise_stubs.py"],
+    "slurm": ["tests/test_slurm.py", "tests/test_slurm_module.py", "tests/test_slurm_gpu.py"],
     "slurm-engines": ["tests/test_slurm_engines.py"],
 }
 COMMON = ["-q", "-rs", "--durations=15", "-p", "no:cacheprovider", "--nbval-lax", "--nbval-cell-timeout=900"]
