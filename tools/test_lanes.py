@@ -3,7 +3,9 @@
 The lanes: the notebooks and everything else that drives engines; the two halves of the Slurm tier, each on a
 Slurm of its own, whose tests mostly wait for jobs; and the library's tests (every other file of tests/ and
 benchmarks/tests/, found anew each run, so a new test file always runs). More lanes do not help on two cores:
-MPI ranks spin while they wait, and six lanes ran slower than three. Each lane has its own IPython directory
+MPI ranks spin while they wait, and six lanes ran slower than three; moving files from the longer lanes to the
+first Slurm half, which ends first, did not shorten the run either (957 s against 956 s: the two cores are the
+limit). Each lane has its own IPython directory
 (conftest.py), so their engines never meet. Each prints its slowest tests (--durations), so every run shows where
 the time goes; a lane's output is shown whole when it ends, and the exit status is 1 if any lane failed.
 """
