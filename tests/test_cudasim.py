@@ -1,4 +1,5 @@
-"""The simulator's shared arrays: one per block and call site, whatever the thread switches."""
+"""The simulator's shared arrays (one per block and call site, whatever the thread switches), its device calls,
+and its blocks' barrier (threads that leave early, a thread that fails, counting barriers)."""
 import threading
 import time
 
@@ -8,6 +9,7 @@ import pytest
 from hpclab import backend, cudasim
 
 pytestmark = pytest.mark.skipif(backend.name() != "sim", reason="the CUDA simulator's own threads")
+cuda = backend.cuda()       # a module global: the simulator swaps it inside kernels
 
 
 class _SecondCallerWaits:
@@ -91,3 +93,49 @@ def test_device_functions_in_other_modules_see_the_launch_and_are_restored_after
     # cuda.syncthreads) in reduce.py: one block of 32 threads calling both per sample.
     assert fast.count_hits(0, 4000, 3, 1, 32) == mc.count_hits_reference(0, 4000, 3)
     assert mc.cuda is cuda and reduce.cuda is cuda and fast.cuda is cuda
+
+
+def _barrier_kernels():
+    import numba
+
+    @cuda.jit
+    def leave_early(out):
+        s = cuda.shared.array(8, numba.float32)
+        i = cuda.threadIdx.x
+        s[i] = i + 10 * cuda.blockIdx.x
+        cuda.syncthreads()
+        if i == 3:
+            return                  # the others' next barrier waits only for those still running
+        cuda.syncthreads()
+        out[cuda.blockIdx.x, i] = s[(i + 1) % 8]
+
+    @cuda.jit
+    def fail(out):
+        i = cuda.threadIdx.x
+        cuda.syncthreads()
+        if i == 5:
+            raise ValueError("thread five")
+        cuda.syncthreads()
+        out[i] = 1
+
+    @cuda.jit
+    def count(out):
+        out[cuda.threadIdx.x] = cuda.syncthreads_count(cuda.threadIdx.x % 3 == 0)
+
+    return leave_early, fail, count
+
+
+def test_a_block_barrier_waits_for_the_threads_still_running_and_raises_the_first_failure():
+    leave_early, fail, count = _barrier_kernels()
+    out = np.full((3, 8), -1, np.float32)
+    leave_early[3, 8](out)
+    want = np.array([[(i + 1) % 8 + 10 * b for i in range(8)] for b in range(3)], np.float32)
+    want[:, 3] = -1
+    np.testing.assert_array_equal(out, want)
+    with pytest.raises(ValueError, match=r"tid=\[5, 0, 0\].*thread five"):
+        fail[1, 8](np.zeros(8))
+    counts = np.zeros(9, np.int64)
+    count[1, 9](counts)
+    assert (counts == 3).all()
+    leave_early[3, 8](out)                         # a launch after a failed one runs as before
+    np.testing.assert_array_equal(out, want)
