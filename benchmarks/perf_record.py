@@ -31,11 +31,12 @@ def write_timeline(runs: dict[str, list[dict]], device: str, fh) -> None:
 
 def record_roofline(path: str) -> None:
     from hpclab.halo.measure import roofline_points as conv
-    from hpclab.matmul.measure import measure, roofline_points as matmul
+    from hpclab.matmul.measure import measure, roofline_points as matmul, split_k_points
     from hpclab.pi.measure import roofline_points as pi
 
     n = backend.auto_size(gpu=4096, sim=32)
     points = roofline.measure_roofs() + pi() + matmul(n, measure(n, repeats=5)) + conv()
+    points += split_k_points() if not backend.is_simulator() else []   # (the simulator: hours at that shape)
     for p in points:
         p.command = "python benchmarks/perf_record.py roofline FILE"
     with open(path, "w", newline="") as fh:

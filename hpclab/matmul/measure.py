@@ -84,3 +84,38 @@ def roofline_points(n: int, rates: dict[str, float]) -> list:
              "warp": (warp.CONFIG.bm, warp.CONFIG.bn, f"{warp.CONFIG.bm}x{warp.CONFIG.bn} block tiles")}
     return [roofline.point(kernel, *roofline.gemm_count(n, n, n, *tiles[kernel][:2]), 2.0 * n ** 3 / (tflops * 1e12),
                            tiles[kernel][2], "04") for kernel, tflops in rates.items()]
+
+
+def split_k_points(m: int = 333, n: int = 777, k: int = 9000, repeats: int = 5) -> list:
+    """Notebook 04's split-K rung on the roofline, at a small output with a deep K: the warp kernel in its
+    128 x 128 tiles with K whole, the same kernel as :func:`hpclab.matmul.warp.plan` runs it (tile shape and
+    slices of K), and cuBLAS when CuPy works. The split's count adds the slices' workspace, written once and
+    read once. Each result is checked against NumPy's float64 product first."""
+    from hpclab import roofline
+    from hpclab.matmul import check, warp
+
+    _, a_h, b_h, a, b, c = operands(warp.cuda, m, n, k)
+    cfg, split = warp.plan(m, n, k)
+    runs = {"warp, K whole": (warp.CONFIG, 1), "warp, split-K": (cfg, split)}
+    points = []
+    for name, (tiles, slices) in runs.items():
+        launch = lambda: warp.launch(a, b, c, tiles, split=slices)  # noqa: E731, B023
+        launch()
+        verdict = check.product(c.copy_to_host(), a_h, b_h, quiet=True)
+        if not verdict:
+            raise AssertionError(f"{name}, {m} x {n} x {k}: {verdict.message}")
+        blocks = -(-m // tiles.bm) * -(-n // tiles.bn) * slices
+        flops, nbytes = roofline.gemm_count(m, n, k, tiles.bm, tiles.bn)
+        points.append(roofline.point(name, flops, nbytes + (8.0 * slices * m * n if slices > 1 else 0.0),
+                                     median_time(launch, repeats=repeats, warmup=1),
+                                     f"{tiles.bm}x{tiles.bn} tiles x {slices} slices of K = {blocks} blocks", "04-split"))
+    if not backend.is_simulator():
+        try:
+            import cupy as cp
+
+            a_cp, b_cp = cp.asarray(a), cp.asarray(b)
+            t = median_time(lambda: cp.matmul(a_cp, b_cp), repeats=repeats, warmup=2)
+            points.append(roofline.point("cuBLAS", *roofline.gemm_count(m, n, k, m, n), t, "each input once", "04-split"))
+        except Exception:  # noqa: BLE001 - no CuPy: no cuBLAS point
+            pass
+    return points
