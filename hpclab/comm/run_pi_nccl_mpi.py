@@ -15,9 +15,11 @@ from hpclab.comm.nccl import NEEDS_OWN_GPU
 from hpclab.device import describe_sharing, sharing
 from hpclab.runner import Program, Report
 from hpclab.timing import wall
-from hpclab.pi.program import add_launch_arguments, add_sample_arguments, check_work, combined, my_share, rank_line
+from hpclab.pi.program import Work, add_launch_arguments, add_sample_arguments, combined, my_share, rank_line
 
 PROGRAM = Program("pi-nccl-mpi", "comm", "--samples", "samples")
+SAMPLES = Work("samples", gpu=10**11, sim=4096)
+validate = SAMPLES.check     # the input check of `hpclab run` (runner.checked)
 HELP = ("Workshop Exercise 4: Monte Carlo pi with one MPI rank per GPU; MPI only bootstraps NCCL, "
         "and the hit counts are all-reduced by NCCL (host-staged MPI on the simulator, or where "
         "ranks share a GPU).")
@@ -31,18 +33,10 @@ def add_arguments(parser) -> None:
     add_launch_arguments(parser)
 
 
-def default_samples() -> int:
-    return backend.auto_size(gpu=10**11, sim=4096)
-
-
-def validate(args, launch) -> None:
-    check_work("--samples", args.samples or default_samples(), "samples", launch.ranks, launch)
-
-
 def run(args, ctx) -> Report:
     comm, rank, size = ctx.comm, ctx.comm.rank, ctx.comm.size
     sim = backend.is_simulator()
-    samples = args.samples or default_samples()
+    samples = SAMPLES.of(args)
     notes = []
     from hpclab.pi.fast import count_hits       # loads numba.cuda: not needed to reject bad arguments
 

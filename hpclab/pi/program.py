@@ -5,8 +5,9 @@ Carlo count, Exercises 3 and 4)."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
-from hpclab import budget
+from hpclab import backend, budget
 from hpclab.decomp import block_range
 from hpclab.errors import step
 from hpclab.mpi import MPI
@@ -36,13 +37,26 @@ def add_sample_arguments(parser, default_seed: int, samples_help: str) -> None:
                         help=f"generator seed, 0 to 2^64-1 (default {default_seed})")
 
 
-def check_work(option: str, work: int, unit: str, shares: int, launch) -> None:
-    """Every rank (or GPU) gets at least one of ``work``, and the run ends within the day."""
-    budget.require_share(option, work, shares, unit)
-    rate = launch.fastest(unit)
-    budget.refuse_long(option, work, work / (rate * shares),
-                       f"{work:.3g} {unit} at under {rate:.0e} {unit}/s on each of {shares} "
-                       f"{'GPU' if launch.backend == 'gpu' else 'simulated GPU'}(s)")
+@dataclass(frozen=True)
+class Work:
+    """A pi program's size option, ``--samples`` or ``--bins``, and its defaults on a GPU and on the simulator."""
+
+    unit: str
+    gpu: int
+    sim: int
+
+    def of(self, args) -> int:
+        """The size asked for, else the default on this backend."""
+        return getattr(args, self.unit) or backend.auto_size(gpu=self.gpu, sim=self.sim)
+
+    def check(self, args, launch, shares: int | None = None) -> None:
+        """Every rank (or each of ``shares`` GPUs) gets at least one of the work, and the run ends within the day."""
+        option, work, shares = f"--{self.unit}", self.of(args), shares or launch.ranks
+        budget.require_share(option, work, shares, self.unit)
+        rate = launch.fastest(self.unit)
+        budget.refuse_long(option, work, work / (rate * shares),
+                           f"{work:.3g} {self.unit} at under {rate:.0e} {self.unit}/s on each of {shares} "
+                           f"{'GPU' if launch.backend == 'gpu' else 'simulated GPU'}(s)")
 
 
 def my_share(comm, work: int, args) -> tuple[int, int, int, int]:

@@ -3,15 +3,16 @@ from __future__ import annotations
 
 import math
 
-from hpclab import backend
 from hpclab.errors import step
 from hpclab.runner import Program, Report
 from hpclab.timing import wall
 from hpclab.pi.check import estimate
-from hpclab.pi.program import (add_launch_arguments, add_sample_arguments, check_work, error_rows, my_share,
+from hpclab.pi.program import (Work, add_launch_arguments, add_sample_arguments, error_rows, my_share,
                                rank_line, rate_line, summed)
 
 PROGRAM = Program("pi-mc", "pi", "--samples", "samples")
+SAMPLES = Work("samples", gpu=10**11, sim=20_000)
+validate = SAMPLES.check     # the input check of `hpclab run` (runner.checked)
 HELP = ("Workshop Exercise 2: pi by Monte Carlo; each rank counts hits for its share of the "
         "samples on its GPU. The default counter-based generator makes the estimate depend only "
         "on (samples, seed), whatever the number of ranks.")
@@ -29,17 +30,9 @@ def add_arguments(parser) -> None:
     add_launch_arguments(parser)
 
 
-def default_samples() -> int:
-    return backend.auto_size(gpu=10**11, sim=20_000)
-
-
-def validate(args, launch) -> None:
-    check_work("--samples", args.samples or default_samples(), "samples", launch.ranks, launch)
-
-
 def run(args, ctx) -> Report:
     comm, rank = ctx.comm, ctx.comm.rank
-    samples, seed = args.samples or default_samples(), args.seed
+    samples, seed = SAMPLES.of(args), args.seed
     start, stop, blocks, threads = my_share(comm, samples, args)
     timings = {}
     if args.generator == "counter":
@@ -61,8 +54,11 @@ def run(args, ctx) -> Report:
     e = estimate(total_hits, samples)
     pi_hat, err, sigma = e["pi"], e["abs_error"], e["sigma"]
     timings.update({"wall_s": wall_s, "compute_s": compute_max, "samples_per_s": samples / wall_s})
-    report = Report(rank_line=rank_line(ctx.placement, "samples", stop - start, blocks, threads, f"hits = {hits}", local),
-                    passed=err <= 5 * sigma, timings=timings)
+    report = Report(
+        rank_line=rank_line(ctx.placement, "samples", stop - start, blocks, threads, f"hits = {hits}", local),
+        passed=err <= 5 * sigma,
+        timings=timings,
+    )
     if rank == 0:
         report.final = [
             *error_rows("Estimated PI", pi_hat, 10),

@@ -8,10 +8,12 @@ from hpclab.errors import step
 from hpclab.options import count
 from hpclab.runner import Program, Report
 from hpclab.pi.check import MAX_BINS, midpoint_bound, truncation_bound
-from hpclab.pi.program import add_launch_arguments, check_work, error_rows, my_share, rank_line, rate_line, summed
+from hpclab.pi.program import Work, add_launch_arguments, error_rows, my_share, rank_line, rate_line, summed
 from hpclab.mpi import MPI
 
 PROGRAM = Program("pi-midpoint", "pi", "--bins", "bins")
+BINS = Work("bins", gpu=10**11, sim=10_000)
+validate = BINS.check     # the input check of `hpclab run` (runner.checked)
 HELP = ("Workshop Exercise 1: pi by the midpoint rule in float64; each rank integrates a "
         "contiguous slice of the bins on its GPU, then an MPI reduction adds the slices.")
 
@@ -22,19 +24,11 @@ def add_arguments(parser) -> None:
     add_launch_arguments(parser)
 
 
-def default_bins() -> int:
-    return backend.auto_size(gpu=10**11, sim=10_000)
-
-
-def validate(args, launch) -> None:
-    check_work("--bins", args.bins or default_bins(), "bins", launch.ranks, launch)
-
-
 def run(args, ctx) -> Report:
     from hpclab.pi import fast    # loads numba.cuda: not needed to reject bad arguments
 
     comm, size, rank = ctx.comm, ctx.comm.size, ctx.comm.rank
-    bins = args.bins or default_bins()
+    bins = BINS.of(args)
     start, stop, blocks, threads = my_share(comm, bins, args)
     with step(comm, "kernel compilation (warm-up)"):
         fast.partial_sum(0, 1, 1, 1, threads)
@@ -44,7 +38,8 @@ def run(args, ctx) -> Report:
     bound = midpoint_bound(bins, comm.allreduce(blocks, op=MPI().MAX), threads, size)
     err = abs(total - math.pi)
     report = Report(
-        rank_line=rank_line(ctx.placement, "bins", stop - start, blocks, threads, f"partial pi = {partial:.15f}", local),
+        rank_line=rank_line(ctx.placement, "bins", stop - start, blocks, threads, f"partial pi = {partial:.15f}",
+                            local),
         passed=err <= bound,
         timings={"wall_s": wall_s, "compute_s": compute_max, "bins_per_s": bins / wall_s},
     )
