@@ -55,7 +55,6 @@ class SharedGPUError(RankError):
     """NCCL asked for on ranks that share a GPU; raised on every rank, before NCCL is touched."""
 
     def __init__(self, shared, size: int):
-        self.shared = shared
         message = (f"{describe_sharing(shared)}, and {NEEDS_OWN_GPU}. Instead use --backend auto or "
                    "mpi-host (host-staged MPI; works on a shared GPU), mpi-cuda where MPI is CUDA-aware, "
                    "or start one rank per GPU (mpiexec -n <number of GPUs>; under Slurm "
