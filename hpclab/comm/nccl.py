@@ -10,6 +10,7 @@ exchange can run on a high-priority stream beside busy kernels (``hpclab.streams
 from __future__ import annotations
 
 import atexit
+import contextlib
 
 import numpy as np
 
@@ -136,10 +137,8 @@ def destroy_all() -> None:
     ranks, so every rank keeps the same order; at exit this runs before CUDA and MPI go away."""
     while _communicators:
         _, nccomm, _ = _communicators.pop(next(iter(_communicators)))
-        try:
+        with contextlib.suppress(Exception):  # nothing useful to do at exit
             nccomm.destroy()
-        except Exception:  # noqa: BLE001 - nothing useful to do at exit
-            pass
 
 
 class NcclBackend(Backend):
