@@ -11,6 +11,7 @@ check still judges the bootstrap itself.
 from __future__ import annotations
 
 import os
+from collections import namedtuple
 
 import numpy as np
 
@@ -22,15 +23,8 @@ from hpclab.verdict import Verdict, say as _say
 ID_BYTES = 128
 
 
-class StandInCommunicator:
-    def __init__(self, nranks: int, uid: tuple, rank: int):
-        self.nranks, self.uid, self.rank = nranks, uid, rank
-
-    def size(self) -> int:
-        return self.nranks
-
-    def rank_id(self) -> int:
-        return self.rank
+# What the stand-in's NcclCommunicator returns: the arguments it was given.
+StandInCommunicator = namedtuple("StandInCommunicator", "nranks uid rank")
 
 
 class Recording:
@@ -103,8 +97,8 @@ def nccl_module(comm=None):
 
 
 def bootstrap(fn, comm, nccl, quiet: bool | None = None) -> Verdict:
-    """Run ``fn(comm, nccl) -> (unique id, communicator)`` on every rank and judge it (collective:
-    the verdict is the same on every rank; rank 0 prints it)."""
+    """Run ``fn(comm, nccl) -> (unique id, communicator)`` on every rank and judge it, ``nccl`` from
+    :func:`nccl_module` (collective: the verdict is the same on every rank; rank 0 prints it)."""
     quiet = comm.rank != 0 if quiet is None else quiet
     error, uid, nccomm = None, None, None
     try:
@@ -115,43 +109,39 @@ def bootstrap(fn, comm, nccl, quiet: bool | None = None) -> Verdict:
     if any(errors):
         bad = next(r for r, e in enumerate(errors) if e)
         return _say(Verdict(False, f"rank {bad} raised {errors[bad]}"), quiet)
-    recorded = isinstance(nccl, Recording)
     mine = {
         # CuPy gives the id as a tuple of 128 ints or as 128 bytes, by version.
         "uid": tuple(uid) if isinstance(uid, (tuple, list, bytes, bytearray)) else repr(uid),
-        "ids_made": nccl.ids_made if recorded else None,
-        "made": list(nccl.communicators) if recorded else None,
+        "ids_made": nccl.ids_made,
+        "made": nccl.communicators,
     }
-    everyone = comm.allgather(mine)
-    verdict = _judge(everyone, comm.size, recorded)
+    verdict = _judge(comm.allgather(mine), comm.size)
     if verdict and isinstance(nccl, GuardedNccl):
         verdict = _reduce_with(nccomm, comm)
     return _say(verdict, quiet)
 
 
-def _judge(everyone: list[dict], size: int, recorded: bool) -> Verdict:
+def _judge(everyone: list[dict], size: int) -> Verdict:
     for r, e in enumerate(everyone):
         if not isinstance(e["uid"], tuple) or len(e["uid"]) != ID_BYTES:
             return Verdict(False, f"rank {r} returned {str(e['uid'])[:60]} as the id; return the "
                                   f"{ID_BYTES}-byte id that nccl.get_unique_id() gives")
     first = everyone[0]["uid"]
     differ = [r for r, e in enumerate(everyone) if e["uid"] != first]
-    if recorded:
-        makers = [r for r, e in enumerate(everyone) if e["ids_made"]]
-        if makers != [0] or everyone[0]["ids_made"] != 1:
-            return Verdict(False, f"ranks {makers} asked NCCL for an id "
-                                  f"({[e['ids_made'] for e in everyone]} calls per rank): only rank 0 "
-                                  "should call get_unique_id(), once; the others receive its id over MPI")
+    makers = [r for r, e in enumerate(everyone) if e["ids_made"]]
+    if makers != [0] or everyone[0]["ids_made"] != 1:
+        return Verdict(False, f"ranks {makers} asked NCCL for an id "
+                              f"({[e['ids_made'] for e in everyone]} calls per rank): only rank 0 "
+                              "should call get_unique_id(), once; the others receive its id over MPI")
     if differ:
         return Verdict(False, f"ranks {differ} hold a different id from rank 0's: broadcast rank 0's "
                               "id with comm.bcast(uid, root=0) and use what it returns")
-    if recorded:
-        for r, e in enumerate(everyone):
-            if e["made"] != [(size, first, r)]:
-                made = ", ".join(f"NcclCommunicator({n}, {'the id' if u == first else 'another id'}, {k})"
-                                 for n, u, k in e["made"]) or "no communicator"
-                return Verdict(False, f"rank {r} created {made}; each rank creates exactly one: "
-                                      f"NcclCommunicator(comm.size, uid, comm.rank), here ({size}, uid, {r})")
+    for r, e in enumerate(everyone):
+        if e["made"] != [(size, first, r)]:
+            made = ", ".join(f"NcclCommunicator({n}, {'the id' if u == first else 'another id'}, {k})"
+                             for n, u, k in e["made"]) or "no communicator"
+            return Verdict(False, f"rank {r} created {made}; each rank creates exactly one: "
+                                  f"NcclCommunicator(comm.size, uid, comm.rank), here ({size}, uid, {r})")
     return Verdict(True, f"all {size} ranks hold rank 0's NCCL id and made their communicator with "
                          f"(nranks={size}, id, rank)")
 

@@ -70,9 +70,6 @@ class HpclabCase:
         self.send = self.out = None
         self.be.release()
 
-    def close(self) -> None:    # hpclab's NCCL communicators are destroyed together, by run()
-        pass
-
 
 class RawNcclCase:
     """The baseline: CuPy arrays and cupy.cuda.nccl's allReduce, nothing else."""
@@ -111,9 +108,6 @@ class RawNcclCase:
         self.send = self.out = None
         self.cp.get_default_memory_pool().free_all_blocks()
 
-    def close(self) -> None:
-        self.comm.destroy()
-
 
 def backends_to_run(requested: str, comm, notes: list[str]) -> list[str]:
     if requested == "auto":
@@ -122,24 +116,18 @@ def backends_to_run(requested: str, comm, notes: list[str]) -> list[str]:
         return [name]
     if requested != "all":
         return [requested]
-    names = ["mpi-host"]
     if backend.is_simulator():
         notes.append("simulator: only mpi-host runs here (mpi-cuda and nccl need real GPUs)")
-        return names
+        return ["mpi-host"]
     aware, how = cuda_aware()
-    if comm.allreduce(aware, op=MPI().LAND):
-        names.append("mpi-cuda")
-    else:
-        notes.append(f"mpi-cuda skipped: MPI is not CUDA-aware ({how})")
-    shared = sharing(comm)
     ok, why = nccl_available()
-    if shared:
-        notes.append(f"nccl skipped: {describe_sharing(shared)}, and {NEEDS_OWN_GPU}")
-    elif comm.allreduce(ok, op=MPI().LAND):
-        names.append("nccl")
-    else:
-        notes.append(f"nccl skipped: {why}")
-    return names
+    shared = sharing(comm)
+    skipped = {"mpi-cuda": None if comm.allreduce(aware, op=MPI().LAND) else f"MPI is not CUDA-aware ({how})",
+               "nccl": f"{describe_sharing(shared)}, and {NEEDS_OWN_GPU}" if shared else None}
+    if not shared and not comm.allreduce(ok, op=MPI().LAND):
+        skipped["nccl"] = why
+    notes += [f"{name} skipped: {reason}" for name, reason in skipped.items() if reason]
+    return ["mpi-host", *(name for name, reason in skipped.items() if not reason)]
 
 
 def table(rows: list[dict], n: int) -> str:
@@ -195,10 +183,10 @@ def run(comm, requested="all", sizes=("1K", "64K"), dtype="float32", repeats=Non
         with step(comm, "raw NCCL baseline"):
             cases.append(RawNcclCase(comm, dtype))
     rows = measure(cases, sizes, comm, dtype, repeats)
-    # NCCL communicators: destroyed in the same order on every rank
+    # NCCL communicators: destroyed in the same order on every rank (hpclab's together, by destroy_all)
     comm.Barrier()
-    for case in cases:
-        case.close()
     if "nccl" in names:
+        if raw:
+            cases[-1].comm.destroy()        # the raw baseline, the last case
         destroy_all()
     return rows, notes

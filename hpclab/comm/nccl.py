@@ -10,6 +10,7 @@ exchange can run on a high-priority stream beside busy kernels (``hpclab.streams
 from __future__ import annotations
 
 import atexit
+import contextlib
 
 import numpy as np
 
@@ -55,7 +56,6 @@ class SharedGPUError(RankError):
     """NCCL asked for on ranks that share a GPU; raised on every rank, before NCCL is touched."""
 
     def __init__(self, shared, size: int):
-        self.shared = shared
         message = (f"{describe_sharing(shared)}, and {NEEDS_OWN_GPU}. Instead use --backend auto or "
                    "mpi-host (host-staged MPI; works on a shared GPU), mpi-cuda where MPI is CUDA-aware, "
                    "or start one rank per GPU (mpiexec -n <number of GPUs>; under Slurm "
@@ -137,10 +137,8 @@ def destroy_all() -> None:
     ranks, so every rank keeps the same order; at exit this runs before CUDA and MPI go away."""
     while _communicators:
         _, nccomm, _ = _communicators.pop(next(iter(_communicators)))
-        try:
+        with contextlib.suppress(Exception):  # nothing useful to do at exit
             nccomm.destroy()
-        except Exception:  # noqa: BLE001 - nothing useful to do at exit
-            pass
 
 
 class NcclBackend(Backend):
@@ -156,7 +154,7 @@ class NcclBackend(Backend):
 
         self._stream_obj = self.cuda.default_stream()
         self._stream = stream_handle(self._stream_obj)
-        self._sync_stream = runtime.streamSynchronize
+        self._wait = runtime.streamSynchronize      # a raw stream handle
         self.version = version_string(self._nccl)
 
     def describe(self) -> str:
@@ -174,15 +172,6 @@ class NcclBackend(Backend):
                 return f"the {name} is not contiguous; NCCL needs contiguous memory (pass a copy)"
         return None
 
-    def _code(self, buf) -> int:
-        return NCCL_TYPES[buf.dtype]
-
-    def _wait(self, stream=None) -> None:
-        self._sync_stream(self._stream if stream is None else stream)
-
-    def _copy(self, dst, src) -> None:
-        dst.copy_to_device(src, stream=self._stream_obj)  # device to device, same stream
-
     def _exchange(self, transfers, stream=None) -> None:
         """NCCL's ("send" | "recv", buffer, peer) transfers in one group (no pair waits on another),
         queued on ``stream`` (a raw handle; default: the backend's), which is then waited for."""
@@ -190,7 +179,7 @@ class NcclBackend(Backend):
         self._nccl.groupStart()
         try:
             for kind, buf, peer in transfers:
-                getattr(self.nccl_comm, kind)(pointer(buf), buf.size, self._code(buf), peer, stream)
+                getattr(self.nccl_comm, kind)(pointer(buf), buf.size, NCCL_TYPES[buf.dtype], peer, stream)
         finally:
             self._nccl.groupEnd()
         self._wait(stream)
@@ -198,18 +187,18 @@ class NcclBackend(Backend):
     def _call(self, collective: str, send, recv, *args) -> None:
         """NCCL's ``collective`` from ``send`` into ``recv`` (then ``args``) on the backend's stream, waited for."""
         getattr(self.nccl_comm, collective)(pointer(send), pointer(recv), *args, self._stream)
-        self._wait()
+        self._wait(self._stream)
 
     def allreduce(self, buf, op="sum", out=None, check=True):
         buf = self.prepared(buf, "allreduce", op=op, out=out, check=check)
         out = self.cuda.device_array(buf.shape, dtype=buf.dtype) if out is None else out
-        self._call("allReduce", buf, out, buf.size, self._code(buf), NCCL_OPS[op])
+        self._call("allReduce", buf, out, buf.size, NCCL_TYPES[buf.dtype], NCCL_OPS[op])
         return out
 
     def allreduce_enqueue(self, buf, out, stream) -> bool:
         # ncclAllReduce on the given stream, no synchronisation: the caller orders the
         # stream after the kernels that wrote buf (an event) and waits for it when it needs out.
-        self.nccl_comm.allReduce(pointer(buf), pointer(out), buf.size, self._code(buf), NCCL_OPS["sum"],
+        self.nccl_comm.allReduce(pointer(buf), pointer(out), buf.size, NCCL_TYPES[buf.dtype], NCCL_OPS["sum"],
                                  stream_handle(stream))
         return True
 
@@ -217,24 +206,24 @@ class NcclBackend(Backend):
         buf = self.prepared(buf, "reduce", op=op)
         # recvbuff matters on the root only; elsewhere a scratch buffer, so that no rank's input is written to
         out = self.cuda.device_array(buf.shape, dtype=buf.dtype)
-        self._call("reduce", buf, out, buf.size, self._code(buf), NCCL_OPS[op], root)
+        self._call("reduce", buf, out, buf.size, NCCL_TYPES[buf.dtype], NCCL_OPS[op], root)
         return out if self.rank == root else buf
 
     def bcast(self, buf, root=0):
         buf = self.prepared(buf, "bcast")
-        self._call("broadcast", buf, buf, buf.size, self._code(buf), root)
+        self._call("broadcast", buf, buf, buf.size, NCCL_TYPES[buf.dtype], root)
         return buf
 
     def allgather(self, buf):
         buf = self.prepared(buf, "allgather")
         out = self.cuda.device_array((self.size * buf.shape[0], *buf.shape[1:]), dtype=buf.dtype)
-        self._call("allGather", buf, out, buf.size, self._code(buf))
+        self._call("allGather", buf, out, buf.size, NCCL_TYPES[buf.dtype])
         return out
 
     def reduce_scatter(self, buf, op="sum"):
         buf = self.prepared(buf, "reduce_scatter", op=op, divisible=True)
         out = self.cuda.device_array((buf.shape[0] // self.size, *buf.shape[1:]), dtype=buf.dtype)
-        self._call("reduceScatter", buf, out, out.size, self._code(buf), NCCL_OPS[op])
+        self._call("reduceScatter", buf, out, out.size, NCCL_TYPES[buf.dtype], NCCL_OPS[op])
         return out
 
     def scatter(self, buf, root=0):
@@ -245,7 +234,7 @@ class NcclBackend(Backend):
         if self.rank != root:
             self._exchange([("recv", out, root)])
             return out
-        self._copy(out, buf[root * rows:(root + 1) * rows])
+        out.copy_to_device(buf[root * rows:(root + 1) * rows], stream=self._stream_obj)
         self._exchange([("send", buf[r * rows:(r + 1) * rows], r) for r in range(self.size) if r != root])
         return out
 
@@ -257,7 +246,7 @@ class NcclBackend(Backend):
             self._exchange([("send", buf, root)])
             return None
         out = self.cuda.device_array((self.size * rows, *buf.shape[1:]), dtype=buf.dtype)
-        self._copy(out[root * rows:(root + 1) * rows], buf)
+        out[root * rows:(root + 1) * rows].copy_to_device(buf, stream=self._stream_obj)
         self._exchange([("recv", out[r * rows:(r + 1) * rows], r) for r in range(self.size) if r != root])
         return out
 

@@ -10,15 +10,16 @@ import numpy as np
 
 from hpclab import backend
 from hpclab.comm import BACKENDS, get
-from hpclab.decomp import block_range
 from hpclab.errors import step
 from hpclab.comm.nccl import NEEDS_OWN_GPU
 from hpclab.device import describe_sharing, sharing
 from hpclab.runner import Program, Report
 from hpclab.timing import wall
-from hpclab.pi.program import add_launch_arguments, add_sample_arguments, check_work, combined
+from hpclab.pi.program import Work, add_launch_arguments, add_sample_arguments, combined, my_share, rank_line
 
 PROGRAM = Program("pi-nccl-mpi", "comm", "--samples", "samples")
+SAMPLES = Work("samples", gpu=10**11, sim=4096)
+validate = SAMPLES.check     # the input check of `hpclab run` (runner.checked)
 HELP = ("Workshop Exercise 4: Monte Carlo pi with one MPI rank per GPU; MPI only bootstraps NCCL, "
         "and the hit counts are all-reduced by NCCL (host-staged MPI on the simulator, or where "
         "ranks share a GPU).")
@@ -32,18 +33,10 @@ def add_arguments(parser) -> None:
     add_launch_arguments(parser)
 
 
-def default_samples() -> int:
-    return backend.auto_size(gpu=10**11, sim=4096)
-
-
-def validate(args, launch) -> None:
-    check_work("--samples", args.samples or default_samples(), "samples", launch.ranks, launch)
-
-
 def run(args, ctx) -> Report:
     comm, rank, size = ctx.comm, ctx.comm.rank, ctx.comm.size
     sim = backend.is_simulator()
-    samples = args.samples or default_samples()
+    samples = SAMPLES.of(args)
     notes = []
     from hpclab.pi.fast import count_hits       # loads numba.cuda: not needed to reject bad arguments
 
@@ -58,12 +51,11 @@ def run(args, ctx) -> Report:
                      "GPU to run it over NCCL.")
     be = get(name, comm)  # collective; for nccl: unique id on rank 0, MPI broadcast, communicator
 
-    lo, hi = block_range(samples, size, rank)
+    lo, hi, blocks, threads = my_share(comm, samples, args)
     with step(comm, "kernel compilation (warm-up)"):   # Numba compiles on the first call: not in the timed region
-        count_hits(0, 2, args.seed, 1, 32)
+        count_hits(0, 2, args.seed, 1, threads)
     with step(comm, "hit counting"):
-        hits, t_local, t_compute = wall(
-            lambda: count_hits(lo, hi - lo, args.seed, blocks=args.blocks, threads=args.threads), comm)
+        hits, t_local, t_compute = wall(lambda: count_hits(lo, hi - lo, args.seed, blocks, threads), comm)
     mine = backend.cuda().to_device(np.array([hits], dtype=np.int64))
     be.allreduce(mine)  # warm up the path (first NCCL call sets up its channels)
     total_dev, _, t_reduce = wall(lambda: be.allreduce(mine), comm)
@@ -72,10 +64,8 @@ def run(args, ctx) -> Report:
     # Checking only, after the fact: every rank's local count and total to rank 0.
     everyone = comm.gather((hits, total), root=0)
     t_wall = t_compute + t_reduce
-    shape = (f"blocks = {args.blocks or 'auto'} | threads/block = {args.threads or 'auto'}"
-             + (f" | total threads = {args.blocks * args.threads}" if args.blocks and args.threads else ""))
     report = Report(
-        rank_line=f"{ctx.placement.label()} | samples = {hi - lo} | {shape} | hits = {hits} | time = {t_local:.6f} s",
+        rank_line=rank_line(ctx.placement, "samples", hi - lo, blocks, threads, f"hits = {hits}", t_local),
         timings={"compute_s": t_compute, "allreduce_s": t_reduce, "wall_s": t_wall},
         notes=notes,
     )

@@ -19,9 +19,10 @@ from hpclab.decomp import block_range
 from hpclab.errors import step
 from hpclab.options import UsageError, count
 from hpclab.runner import Program, Report
-from hpclab.pi.program import add_launch_arguments, add_sample_arguments, check_work, combined
+from hpclab.pi.program import Work, add_launch_arguments, add_sample_arguments, combined
 
 PROGRAM = Program("pi-nccl-node", "comm")
+SAMPLES = Work("samples", gpu=10**10, sim=4096)
 HELP = ("Workshop Exercise 3: Monte Carlo pi with ONE process driving all GPUs of the node; "
         "the per-GPU hit counts are combined by an NCCL all-reduce (ncclCommInitAll).")
 
@@ -31,10 +32,6 @@ def add_arguments(parser) -> None:
     parser.add_argument("--gpus", type=count(1, 1024), default=None,
                         help="GPUs to drive (default: all of this node's; 2 shares on the simulator)")
     add_launch_arguments(parser)
-
-
-def default_samples() -> int:
-    return backend.auto_size(gpu=10**10, sim=4096)
 
 
 def validate(args, launch) -> None:
@@ -50,7 +47,7 @@ def validate(args, launch) -> None:
         if gpus > available:
             raise UsageError(f"--gpus {gpus} but this node has {available} GPU(s) visible; "
                              f"use --gpus {available} or fewer")
-    check_work("--samples", args.samples or default_samples(), "samples", gpus, launch)
+    SAMPLES.check(args, launch, gpus)
 
 
 def _count(shares, args, on_gpus: bool):
@@ -75,50 +72,47 @@ def _count(shares, args, on_gpus: bool):
         return list(pool.map(one, range(len(shares))))
 
 
-def _all_gpus(shares, args, nccl):
-    """initAll, counts on every GPU at once, one grouped all-reduce of them; without ``nccl`` (the
-    simulator, one device) the shares are counted one after another and the host adds them."""
-    cuda, ndev = backend.cuda(), len(shares)
-    t0 = time.perf_counter()
-    comms = nccl.NcclCommunicator.initAll(list(range(ndev))) if nccl else []
-    t1 = time.perf_counter()
-    counted = _count(shares, args, on_gpus=nccl is not None)
-    t2 = time.perf_counter()
-    if nccl is None:
-        totals, how = [sum(h for h, *_ in counted)] * ndev, "host sum (simulator: no NCCL)"
-    else:
-        nccl.groupStart()  # one call per communicator, launched together
-        try:
-            for d, (_, _, (buf, stream)) in enumerate(counted):
-                with cuda.gpus[d]:
-                    comms[d].allReduce(pointer(buf), pointer(buf), 1, nccl.NCCL_INT64, nccl.NCCL_SUM,
-                                       stream_handle(stream))
-        finally:
-            nccl.groupEnd()
-        totals = []
+def _all_reduce(counted, comms, nccl) -> list[int]:
+    """Every GPU's count all-reduced in one NCCL group; each GPU's total."""
+    cuda = backend.cuda()
+    nccl.groupStart()  # one call per communicator, launched together
+    try:
         for d, (_, _, (buf, stream)) in enumerate(counted):
             with cuda.gpus[d]:
-                stream.synchronize()
-                totals.append(int(buf.copy_to_host()[0]))
-        how = f"NCCL all-reduce (NCCL {version_string(nccl)}, ncclCommInitAll over {ndev} GPUs)"
-    t3 = time.perf_counter()
-    for c in comms:
-        c.destroy()
-    return counted, totals, how, {"init_s": t1 - t0, "compute_s": t2 - t1, "allreduce_s": t3 - t2,
-                                  "total_s": t3 - t1}
+                comms[d].allReduce(pointer(buf), pointer(buf), 1, nccl.NCCL_INT64, nccl.NCCL_SUM, stream_handle(stream))
+    finally:
+        nccl.groupEnd()
+    totals = []
+    for d, (_, _, (buf, stream)) in enumerate(counted):
+        with cuda.gpus[d]:
+            stream.synchronize()
+            totals.append(int(buf.copy_to_host()[0]))
+    return totals
 
 
 def run(args, ctx) -> Report:
     sim = backend.is_simulator()
-    samples = args.samples or default_samples()
+    samples = SAMPLES.of(args)
     ndev = args.gpus or (2 if sim else len(backend.cuda().gpus))    # validate() checked it against them
     shares = [block_range(samples, ndev, d) for d in range(ndev)]
     with step(ctx.comm, "input check"):
         nccl = None if sim else load()      # fails here, naming NCCL, if CuPy's NCCL is missing
+    # initAll, counts on every GPU at once, one grouped all-reduce of them; without NCCL (the simulator,
+    # one device) the shares are counted one after another and the host adds them.
     with step(ctx.comm, "pi on every GPU"):
-        counted, totals, combined_by, times = _all_gpus(shares, args, nccl)
-    hits = [h for h, *_ in counted]
-    report = combined(totals, hits, samples, args.seed, "the all-reduce", "Total time", times["total_s"])
+        t0 = time.perf_counter()
+        comms = nccl.NcclCommunicator.initAll(list(range(ndev))) if nccl else []
+        t1 = time.perf_counter()
+        counted = _count(shares, args, on_gpus=not sim)
+        t2 = time.perf_counter()
+        hits = [h for h, *_ in counted]
+        totals = [sum(hits)] * ndev if sim else _all_reduce(counted, comms, nccl)
+        t3 = time.perf_counter()
+        for c in comms:
+            c.destroy()
+    combined_by = ("host sum (simulator: no NCCL)" if sim
+                   else f"NCCL all-reduce (NCCL {version_string(nccl)}, ncclCommInitAll over {ndev} GPUs)")
+    report = combined(totals, hits, samples, args.seed, "the all-reduce", "Total time", t3 - t1)
     report.rank_line = "\n".join(f"GPU {d}/{ndev} | samples={hi - lo} | local hits={h} | time = {s:.6f} s"
                                  for d, ((lo, hi), (h, s, _)) in enumerate(zip(shares, counted)))
     if sim:
@@ -127,5 +121,5 @@ def run(args, ctx) -> Report:
                             "added on the host.")
     report.final += [("GPUs", str(ndev)), ("Combined by", combined_by)]
     report.result.update(gpus=ndev, per_gpu_hits=hits, combined_by=combined_by)
-    report.timings = times
+    report.timings = {"init_s": t1 - t0, "compute_s": t2 - t1, "allreduce_s": t3 - t2, "total_s": t3 - t1}
     return report

@@ -104,20 +104,18 @@ def _midpoint_hint(computed: float, bins: int) -> str:
 
 def monte_carlo(hits: int, samples: int, seed: int | None = None, quiet: bool = False) -> Verdict:
     """Hits against the exact count of the counter-based generator (small runs) or 5 standard errors."""
-    pi_hat = 4.0 * hits / samples
-    sigma = standard_error(samples)
+    e = estimate(hits, samples)
+    z = e["abs_error"] / e["sigma"]
     if seed is not None and samples <= 2_000_000:
         exact = count_hits_reference(0, samples, seed)
         if hits == exact:
             return _say(Verdict(True, f"{hits} hits of {samples}: exactly the generator's count; "
-                                      f"pi ~ {pi_hat:.6f}, {abs(pi_hat - math.pi) / sigma:.2f} standard errors off"),
-                        quiet)
+                                      f"pi ~ {e['pi']:.6f}, {z:.2f} standard errors off"), quiet)
         return _say(Verdict(False, f"{hits} hits, but samples 0..{samples - 1} of seed {seed} give {exact}: "
                                    "some samples are missing or repeated "
                                    "(each rank must count exactly its own slice, each sample once)"), quiet)
-    z = abs(pi_hat - math.pi) / sigma
     ok = z <= 5
-    return _say(Verdict(ok, f"pi ~ {pi_hat:.8f}, {z:.2f} standard errors (sigma = {sigma:.2e}) from pi"
+    return _say(Verdict(ok, f"pi ~ {e['pi']:.8f}, {z:.2f} standard errors (sigma = {e['sigma']:.2e}) from pi"
                             + ("" if ok else ": beyond 5 sigma, samples are lost, repeated or correlated")), quiet)
 
 

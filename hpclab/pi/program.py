@@ -1,15 +1,21 @@
 """What the four pi programs share (pi-midpoint, pi-mc, pi-nccl-node, pi-nccl-mpi): their
-launch-shape and sample options, the check that the work fits a day, and the check and FINAL
-RESULTS of an all-reduced Monte Carlo count (Exercises 3 and 4)."""
+launch-shape and sample options, the check that the work fits a day, each rank's slice and its timed,
+all-reduced sum, and the FINAL RESULTS of an estimate of pi (with the check of an all-reduced Monte
+Carlo count, Exercises 3 and 4)."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
-from hpclab import budget
+from hpclab import backend, budget
+from hpclab.decomp import block_range
+from hpclab.errors import step
+from hpclab.mpi import MPI
 from hpclab.options import count, seed
 from hpclab.pi.check import estimate
 from hpclab.pi.philox import SEED_LIMIT
 from hpclab.runner import Report
+from hpclab.timing import timed, wall
 
 MAX_BLOCKS = (1 << 31) - 1                 # CUDA's limit on gridDim.x
 THREADS = tuple(1 << k for k in range(11))  # powers of two up to 1024, CUDA's block limit
@@ -31,13 +37,59 @@ def add_sample_arguments(parser, default_seed: int, samples_help: str) -> None:
                         help=f"generator seed, 0 to 2^64-1 (default {default_seed})")
 
 
-def check_work(option: str, work: int, unit: str, shares: int, launch) -> None:
-    """Every rank (or GPU) gets at least one of ``work``, and the run ends within the day."""
-    budget.require_share(option, work, shares, unit)
-    rate = launch.fastest(unit)
-    budget.refuse_long(option, work, work / (rate * shares),
-                       f"{work:.3g} {unit} at under {rate:.0e} {unit}/s on each of {shares} "
-                       f"{'GPU' if launch.backend == 'gpu' else 'simulated GPU'}(s)")
+@dataclass(frozen=True)
+class Work:
+    """A pi program's size option, ``--samples`` or ``--bins``, and its defaults on a GPU and on the simulator."""
+
+    unit: str
+    gpu: int
+    sim: int
+
+    def of(self, args) -> int:
+        """The size asked for, else the default on this backend."""
+        return getattr(args, self.unit) or backend.auto_size(gpu=self.gpu, sim=self.sim)
+
+    def check(self, args, launch, shares: int | None = None) -> None:
+        """Every rank (or each of ``shares`` GPUs) gets at least one of the work, and the run ends within the day."""
+        option, work, shares = f"--{self.unit}", self.of(args), shares or launch.ranks
+        budget.require_share(option, work, shares, self.unit)
+        rate = launch.fastest(self.unit)
+        budget.refuse_long(option, work, work / (rate * shares),
+                           f"{work:.3g} {self.unit} at under {rate:.0e} {self.unit}/s on each of {shares} "
+                           f"{'GPU' if launch.backend == 'gpu' else 'simulated GPU'}(s)")
+
+
+def my_share(comm, work: int, args) -> tuple[int, int, int, int]:
+    """(start, stop, blocks, threads): this rank's slice of ``work`` and its launch shape."""
+    from hpclab.launch import full_gpu    # loads numba.cuda: not needed to reject bad arguments
+
+    with step(comm, "launch shape"):     # the input was checked for this launch (runner.checked)
+        start, stop = block_range(work, comm.size, comm.rank)
+        return (start, stop, *full_gpu(stop - start, args.blocks, args.threads))
+
+
+def summed(comm, what: str, work) -> tuple:
+    """``work()`` on every rank, timed, and its results added over the ranks: (this rank's result, the
+    sum, this rank's time, the wall time of the slowest rank, the compute time of the slowest rank)."""
+    def work_and_add():
+        mine, compute = timed(work)
+        return mine, compute, comm.allreduce(mine)
+
+    with step(comm, what):
+        (mine, compute, total), local, wall_s = wall(work_and_add, comm)
+    return mine, total, local, wall_s, comm.allreduce(compute, op=MPI().MAX)
+
+
+def rank_line(placement, unit: str, work: int, blocks: int, threads: int, result: str, seconds: float) -> str:
+    return (f"{placement.label()} | {unit} = {work} | blocks = {blocks} | threads/block = {threads} "
+            f"| total threads = {blocks * threads} | {result} | time = {seconds:.6f} s")
+
+
+def error_rows(label: str, value: float, digits: int) -> list[tuple[str, str]]:
+    """FINAL RESULTS' first rows: pi, the ``value`` computed, its absolute and relative error."""
+    err = abs(value - math.pi)
+    return [("Exact PI", f"{math.pi:.{digits}f}"), (label, f"{value:.{digits}f}"),
+            ("Absolute error", f"{err:.8e}"), ("Relative error", f"{err / math.pi * 100:.8e} %")]
 
 
 def rate_line(work: int, seconds: float, placement) -> str:
@@ -59,10 +111,7 @@ def combined(totals: list[int], hits: list[int], samples: int, seed: int, how: s
         notes.append(f"pi estimate {e['pi']:.8f} is more than 5 sigma ({5 * e['sigma']:.2e}) "
                      "from pi: the hit counter is wrong")
     final = [
-        ("Exact PI", f"{math.pi:.8f}"),
-        ("Estimated PI", f"{e['pi']:.8f}"),
-        ("Absolute error", f"{e['abs_error']:.8e}"),
-        ("Relative error", f"{100 * e['abs_error'] / math.pi:.8e} %"),
+        *error_rows("Estimated PI", e["pi"], 8),
         ("Total hits", str(total)),
         ("Total samples", str(samples)),
         (time_label, f"{seconds:.6f} s"),

@@ -3,16 +3,16 @@ from __future__ import annotations
 
 import math
 
-from hpclab import backend
-from hpclab.decomp import block_range
 from hpclab.errors import step
 from hpclab.runner import Program, Report
-from hpclab.timing import timed, wall
+from hpclab.timing import wall
 from hpclab.pi.check import estimate
-from hpclab.pi.program import add_launch_arguments, add_sample_arguments, check_work, rate_line
-from hpclab.mpi import MPI
+from hpclab.pi.program import (Work, add_launch_arguments, add_sample_arguments, error_rows, my_share,
+                               rank_line, rate_line, summed)
 
 PROGRAM = Program("pi-mc", "pi", "--samples", "samples")
+SAMPLES = Work("samples", gpu=10**11, sim=20_000)
+validate = SAMPLES.check     # the input check of `hpclab run` (runner.checked)
 HELP = ("Workshop Exercise 2: pi by Monte Carlo; each rank counts hits for its share of the "
         "samples on its GPU. The default counter-based generator makes the estimate depend only "
         "on (samples, seed), whatever the number of ranks.")
@@ -30,23 +30,10 @@ def add_arguments(parser) -> None:
     add_launch_arguments(parser)
 
 
-def default_samples() -> int:
-    return backend.auto_size(gpu=10**11, sim=20_000)
-
-
-def validate(args, launch) -> None:
-    check_work("--samples", args.samples or default_samples(), "samples", launch.ranks, launch)
-
-
 def run(args, ctx) -> Report:
-    from hpclab.launch import full_gpu    # loads numba.cuda: not needed to reject bad arguments
-
-    comm, size, rank = ctx.comm, ctx.comm.size, ctx.comm.rank
-    samples, seed = args.samples or default_samples(), args.seed
-    with step(comm, "launch shape"):     # the input was checked for this launch (runner.checked)
-        start, stop = block_range(samples, size, rank)
-        blocks, threads = full_gpu(stop - start, args.blocks, args.threads)
-
+    comm, rank = ctx.comm, ctx.comm.rank
+    samples, seed = SAMPLES.of(args), args.seed
+    start, stop, blocks, threads = my_share(comm, samples, args)
     timings = {}
     if args.generator == "counter":
         from hpclab.pi import fast
@@ -63,28 +50,18 @@ def run(args, ctx) -> Report:
         timings["state_init_s"] = init_max
         work = lambda: xoroshiro.count_hits(stop - start, seed, rank, blocks, threads, states)  # noqa: E731
 
-    def count_and_add():
-        hits, compute = timed(work)
-        return hits, compute, comm.allreduce(hits)
-
-    with step(comm, "Monte Carlo kernel"):
-        (hits, compute, total_hits), local, wall_s = wall(count_and_add, comm)
+    hits, total_hits, local, wall_s, compute_max = summed(comm, "Monte Carlo kernel", work)
     e = estimate(total_hits, samples)
     pi_hat, err, sigma = e["pi"], e["abs_error"], e["sigma"]
-    timings.update({"wall_s": wall_s, "compute_s": comm.allreduce(compute, op=MPI().MAX),
-                    "samples_per_s": samples / wall_s})
+    timings.update({"wall_s": wall_s, "compute_s": compute_max, "samples_per_s": samples / wall_s})
     report = Report(
-        rank_line=(f"{ctx.placement.label()} | samples = {stop - start} | blocks = {blocks} | threads/block = "
-                   f"{threads} | total threads = {blocks * threads} | hits = {hits} | time = {local:.6f} s"),
+        rank_line=rank_line(ctx.placement, "samples", stop - start, blocks, threads, f"hits = {hits}", local),
         passed=err <= 5 * sigma,
         timings=timings,
     )
     if rank == 0:
         report.final = [
-            ("Exact PI", f"{math.pi:.10f}"),
-            ("Estimated PI", f"{pi_hat:.10f}"),
-            ("Absolute error", f"{err:.8e}"),
-            ("Relative error", f"{err / math.pi * 100:.8e} %"),
+            *error_rows("Estimated PI", pi_hat, 10),
             ("Standard error", f"{sigma:.3e} (error = {err / sigma:.2f} sigma; passes within 5 sigma)"),
             ("Total hits", f"{total_hits}"),
             ("Total samples", f"{samples}"),
@@ -101,4 +78,3 @@ def run(args, ctx) -> Report:
                          "samples": samples, "seed": seed, "generator": args.generator,
                          "standard_error": sigma}
     return report
-

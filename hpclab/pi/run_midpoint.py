@@ -4,16 +4,16 @@ from __future__ import annotations
 import math
 
 from hpclab import backend
-from hpclab.decomp import block_range
 from hpclab.errors import step
 from hpclab.options import count
 from hpclab.runner import Program, Report
-from hpclab.timing import timed, wall
 from hpclab.pi.check import MAX_BINS, midpoint_bound, truncation_bound
-from hpclab.pi.program import add_launch_arguments, check_work, rate_line
+from hpclab.pi.program import Work, add_launch_arguments, error_rows, my_share, rank_line, rate_line, summed
 from hpclab.mpi import MPI
 
 PROGRAM = Program("pi-midpoint", "pi", "--bins", "bins")
+BINS = Work("bins", gpu=10**11, sim=10_000)
+validate = BINS.check     # the input check of `hpclab run` (runner.checked)
 HELP = ("Workshop Exercise 1: pi by the midpoint rule in float64; each rank integrates a "
         "contiguous slice of the bins on its GPU, then an MPI reduction adds the slices.")
 
@@ -24,48 +24,28 @@ def add_arguments(parser) -> None:
     add_launch_arguments(parser)
 
 
-def default_bins() -> int:
-    return backend.auto_size(gpu=10**11, sim=10_000)
-
-
-def validate(args, launch) -> None:
-    check_work("--bins", args.bins or default_bins(), "bins", launch.ranks, launch)
-
-
 def run(args, ctx) -> Report:
-    from hpclab.launch import full_gpu    # loads numba.cuda: not needed to reject bad arguments
-    from hpclab.pi import fast
+    from hpclab.pi import fast    # loads numba.cuda: not needed to reject bad arguments
 
     comm, size, rank = ctx.comm, ctx.comm.size, ctx.comm.rank
-    bins = args.bins or default_bins()
-    with step(comm, "launch shape"):     # the input was checked for this launch (runner.checked)
-        start, stop = block_range(bins, size, rank)
-        blocks, threads = full_gpu(stop - start, args.blocks, args.threads)
+    bins = BINS.of(args)
+    start, stop, blocks, threads = my_share(comm, bins, args)
     with step(comm, "kernel compilation (warm-up)"):
         fast.partial_sum(0, 1, 1, 1, threads)
-
-    def integrate():
-        partial, compute = timed(lambda: fast.partial_sum(start, stop, bins, blocks, threads))
-        return partial, compute, comm.allreduce(partial)
-
-    with step(comm, "midpoint kernel"):
-        (partial, compute, total), local, wall_s = wall(integrate, comm)
+    partial, total, local, wall_s, compute_max = summed(
+        comm, "midpoint kernel", lambda: fast.partial_sum(start, stop, bins, blocks, threads))
     # Rank blocks may differ (few bins): the bound uses the largest launch.
     bound = midpoint_bound(bins, comm.allreduce(blocks, op=MPI().MAX), threads, size)
     err = abs(total - math.pi)
-    compute_max = comm.allreduce(compute, op=MPI().MAX)
     report = Report(
-        rank_line=(f"{ctx.placement.label()} | bins = {stop - start} | blocks = {blocks} | threads/block = {threads} "
-                   f"| total threads = {blocks * threads} | partial pi = {partial:.15f} | time = {local:.6f} s"),
+        rank_line=rank_line(ctx.placement, "bins", stop - start, blocks, threads, f"partial pi = {partial:.15f}",
+                            local),
         passed=err <= bound,
         timings={"wall_s": wall_s, "compute_s": compute_max, "bins_per_s": bins / wall_s},
     )
     if rank == 0:
         report.final = [
-            ("Exact PI", f"{math.pi:.15f}"),
-            ("Computed PI", f"{total:.15f}"),
-            ("Absolute error", f"{err:.8e}"),
-            ("Relative error", f"{err / math.pi * 100:.8e} %"),
+            *error_rows("Computed PI", total, 15),
             ("Error bound", f"{bound:.3e} (h^2/3 = {truncation_bound(bins):.3e} + float64 rounding)"),
             ("Total bins", f"{bins}"),
             ("Wall time", f"{wall_s:.6f} s"),
