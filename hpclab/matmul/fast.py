@@ -354,10 +354,9 @@ def check_operands(a, b, kernel: str = "naive", trans_a: bool = False, trans_b: 
     if np.dtype(a.dtype) == HALF and kernel != "fast":
         raise ValueError(f"the {kernel} kernel multiplies float32 or float64; float16 inputs are multiplied "
                          f"in float32 by kernel='fast' (or convert them with .astype(np.float32))")
-    if kernel == "warp":
-        if np.dtype(a.dtype) != np.float32 or trans_a or trans_b:
-            raise ValueError(f"the warp kernel multiplies float32 a @ b only (got {np.dtype(a.dtype)}"
-                             f"{', a transposed operand' if trans_a or trans_b else ''}); use kernel='fast'")
+    if kernel == "warp" and (np.dtype(a.dtype) != np.float32 or trans_a or trans_b):
+        raise ValueError(f"the warp kernel multiplies float32 a @ b only (got {np.dtype(a.dtype)}"
+                         f"{', a transposed operand' if trans_a or trans_b else ''}); use kernel='fast'")
     return M, K, N, np.dtype(a.dtype)
 
 

@@ -317,4 +317,4 @@ def launch(a, b, c, cfg: WarpConfig | None = None, stream=0, split: int | None =
         return
     w = split_k.workspace(split, m, n, stream)
     _launches(a, b, w, variant=(cfg, split), stream=stream)
-    split_k.add(w, c, stream)
+    split_k.add(w, c, stream=stream)
