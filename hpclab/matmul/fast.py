@@ -55,7 +55,7 @@ class FastConfig:
     def label(self) -> str:
         return f"{self.bm}x{self.bn}x{self.bk} / {self.tm}x{self.tn} vec{self.vec} pad{self.pad}"
 
-    def problems(self, trans_a: bool = False, trans_b: bool = False) -> list[str]:
+    def problems(self, trans_a: bool = False) -> list[str]:
         """Why this configuration cannot be built (empty when it can)."""
         out = []
         if self.bm % self.tm or self.bn % self.tn:
@@ -95,7 +95,7 @@ def fast_kernel(dtype, config: FastConfig, trans_a: bool = False, trans_b: bool 
     """The register-blocked kernel for one input dtype, tile shape and pair of transposes (compiled
     on first launch). ``split`` > 1 (split-K): ``blockIdx.z`` picks one of ``split`` slices of K, and each
     block adds its partial sums into c atomically (c must be zero before)."""
-    bad = config.problems(trans_a, trans_b)
+    bad = config.problems(trans_a)
     if bad:
         raise ValueError(f"fast kernel configuration {config.label()} cannot be built: {'; '.join(bad)}")
     nbt = numba.from_dtype(acc_dtype(dtype))       # what products accumulate in

@@ -110,8 +110,7 @@ def scaling_figure(summary: list[dict], mode: str, serial_fraction: float, title
 def _rank_ticks(ax, ranks, axis="x"):
     from matplotlib.ticker import NullFormatter
 
-    getattr(ax, f"set_{axis}ticks")(ranks)
-    getattr(ax, f"set_{axis}ticklabels")([f"{n:g}" for n in ranks])
+    getattr(ax, f"set_{axis}ticks")(ranks, [f"{n:g}" for n in ranks])
     getattr(ax, f"{axis}axis").set_minor_formatter(NullFormatter())
 
 
