@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import dataclasses
 import importlib
 import json
 import math
@@ -21,7 +20,7 @@ import shutil
 import statistics
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 
@@ -240,7 +239,7 @@ def engine_trial(program, argv: list[str], ranks: int):
         with step(sub, "input check"):
             module, args = runner.checked(program, argv, runner.launch_of(sub))
         per_gpu = ranks_per_gpu(sub)     # this sub-communicator's own sharing
-        ctx = runner.Context(sub, dataclasses.replace(placement, rank=sub.rank, size=sub.size), backend.name())
+        ctx = runner.Context(sub, replace(placement, rank=sub.rank, size=sub.size), backend.name())
         report = module.run(args, ctx)
         if sub.rank != 0:
             return None
