@@ -45,7 +45,7 @@ def record_roofline(path: str) -> None:
 
 def record_timeline(path: str) -> None:
     from hpclab.ddp.trainer import timeline_step
-    from hpclab.device import select_gpu
+    from hpclab.device import identity, select_gpu
     from hpclab.halo.versions import timeline_layer
     from hpclab.mpi import world
 
@@ -55,7 +55,7 @@ def record_timeline(path: str) -> None:
             for what, fn in (("DDP step", timeline_step), ("halo layer", timeline_layer)) for overlap in (True, False)}
     if comm.rank == 0:
         with open(path, "w", newline="") as fh:
-            write_timeline(runs, roofline.device_name(), fh)
+            write_timeline(runs, identity()[0], fh)
 
 
 if __name__ == "__main__":

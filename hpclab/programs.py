@@ -1,8 +1,5 @@
-"""The names ``hpclab run`` and ``hpclab scaling`` know, each the module of a program (see :mod:`hpclab.runner`).
-
-A program is one line here and a module in its topic's package; the module says everything else about itself
-(its ``PROGRAM``). Notebooks import the modules themselves.
-"""
+"""The names ``hpclab run`` and ``hpclab scaling`` know, each the module of a program (docs/architecture.md,
+*Programs are modules*)."""
 from __future__ import annotations
 
 import importlib

@@ -20,6 +20,7 @@ from importlib import resources
 import numpy as np
 
 from hpclab import backend
+from hpclab.device import identity
 from hpclab.results import plot  # the figure helpers
 
 cuda = backend.cuda()       # module level: the simulator swaps this name inside kernels
@@ -53,14 +54,9 @@ def datasheet(device: str):
     return next((row[1:] for row in DATASHEET if re.search(row[0], device)), None)
 
 
-def device_name() -> str:
-    name = getattr(cuda.get_current_device(), "name", "Numba CUDA simulator")
-    return name.decode() if isinstance(name, bytes) else name
-
-
 def point(kernel: str, flops: float, nbytes: float, seconds: float, count: str, notebook: str = "") -> Point:
     """A point measured now on this GPU."""
-    return Point(kernel, flops, nbytes, seconds, count, notebook, device_name(), datetime.date.today().isoformat())
+    return Point(kernel, flops, nbytes, seconds, count, notebook, identity()[0], datetime.date.today().isoformat())
 
 
 @lru_cache(maxsize=None)

@@ -102,11 +102,11 @@ def _say(rank: int, message: str) -> None:
     print(f"[rank {rank}] error: {message}", file=sys.stderr, flush=True)
 
 
-def _error_json(wanted: bool, name: str, size: int, message: str, **extra) -> None:
-    """Where ``--json`` was asked for, the JSON line of a run that failed."""
+def _json(wanted: bool, name: str, size: int, **fields) -> None:
+    """Where ``--json`` was asked for, the run's JSON line: its result, or the ``error`` that stopped it."""
     if wanted:
         print(json.dumps({"exercise": name, "ranks": size, "backend": backend.selected(), "result": {},
-                          "passed": False, "timings": {}, "error": message, **extra}), flush=True)
+                          "passed": False, "timings": {}, **fields}, default=float), flush=True)
 
 
 def main(program, argv: list[str], name: str | None = None) -> int:
@@ -131,7 +131,7 @@ def main(program, argv: list[str], name: str | None = None) -> int:
         comm = world()
     except MPIUnavailable as exc:
         print(problem or f"{prog}: error: {exc}", file=sys.stderr, flush=True)
-        _error_json(want_json, name, 1, problem or str(exc))
+        _json(want_json, name, 1, error=problem or str(exc))
         return 2
     rank = comm.rank
     launch = launch_of(comm)
@@ -144,7 +144,7 @@ def main(program, argv: list[str], name: str | None = None) -> int:
     if problem is not None:
         if rank == 0:
             print(problem, file=sys.stderr, flush=True)
-            _error_json(want_json, name, comm.size, problem)
+            _json(want_json, name, comm.size, error=problem)
         return 2
 
     try:
@@ -156,7 +156,7 @@ def main(program, argv: list[str], name: str | None = None) -> int:
         lines = comm.gather(report.rank_line, root=0)
     except RankError as exc:  # raised on every rank alike: all exit cleanly
         _say(rank, str(exc))
-        _error_json(rank == 0 and want_json, name, comm.size, str(exc))
+        _json(rank == 0 and want_json, name, comm.size, error=str(exc))
         return 1
     except Exception as exc:  # this rank alone may have failed: never leave the rest waiting
         if isinstance(exc, (ValueError, backend.BackendError)):
@@ -165,7 +165,7 @@ def main(program, argv: list[str], name: str | None = None) -> int:
             traceback.print_exc()
             _say(rank, f"{type(exc).__name__}: {exc}")
         # rank 0 may be waiting in a collective: the failing rank writes the JSON line
-        _error_json(want_json, name, comm.size, f"{type(exc).__name__} on rank {rank}: {exc}", rank=rank)
+        _json(want_json, name, comm.size, error=f"{type(exc).__name__} on rank {rank}: {exc}", rank=rank)
         _say(rank, "aborting all ranks")
         sys.stderr.flush()
         # mpiexec passes a rank's output on by itself, and MPI_Abort has it kill every process: give it a moment to
@@ -180,12 +180,9 @@ def main(program, argv: list[str], name: str | None = None) -> int:
         print("\n".join(["===== FINAL RESULTS =====", *(f"{k:<{width}} = {v}" for k, v in final)]))
         for note in report.notes:
             print(f"note: {note}")
-        if args.json:
-            print(json.dumps({"exercise": name, "ranks": comm.size, "backend": ctx.backend,
-                              "ranks_per_gpu": ctx.placement.max_ranks_per_gpu,   # > 1: ranks took turns on a GPU
-                              "result": report.result, "passed": bool(report.passed), "timings": report.timings},
-                             default=float))
         sys.stdout.flush()
+        _json(args.json, name, comm.size, ranks_per_gpu=ctx.placement.max_ranks_per_gpu,  # > 1: turns on a GPU
+              result=report.result, passed=bool(report.passed), timings=report.timings)
     return 0 if report.passed else 1
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import dataclasses
 import importlib
 import json
 import math
@@ -21,7 +20,7 @@ import shutil
 import statistics
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 
@@ -46,10 +45,8 @@ class Sweep:
 
     def sharing_note(self) -> str:
         """One line for a figure or table where ranks shared a GPU (time sharing, not scaling), else empty."""
-        if not any(r.get("shared_gpu") for r in self.records):
-            return ""
-        most = max(r.get("ranks_per_gpu") or 1 for r in self.records)
-        return f"up to {most} ranks shared one GPU: this measures time sharing, not scaling"
+        most = max((r.get("ranks_per_gpu") or 1 for r in self.records), default=1)
+        return f"up to {most} ranks shared one GPU: this measures time sharing, not scaling" if most > 1 else ""
 
     def summary(self) -> list[dict]:
         """One row per rank count: median wall time, speedup, efficiency."""
@@ -101,10 +98,6 @@ class Sweep:
 
 # ---------------------------------------------------------------- program arguments
 
-def work_arg_for(program, work_arg: str | None = None) -> str | None:
-    return work_arg or program.PROGRAM.work
-
-
 def _find_value(argv: list[str], option: str) -> tuple[int, str] | None:
     """(index, text) of option's value in argv, for ``--opt V`` and ``--opt=V``."""
     for i, a in enumerate(argv):
@@ -134,7 +127,7 @@ def _work_plan(program, argv, ranks, weak, work_arg) -> dict:
     """{ranks: (argv, work)} of a sweep, every run passing ``hpclab run``'s checks before the first starts: the
     lenient check (GPU speed, no memory limit), for the runs may land elsewhere (``--mpiexec srun`` from a login
     node) and check again there; where no backend can be chosen here, the options' types and ranges only."""
-    option = work_arg_for(program, work_arg)
+    option = work_arg or program.PROGRAM.work
     if weak and not (option and _find_value(argv, option)):
         raise UsageError(f"hpclab scaling: error: a weak sweep scales the work with the ranks: give the "
                          f"per-rank work, e.g. {option or '--work-arg --size'} N (for pi-mc: --samples 1e9)")
@@ -212,7 +205,7 @@ def sweep_mpiexec(program, argv: list[str], ranks: list[int], weak: bool = False
     for n, t in tqdm(steps, desc=f"{sweep.program} {sweep.mode} scaling", unit="run", disable=not progress):
         args, work = plan[n]
         rec = run_once(program, args, n, mpiexec, timeout)
-        sweep.records.append(_record(rec, n, t, work, timing, work_arg_for(program, work_arg)))
+        sweep.records.append(_record(rec, n, t, work, timing, work_arg or program.PROGRAM.work))
     return sweep
 
 
@@ -246,7 +239,7 @@ def engine_trial(program, argv: list[str], ranks: int):
         with step(sub, "input check"):
             module, args = runner.checked(program, argv, runner.launch_of(sub))
         per_gpu = ranks_per_gpu(sub)     # this sub-communicator's own sharing
-        ctx = runner.Context(sub, dataclasses.replace(placement, rank=sub.rank, size=sub.size), backend.name())
+        ctx = runner.Context(sub, replace(placement, rank=sub.rank, size=sub.size), backend.name())
         report = module.run(args, ctx)
         if sub.rank != 0:
             return None
@@ -273,5 +266,5 @@ def sweep_engines(view, program, argv: str, trials: int = 3, weak: bool = False)
     sweep = Sweep(name, mode)
     for n, t, ar in jobs:
         rec = next(r for r in ar.get() if r is not None)
-        sweep.records.append(_record(rec, n, t, plan[n][1], "wall_s", work_arg_for(program)))
+        sweep.records.append(_record(rec, n, t, plan[n][1], "wall_s", program.PROGRAM.work))
     return sweep

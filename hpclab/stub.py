@@ -1,11 +1,6 @@
-"""An unfilled exercise stops the learner with the same message on every backend.
-
-``hpclab exercises build`` replaces each answer with ``raise NotImplementedError(MESSAGE)``. Inside an
-``@cuda.jit`` kernel that raise means nothing on a GPU: numba-cuda reports an exception raised in a
-kernel only when the kernel was compiled with ``debug=True``, and otherwise the thread just returns
-(the check then sees zeros, or uninitialised memory). So an exercise launches its kernel through
-:func:`written`, which looks for the stub in the kernel's compiled Python code and raises from the host.
-"""
+"""An unfilled exercise stops the learner with the same message on every backend: a stub raised inside a
+kernel is lost on a GPU, so :func:`written` finds it in the kernel's code and raises from the host
+(docs/architecture.md, *Exercise stubs stop on the host*)."""
 from __future__ import annotations
 
 MESSAGE = "exercise: write this part (see the instructions above)"

@@ -91,9 +91,7 @@ def product(c, a, b, tile: int | None = None, quiet: bool = False) -> Verdict:
     """Check one result C against A @ B computed by NumPy in float64."""
     problem = diagnose(c, a, b, tile)
     (m, k), n = np.shape(a), np.shape(b)[1]
-    if problem is None:
-        return say(Verdict(True, f"C ({m} x {n}) equals A @ B to rounding (K = {k})"), quiet)
-    return say(Verdict(False, problem), quiet)
+    return say(Verdict(problem is None, problem or f"C ({m} x {n}) equals A @ B to rounding (K = {k})"), quiet)
 
 
 def kernel(matmul_fn, tile: int | None = None, dtypes=(np.float32, np.float64), seed: int = 0,
@@ -131,12 +129,11 @@ def global_sum(value: float, n: int, ranks: int, quiet: bool = False) -> Verdict
     value = float(value)
     if value == right:
         return say(Verdict(True, f"{value:.2f} = N^3/2 x P(P+1)/2 with N = {n}, P = {ranks}"), quiet)
-    if value == n ** 3 / 2:
-        return say(Verdict(False, f"{value:.2f} is rank 0's share alone (N^3/2); every rank r adds "
-                                  f"(1 + r) x N^3/2 - this is the tutorial's printed value"), quiet)
-    if value == n ** 2 / 2 * ranks * (ranks + 1) / 2:
-        return say(Verdict(False, f"{value:.2f} is a factor N = {n} too small: each element of C is "
-                                  f"a sum of N products, (1 + r) x 0.5 x N, and there are N^2 of them"), quiet)
-    if value == n ** 3 / 2 * ranks:
-        return say(Verdict(False, f"{value:.2f} counts every rank as rank 0: rank r's A holds 1 + r"), quiet)
-    return say(Verdict(False, f"{value:.2f}; the sum over ranks of N^2 x (1 + r) x 0.5 x N is {right:.2f}"), quiet)
+    known = [(n ** 3 / 2, " is rank 0's share alone (N^3/2); every rank r adds (1 + r) x N^3/2 - this is the "
+                          "tutorial's printed value"),
+             (right / n, f" is a factor N = {n} too small: each element of C is a sum of N products, "
+                         "(1 + r) x 0.5 x N, and there are N^2 of them"),
+             (n ** 3 / 2 * ranks, " counts every rank as rank 0: rank r's A holds 1 + r")]
+    why = next((why for wrong, why in known if value == wrong),
+               f"; the sum over ranks of N^2 x (1 + r) x 0.5 x N is {right:.2f}")
+    return say(Verdict(False, f"{value:.2f}{why}"), quiet)

@@ -30,7 +30,6 @@ from hpclab.quick_launch import Launches  # noqa: E402
 
 KERNELS = ("naive", "tiled", "fast")  # any shape and dtype: what programs and training choose from
 LADDER = KERNELS + ("warp",)           # and the warp-tiled rung: float32, untransposed
-DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 HALF = np.dtype(np.float16)       # accepted as input by the fast kernel: accumulated in float32
 
 
@@ -56,7 +55,7 @@ class FastConfig:
     def label(self) -> str:
         return f"{self.bm}x{self.bn}x{self.bk} / {self.tm}x{self.tn} vec{self.vec} pad{self.pad}"
 
-    def problems(self, trans_a: bool = False, trans_b: bool = False) -> list[str]:
+    def problems(self, trans_a: bool = False) -> list[str]:
         """Why this configuration cannot be built (empty when it can)."""
         out = []
         if self.bm % self.tm or self.bn % self.tn:
@@ -96,7 +95,7 @@ def fast_kernel(dtype, config: FastConfig, trans_a: bool = False, trans_b: bool 
     """The register-blocked kernel for one input dtype, tile shape and pair of transposes (compiled
     on first launch). ``split`` > 1 (split-K): ``blockIdx.z`` picks one of ``split`` slices of K, and each
     block adds its partial sums into c atomically (c must be zero before)."""
-    bad = config.problems(trans_a, trans_b)
+    bad = config.problems(trans_a)
     if bad:
         raise ValueError(f"fast kernel configuration {config.label()} cannot be built: {'; '.join(bad)}")
     nbt = numba.from_dtype(acc_dtype(dtype))       # what products accumulate in
@@ -314,11 +313,8 @@ def launch(kernel: str, a, b, c, config=None,
         _fast_launches(a, b, c, variant=(cfg, bool(trans_a), bool(trans_b), split))
     elif kernel == "warp":
         warp.launch(a, b, c, config if isinstance(config, warp.WarpConfig) else None)
-    elif kernel in ("naive", "tiled"):
-        plain = naive if kernel == "naive" else tiled
-        plain.launch(a.T if trans_a else a, b.T if trans_b else b, c)
     else:
-        raise ValueError(f"unknown kernel {kernel!r}; choose one of {', '.join(LADDER)}")
+        {"naive": naive, "tiled": tiled}[kernel].launch(a.T if trans_a else a, b.T if trans_b else b, c)
 
 
 def _is_device(x) -> bool:
@@ -342,7 +338,7 @@ def check_operands(a, b, kernel: str = "naive", trans_a: bool = False, trans_b: 
         if 0 in x.shape:
             raise ValueError(f"{name} is empty (shape {tuple(x.shape)}): matrices need at least one row "
                              f"and one column")
-        if np.dtype(x.dtype) not in DTYPES + (HALF,):
+        if np.dtype(x.dtype) not in (np.float32, np.float64, HALF):
             raise ValueError(f"{name} has dtype {np.dtype(x.dtype)}; the kernels support float32 and "
                              f"float64 only, and float16 inputs multiplied in float32 "
                              f"(convert with .astype(np.float32))")
@@ -358,10 +354,9 @@ def check_operands(a, b, kernel: str = "naive", trans_a: bool = False, trans_b: 
     if np.dtype(a.dtype) == HALF and kernel != "fast":
         raise ValueError(f"the {kernel} kernel multiplies float32 or float64; float16 inputs are multiplied "
                          f"in float32 by kernel='fast' (or convert them with .astype(np.float32))")
-    if kernel == "warp":
-        if np.dtype(a.dtype) != np.float32 or trans_a or trans_b:
-            raise ValueError(f"the warp kernel multiplies float32 a @ b only (got {np.dtype(a.dtype)}"
-                             f"{', a transposed operand' if trans_a or trans_b else ''}); use kernel='fast'")
+    if kernel == "warp" and (np.dtype(a.dtype) != np.float32 or trans_a or trans_b):
+        raise ValueError(f"the warp kernel multiplies float32 a @ b only (got {np.dtype(a.dtype)}"
+                         f"{', a transposed operand' if trans_a or trans_b else ''}); use kernel='fast'")
     return M, K, N, np.dtype(a.dtype)
 
 
@@ -386,12 +381,7 @@ def matmul(a, b, kernel: str = "naive", out=None, config=None,
             raise ValueError("out must be a device array when an input is a device array")
     dc = out if out is not None and _is_device(out) else cuda.device_array((M, N), dtype=result)
     launch(kernel, da, db, dc, config=config, trans_a=trans_a, trans_b=trans_b)
-    if on_device or _is_device(out):
-        return dc
-    if out is not None:
-        dc.copy_to_host(out)
-        return out
-    return dc.copy_to_host()
+    return dc if on_device or _is_device(out) else dc.copy_to_host(out)
 
 
 def flops(m: int, k: int, n: int) -> float:

@@ -30,35 +30,23 @@ def device_info(cuda) -> dict:
     clock_ghz = clock_khz / 1e6 if clock_khz else \
         KNOWN_BOOST_GHZ.get(next((k for k in KNOWN_BOOST_GHZ if k in name), ""), 0.0)
     lanes = FP32_LANES_PER_SM.get(cc, 64 if cc[0] == 7 else 128)
-    info = {"name": name, "compute_capability": f"{cc[0]}.{cc[1]}", "sms": sms, "clock_ghz": clock_ghz,
+    return {"name": name, "compute_capability": f"{cc[0]}.{cc[1]}", "sms": sms, "clock_ghz": clock_ghz,
             "fp32_lanes_per_sm": lanes,
             "fp32_peak_tflops": 2 * lanes * sms * clock_ghz / 1e3 if sms and clock_ghz else None}
-    values = {k: _attr(dev, f"MAX_{v}_PER_MULTIPROCESSOR") for k, v in (
-        ("regs_per_sm", "REGISTERS"), ("smem_per_sm", "SHARED_MEMORY"), ("threads_per_sm", "THREADS"),
-        ("blocks_per_sm", "BLOCKS"))}
-    if all(values.values()):
-        info.update(values)
-    return info
 
 
-def operands(cuda, m: int, n: int, k: int):
-    """(rng, A, B, A, B, C): uniform float32 A (m x k) and B (k x n) from seed n on the host, then A, B and an
-    empty C on the device; ``rng`` goes on (the NumPy check samples rows with it)."""
-    rng = np.random.default_rng(n)
-    a_h, b_h = (rng.uniform(-1, 1, shape).astype(np.float32) for shape in ((m, k), (k, n)))
-    return rng, a_h, b_h, cuda.to_device(a_h), cuda.to_device(b_h), cuda.device_array((m, n), dtype=np.float32)
-
-
-def measure(n: int, repeats: int = 3, kernels=("naive", "tiled", "fast", "warp")) -> dict[str, float]:
-    """TFLOP/s of each kernel (default configurations: the notebook's chart), and of cuBLAS when CuPy
+def measure(n: int, repeats: int = 3) -> dict[str, float]:
+    """TFLOP/s of each kernel in its default configuration (the notebook's chart), and of cuBLAS when CuPy
     works, for one n x n float32 product."""
     backend.select()
     from hpclab.matmul import fast as mm
 
-    _, _, _, a, b, c = operands(mm.cuda, n, n, n)
+    rng = np.random.default_rng(n)
+    a, b = (mm.cuda.to_device(rng.uniform(-1, 1, (n, n)).astype(np.float32)) for _ in range(2))
+    c = mm.cuda.device_array((n, n), dtype=np.float32)
     flop = mm.flops(n, n, n)
     out = {}
-    for kernel in kernels:
+    for kernel in mm.LADDER:
         t = median_time(lambda: mm.launch(kernel, a, b, c), repeats=repeats, warmup=1)  # noqa: B023
         out[kernel] = flop / t / 1e12
     if not backend.is_simulator():

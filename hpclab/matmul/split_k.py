@@ -100,7 +100,8 @@ def add_layers(w, c):
         c[i, j] = total
 
 
-_add_launches = Launches(lambda w, c, variant=None: (add_layers, *launch_1d(c.shape[0] * c.shape[1])))
+# add(w, c, stream=...): c = the sum of w's layers, in order
+add = Launches(lambda w, c, variant=None: (add_layers, *launch_1d(c.shape[0] * c.shape[1])))
 _workspaces: dict = {}      # (device, stream) -> a float32 device buffer, grown as needed
 
 
@@ -113,11 +114,6 @@ def workspace(split: int, m: int, n: int, stream=0):
     if buf is None or buf.size < need:
         buf = _workspaces[key] = cuda.device_array(need, dtype=np.float32)
     return buf[:need].reshape((split, m, n))
-
-
-def add(w, c, stream=0) -> None:
-    """c = the sum of w's layers, in order (on ``stream``)."""
-    _add_launches(w, c, stream=stream)
 
 
 @lru_cache(maxsize=4096)

@@ -303,11 +303,10 @@ _launches = Launches(_choose)
 def launch(a, b, c, cfg: WarpConfig | None = None, stream=0, split: int | None = None) -> None:
     """c = a @ b on float32 device arrays of any sizes (no checks); 3-d arrays: c[z] = a[z] @ b[z] for every z.
     A 2-d product's tile shape and slices of K are :func:`plan`'s unless given (``split``: at most that many)."""
+    (m, n), k = tuple(c.shape)[-2:], tuple(a.shape)[-1]
     if len(c.shape) == 3:
-        _launches(a, b, c, variant=(cfg or config_for(tuple(a.shape)[-1]), 1), stream=stream)
-        return
-    (m, k), n = tuple(a.shape), tuple(c.shape)[1]
-    if split is None:
+        cfg, split = cfg or config_for(k), 1
+    elif split is None:
         cfg, split = split_k.planned(m, n, k, (cfg,)) if cfg else plan(m, n, k)
     else:
         cfg = cfg or config_for(k)
@@ -317,4 +316,4 @@ def launch(a, b, c, cfg: WarpConfig | None = None, stream=0, split: int | None =
         return
     w = split_k.workspace(split, m, n, stream)
     _launches(a, b, w, variant=(cfg, split), stream=stream)
-    split_k.add(w, c, stream)
+    split_k.add(w, c, stream=stream)

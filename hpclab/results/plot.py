@@ -13,6 +13,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from hpclab import backend
+
 
 def save(fig, name: str, directory=None) -> Path:
     """Write ``fig`` as ``<directory>/<name>.png`` (default: ``$HPCLAB_FIGURES``, else ``build/figures``,
@@ -51,12 +53,8 @@ def machine_note(records, weak: bool = False) -> str:
     """One sentence on what a sweep on this machine can show, from its records' ``ranks_per_gpu`` and
     ``backend`` (else the backend in use): on the simulator the machinery, not speed. ``weak``: a weak
     sweep, whose runs draw different work and so give different answers."""
-    sharing = max([int(r.get("ranks_per_gpu") or 1) for r in records] or [1])
-    name = next((r["backend"] for r in records if r.get("backend")), None)
-    if name is None:
-        from hpclab import backend
-
-        name = backend.name()
+    sharing = max((int(r.get("ranks_per_gpu") or 1) for r in records), default=1)
+    name = next((r["backend"] for r in records if r.get("backend")), None) or backend.name()
     if name != "gpu":
         works = "every run checked" if weak else "same answers on 1, 2 and 4 ranks"
         return ("Here the ranks run on Numba's CUDA simulator, Python threads sharing this machine's few CPU "
@@ -110,8 +108,7 @@ def scaling_figure(summary: list[dict], mode: str, serial_fraction: float, title
 def _rank_ticks(ax, ranks, axis="x"):
     from matplotlib.ticker import NullFormatter
 
-    getattr(ax, f"set_{axis}ticks")(ranks)
-    getattr(ax, f"set_{axis}ticklabels")([f"{n:g}" for n in ranks])
+    getattr(ax, f"set_{axis}ticks")(ranks, [f"{n:g}" for n in ranks])
     getattr(ax, f"{axis}axis").set_minor_formatter(NullFormatter())
 
 
