@@ -49,15 +49,22 @@ def measure(n: int, repeats: int = 3) -> dict[str, float]:
     for kernel in mm.LADDER:
         t = median_time(lambda: mm.launch(kernel, a, b, c), repeats=repeats, warmup=1)  # noqa: B023
         out[kernel] = flop / t / 1e12
-    if not backend.is_simulator():
-        try:
-            import cupy as cp
-
-            a_cp, b_cp = cp.asarray(a), cp.asarray(b)
-            out["cuBLAS"] = flop / median_time(lambda: cp.matmul(a_cp, b_cp), repeats=repeats, warmup=2) / 1e12
-        except Exception:  # noqa: BLE001 - no CuPy: no cuBLAS bar
-            pass
+    t = cublas_seconds(a, b, repeats)
+    if t:
+        out["cuBLAS"] = flop / t / 1e12
     return out
+
+
+def cublas_seconds(a, b, repeats: int) -> float | None:
+    """Median seconds of cuBLAS's a @ b through CuPy; None on the simulator or without CuPy."""
+    if backend.is_simulator():
+        return None
+    try:
+        import cupy as cp
+    except Exception:  # noqa: BLE001 - no CuPy: no cuBLAS figure
+        return None
+    a_cp, b_cp = cp.asarray(a), cp.asarray(b)
+    return median_time(lambda: cp.matmul(a_cp, b_cp), repeats=repeats, warmup=2)
 
 
 def roofline_points(n: int, rates: dict[str, float]) -> list:
@@ -82,7 +89,9 @@ def split_k_points(m: int = 333, n: int = 777, k: int = 9000, repeats: int = 5) 
     from hpclab import roofline
     from hpclab.matmul import check, warp
 
-    _, a_h, b_h, a, b, c = operands(warp.cuda, m, n, k)
+    rng = np.random.default_rng(n)
+    a_h, b_h = (rng.uniform(-1, 1, shape).astype(np.float32) for shape in ((m, k), (k, n)))
+    a, b, c = warp.cuda.to_device(a_h), warp.cuda.to_device(b_h), warp.cuda.device_array((m, n), dtype=np.float32)
     cfg, split = warp.plan(m, n, k)
     runs = {"warp, K whole": (warp.CONFIG, 1), "warp, split-K": (cfg, split)}
     points = []
@@ -97,13 +106,7 @@ def split_k_points(m: int = 333, n: int = 777, k: int = 9000, repeats: int = 5) 
         points.append(roofline.point(name, flops, nbytes + (8.0 * slices * m * n if slices > 1 else 0.0),
                                      median_time(launch, repeats=repeats, warmup=1),
                                      f"{tiles.bm}x{tiles.bn} tiles x {slices} slices of K = {blocks} blocks", "04-split"))
-    if not backend.is_simulator():
-        try:
-            import cupy as cp
-
-            a_cp, b_cp = cp.asarray(a), cp.asarray(b)
-            t = median_time(lambda: cp.matmul(a_cp, b_cp), repeats=repeats, warmup=2)
-            points.append(roofline.point("cuBLAS", *roofline.gemm_count(m, n, k, m, n), t, "each input once", "04-split"))
-        except Exception:  # noqa: BLE001 - no CuPy: no cuBLAS point
-            pass
+    t = cublas_seconds(a, b, repeats)
+    if t:
+        points.append(roofline.point("cuBLAS", *roofline.gemm_count(m, n, k, m, n), t, "each input once", "04-split"))
     return points
