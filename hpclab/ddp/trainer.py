@@ -248,12 +248,8 @@ class DDPTrainer:
     def train_epoch(self, x_dev, y_dev, sampler, epoch: int) -> tuple[list[float], float]:
         """All steps of one epoch; returns (per-step losses, accuracy over the epoch)."""
         idx_dev = cuda.to_device(sampler.indices(epoch))
-        losses, correct = [], 0.0
-        for s in range(sampler.steps_per_epoch):
-            loss, c = self.step(x_dev, y_dev, idx_dev[s], sampler.global_batch)
-            losses.append(loss)
-            correct += c
-        return losses, correct / (sampler.steps_per_epoch * sampler.global_batch)
+        steps = [self.step(x_dev, y_dev, idx_dev[s], sampler.global_batch) for s in range(sampler.steps_per_epoch)]
+        return [loss for loss, _ in steps], sum(c for _, c in steps) / (sampler.steps_per_epoch * sampler.global_batch)
 
     def evaluate(self, x_dev, y_dev, batch: int = 512) -> tuple[float, float]:
         """(mean loss, accuracy) over a whole data set, shared among the ranks."""
