@@ -30,9 +30,9 @@ from hpclab import backend
 from hpclab.comm import BACKENDS
 from hpclab.ddp.digits import DigitsConfig, train_digits
 from hpclab.ddp.sweep import best, format_table, sweep
-from hpclab.ddp.throughput import measure
+from hpclab.ddp.throughput import classifier, measure
 from hpclab.device import select_gpu
-from hpclab.mpi import world
+from hpclab.mpi import MPI, world
 from hpclab.options import Parser, count, count_list, real, real_list
 from hpclab.results.recorded import figure
 from hpclab.speedup import speedups
@@ -66,10 +66,18 @@ def _measure(args, comm, placement, points) -> list[dict]:
     rows = []
     for sweep, batch, mb in points:
         hidden = HiddenAllreduce(args.overlap_ctas) if args.overlap_ctas else None
-        row = measure(comm, [args.width] * (args.layers + 1), batch, steps=args.steps, warmup=args.warmup,
-                      precision=args.precision, comm_backend=args.comm, overlap=mb is not None,
-                      bucket_mb=mb or 25.0, first_layer_slices=args.first_layer_slices, hidden_allreduce=hidden)
-        row["overlap_ctas"] = hidden.max_ctas if hidden and hidden.used else ""
+        overlap = mb is not None
+        trainer = classifier(comm, [args.width] * (args.layers + 1), args.comm, args.precision == "mixed",
+                             overlap=overlap, bucket_mb=mb or 25.0, first_layer_slices=args.first_layer_slices,
+                             hidden_allreduce=hidden)
+        row = measure(trainer, batch, steps=args.steps, warmup=args.warmup)
+        # With overlap the all-reduces run during compute, so their own time is not a phase.
+        busy = comm.allreduce(trainer.allreduce_busy_s, op=MPI().MAX) / args.steps if overlap else row["comm_s"]
+        row.update(precision=args.precision, overlap=overlap, bucket_mb=mb if overlap else "",
+                   buckets=len(trainer.buckets) if overlap else 1,
+                   first_layer_slices=args.first_layer_slices if overlap else "", allreduce_s=busy,
+                   hidden_share=max(0.0, 1.0 - row["comm_s"] / busy) if overlap and busy else 0.0,
+                   overlap_ctas=hidden.max_ctas if hidden and hidden.used else "")
         rows.append({"sweep": sweep, "width": args.width, "layers": args.layers, **row, "device": placement.gpu_name})
     return rows
 

@@ -3,11 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from hpclab.ddp.check import close
 from hpclab.verdict import Verdict, say
-
-
-def _near(a, b, rtol: float = 1e-9) -> bool:
-    return a.shape == b.shape and bool(np.allclose(a, b, rtol=rtol, atol=rtol * np.abs(b).max(initial=0.0)))
 
 
 def _shards(v, n: int) -> np.ndarray:
@@ -27,21 +24,21 @@ def zero_step(shards, weights, mean_grad, stepped, quiet: bool = False) -> Verdi
             return say(Verdict(False, f"rank {r} holds {g.size} gradient values, a shard is {size}: " + (
                 "a reduce-scatter leaves each rank its own shard (an all-reduce gives every rank all)" if g.size >= p
                 else f"pad the {p} parameters with zeros to {n * size}, a multiple of {n} ranks")), quiet)
-        if not _near(g, want[r]):
+        if not close(g, want[r]):
             why = (f"it is {n} times the mean: the reduce-scatter sums the ranks' gradients, each a mean over its own "
-                   f"rows; divide the sum by the {n} ranks" if _near(g, n * want[r]) else
+                   f"rows; divide the sum by the {n} ranks" if close(g, n * want[r]) else
                    f"largest difference {np.abs(g - want[r]).max():.3g}: reduce-scatter the padded bucket (op sum)")
             return say(Verdict(False, f"rank {r}'s shard is not shard {r} of the mean gradient: {why}"), quiet)
     for r, w in enumerate(np.ravel(w).astype(float) for w in weights):
         if w.size != p:
             return say(Verdict(False, f"rank {r} holds {w.size} weights, the model {p}: after the all-gather keep "
                                       f"the first {p} values (the rest is padding)"), quiet)
-        if not _near(w, stepped):
+        if not close(w, stepped):
             got = _shards(w, n)
-            moved = [(i, q) for i in range(n - 1) for q in range(n) if q != i and _near(got[i], mine[q])]
+            moved = [(i, q) for i in range(n - 1) for q in range(n) if q != i and close(got[i], mine[q])]
             why = (f"shard {moved[0][1]} lies where shard {moved[0][0]} belongs: the all-gather returns the shards in "
                    "rank order; keep it" if moved else "only its own shard holds the new weights: all-gather the "
-                   "updated shards into the weights" if _near(got[r], mine[r]) else "update your shard with Adam, "
+                   "updated shards into the weights" if close(got[r], mine[r]) else "update your shard with Adam, "
                    "from your shard of the mean gradient and your shard's moments")
             return say(Verdict(False, f"rank {r}'s weights are not one Adam step on the mean gradient: {why}"), quiet)
     return say(Verdict(True, f"each of the {n} ranks holds its shard of the mean gradient ({size} values) and, after "
@@ -64,11 +61,11 @@ def tensor_split(per_rank, x, w, by: str, quiet: bool = False) -> Verdict:
         mine = slice(r * k, (r + 1) * k)
         if y.shape == want.shape and (np.abs(y - want) <= tol).all():
             continue
-        if by == "columns" and (y.shape == (n * batch, k) or _near(
+        if by == "columns" and (y.shape == (n * batch, k) or close(
                 y, np.concatenate(np.split(want, n, axis=1)).reshape(batch, out), 1e-4)):
             why = ("the all-gather stacks the slices along the first axis, but each is a block of Y's columns: put "
                    f"them side by side, np.concatenate(np.split(gathered, {n}), axis=1)")
-        elif by == "rows" and _near(y, x[:, mine].astype(np.float64) @ w[mine], 1e-4):
+        elif by == "rows" and close(y, x[:, mine].astype(np.float64) @ w[mine], 1e-4):
             why = "it is this rank's partial product only: sum the partials over the ranks (all-reduce, op sum)"
         elif y.shape != want.shape:
             why = f"it is {' x '.join(map(str, y.shape))}, X @ W is {batch} x {out}"

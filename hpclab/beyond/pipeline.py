@@ -20,9 +20,9 @@ def bubble(stages: int, micro: int) -> float:
     return (stages - 1) / (micro + stages - 1)
 
 
-def stage_layer(sizes, stage: int, dtype=np.float32, seed: int = 0):
-    """(W, b) of layer ``stage`` of the MLP ``sizes`` on this rank's GPU (every stage draws the same MLP)."""
-    w, b = unflatten(init_parameters(sizes, seed, dtype), sizes)[stage]
+def stage_layer(sizes, stage: int, dtype=np.float32):
+    """(W, b) of layer ``stage`` of the MLP ``sizes`` on this rank's GPU (every stage draws the same MLP, seed 0)."""
+    w, b = unflatten(init_parameters(sizes, 0, dtype), sizes)[stage]
     return cuda.to_device(np.ascontiguousarray(w)), cuda.to_device(b)
 
 

@@ -47,7 +47,7 @@ class ZeroTrainer:
                 raise ValueError(f"this ZeRO-1 has no mixed precision: build the MLP in one dtype (float32 or "
                                  f"float64), not {model.dtype} weights computed in {model.compute_dtype}")
         check_same_model(comm, model)
-        self.model, self.comm, self.lr, self.loss, self.steps, self.targets = model, comm, lr, loss, 0, {}
+        self.model, self.comm, self.lr, self.loss, self.steps = model, comm, lr, loss, 0
         self.be = hcomm.get(comm_backend, comm) if isinstance(comm_backend, str) else comm_backend
         broadcast_parameters(self.be, model)              # one starting point, as in DDP
         self.padded = pad_bucket(model, comm.size)
@@ -57,33 +57,17 @@ class ZeroTrainer:
 
     def step(self, x_dev, y_dev, idx_dev, global_batch: int) -> tuple[float, float]:
         """One step on this rank's rows ``idx_dev``; returns the global batch's mean loss and correct predictions."""
-        model, n = self.model, idx_dev.shape[0]
-        if n not in self.targets:
-            self.targets[n] = cuda.device_array((n, y_dev.shape[1]), y_dev.dtype)
-        K.take_rows(x_dev, idx_dev, model.workspace(n)["acts"][0])
-        K.take_rows(y_dev, idx_dev, self.targets[n])
-        # As in DDP: each rank's gradient scaled by 1 / global batch, so that the sum over ranks is the mean.
-        scale = 1.0 / (global_batch if self.loss == "xent" else global_batch * model.sizes[-1])
-        model.loss_and_gradients(n, self.targets[n], self.loss, scale, scale)
+        model, k, (m, v) = self.model, self.hi - self.lo, self.state
+        model.batch_gradients(x_dev, y_dev, idx_dev, global_batch, self.loss)     # as in DDP
         loss, correct = self.comm.allreduce(model.stat_slots.copy_to_host(), op=MPI().SUM)   # two numbers
-        self.update(self.be.reduce_scatter(model.bucket[:self.padded]))
-        self.gather()
+        grads = self.be.reduce_scatter(model.bucket[:self.padded])   # this rank's shard of the summed gradients
+        if k:                                 # Adam on this rank's shard of the weights (the padding left out)
+            K.adam_update(model.params[self.lo:self.hi], grads[:k], m[:k], v[:k], self.steps + 1, self.lr)
+            self.send[:k].copy_to_device(model.params[self.lo:self.hi])
+        model.params.copy_to_device(self.be.allgather(self.send)[:model.n_params])   # every shard, in rank order
+        model.refresh_compute_copy()
         self.steps += 1
         return float(loss), float(correct)
-
-    def update(self, grads) -> None:
-        """Adam on this rank's shard of the weights, from its shard of the summed gradients (padding left out)."""
-        k, (m, v) = self.hi - self.lo, self.state
-        if k:
-            K.adam_update(self.model.params[self.lo:self.hi], grads[:k], m[:k], v[:k], self.steps + 1, self.lr)
-
-    def gather(self) -> None:
-        """Every rank's updated shard to every rank, in rank order: the whole weight vector again."""
-        k, model = self.hi - self.lo, self.model
-        if k:
-            self.send[:k].copy_to_device(model.params[self.lo:self.hi])
-        model.params.copy_to_device(self.be.allgather(self.send)[:model.n_params])
-        model.refresh_compute_copy()
 
 
 def held_bytes(trainer) -> dict[str, int]:

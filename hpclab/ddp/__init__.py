@@ -2,8 +2,7 @@
 workshop Exercises 5 and 6); docs/architecture.md names each module's part."""
 from hpclab.ddp.model import MLP, count_parameters, flatten, init_parameters, memory_breakdown, unflatten
 from hpclab.ddp.sampler import DistributedSampler, check_batch
-from hpclab.ddp.trainer import DDPTrainer, LossScaler, broadcast_parameters, check_same_model, replica_checksums
+from hpclab.ddp.trainer import DDPTrainer, LossScaler, broadcast_parameters, replica_checksums
 
-__all__ = ["DDPTrainer", "DistributedSampler", "LossScaler", "MLP", "broadcast_parameters",
-           "check_batch", "check_same_model", "count_parameters", "flatten", "init_parameters",
-           "memory_breakdown", "replica_checksums", "unflatten"]
+__all__ = ["DDPTrainer", "DistributedSampler", "LossScaler", "MLP", "broadcast_parameters", "check_batch",
+           "count_parameters", "flatten", "init_parameters", "memory_breakdown", "replica_checksums", "unflatten"]

@@ -57,8 +57,9 @@ def _factor(got: np.ndarray, want: np.ndarray, rtol: float = 1e-6) -> float | No
     return None
 
 
-def _close(a: np.ndarray, b: np.ndarray, rtol: float) -> bool:
-    return bool(np.allclose(a, b, rtol=rtol, atol=rtol * float(np.abs(b).max(initial=0.0))))
+def close(a: np.ndarray, b: np.ndarray, rtol: float = 1e-9) -> bool:
+    """a equals b to ``rtol`` relative to b's largest value, in shape too (the notebooks' checks share it)."""
+    return a.shape == b.shape and bool(np.allclose(a, b, rtol=rtol, atol=rtol * float(np.abs(b).max(initial=0.0))))
 
 
 def gradients(per_rank, reference, global_batch: int, local: str = "sum",
@@ -94,7 +95,7 @@ def _gradients(per_rank, reference, global_batch, local, local_grads, rtol, outp
             if all(_factor(g, m, rtol) is not None for g, m in zip(got, mine)):
                 why = ("each rank kept its own gradient: the all-reduce is missing (or its result was not used), "
                        "so each replica learns from its own shard only")
-            elif _close(got[0], ref, rtol) and all(_factor(g, m, rtol) is not None for g, m in zip(got[1:], mine[1:])):
+            elif close(got[0], ref, rtol) and all(_factor(g, m, rtol) is not None for g, m in zip(got[1:], mine[1:])):
                 why = "only rank 0 has the averaged gradient: a reduce (to rank 0) where an all-reduce was needed"
         return Verdict(False, f"replicas diverged: rank {odd[0]} holds a different averaged gradient from rank 0 "
                               f"(largest difference {float(np.abs(got[odd[0]] - got[0]).max()):.3g}), so after "
@@ -102,7 +103,7 @@ def _gradients(per_rank, reference, global_batch, local, local_grads, rtol, outp
 
     # 2. The same on every rank: compare with the single-GPU gradient.
     mine = got[0]
-    if _close(mine, ref, rtol):
+    if close(mine, ref, rtol):
         return Verdict(True, f"every rank holds the mean gradient over the global batch of {global_batch} "
                              f"({ref.size} values, identical on all {ranks} ranks): exactly what one GPU computes "
                              "on the whole batch")
@@ -114,7 +115,7 @@ def _gradients(per_rank, reference, global_batch, local, local_grads, rtol, outp
                   f"the global batch times the {outputs} outputs")
         return Verdict(False, " -- or -- ".join(hits) or (
             f"the gradients are {c:.6g} times the right ones: all-reduce with op sum, then divide by {divide}"))
-    if np.allclose(np.sort(mine), np.sort(ref), rtol=rtol, atol=rtol * np.abs(ref).max()):
+    if close(np.sort(mine), np.sort(ref), rtol):
         return Verdict(False, "the right values in the wrong places: flatten (and unflatten) in the model's order "
                               "W0, b0, W1, b1, ... with each array in row-major (C) order")
     i = int(np.argmax(np.abs(mine - ref)))
@@ -126,23 +127,21 @@ def _gradients(per_rank, reference, global_batch, local, local_grads, rtol, outp
 def replicas(per_rank_weights, reference=None, rtol: float = 1e-9, quiet: bool = False) -> Verdict:
     """Are all replicas' weights bit-identical, and (optionally) equal to single-GPU training?"""
     weights = [np.asarray(w).ravel() for w in per_rank_weights]
-    odd = [r for r in range(1, len(weights))
-           if weights[r].shape != weights[0].shape or not np.array_equal(weights[r], weights[0])]
+    w0 = weights[0]
+    odd = [r for r, w in enumerate(weights) if w.shape != w0.shape or not np.array_equal(w, w0)]
     if odd:
-        w, w0 = weights[odd[0]], weights[0]
-        if w.shape != w0.shape:
-            detail = f"it has {w.size} weights, rank 0 has {w0.size}"
-        else:
-            detail = (f"first at weight {int(np.flatnonzero(w != w0)[0])}, "
-                      f"largest difference {float(np.abs(w - w0).max()):.3g}")
+        w = weights[odd[0]]
+        detail = (f"it has {w.size} weights, rank 0 has {w0.size}" if w.shape != w0.shape else
+                  f"first at weight {int(np.flatnonzero(w != w0)[0])}, "
+                  f"largest difference {float(np.abs(w - w0).max()):.3g}")
         return _say(Verdict(False, f"replicas diverged: rank {odd[0]}'s weights differ from rank 0's ({detail}); "
                                    "the ranks did not all apply the same averaged gradient (or did not start from "
                                    "the same broadcast weights)"), quiet)
     msg = f"all {len(weights)} replicas hold identical weights"
     if reference is not None:
         ref = np.asarray(reference).ravel()
-        if ref.shape != weights[0].shape or not _close(weights[0], ref, rtol):
-            diff = float(np.abs(weights[0] - ref).max()) if ref.shape == weights[0].shape else float("nan")
+        if not close(w0, ref, rtol):
+            diff = float(np.abs(w0 - ref).max()) if ref.shape == w0.shape else float("nan")
             return _say(Verdict(False, f"{msg}, but they differ from single-GPU training on the same global "
                                        f"batches (largest difference {diff:.3g}): the averaged gradient is not "
                                        "the mean over the global batch (check the division)"), quiet)

@@ -1,8 +1,6 @@
 """The two data sets: the workshop's synthetic regression data and scikit-learn's digits."""
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 
@@ -20,15 +18,6 @@ def synthetic(n: int = 1024, features: int = 6, outputs: int = 2, seed: int = 0)
 DIGITS = 1797          # images in scikit-learn's digits
 
 
-def split_sizes(subset: int | None = None, val_fraction: float = 0.15, test_fraction: float = 0.15) -> dict:
-    """How many images :func:`digits` puts in each part, without loading them (scikit-learn's rule: the
-    test part is the fraction rounded up)."""
-    n = min(subset or DIGITS, DIGITS)
-    test = math.ceil(test_fraction * n)
-    val = math.ceil(val_fraction / (1 - test_fraction) * (n - test))
-    return {"train": n - test - val, "val": val, "test": test}
-
-
 def digits(seed: int = 0, subset: int | None = None, val_fraction: float = 0.15, test_fraction: float = 0.15):
     """{part: (float32 features, (n, 1) int32 labels)} of scikit-learn's bundled 8x8 digits (no download),
     split train / validation / test with every digit in the same proportion in each (``subset``: that many
@@ -40,9 +29,8 @@ def digits(seed: int = 0, subset: int | None = None, val_fraction: float = 0.15,
     if subset is not None and subset < len(y):
         x, _, y, _ = train_test_split(x, y, train_size=subset, stratify=y, random_state=seed)
     x_rest, x_test, y_rest, y_test = train_test_split(x, y, test_size=test_fraction, stratify=y, random_state=seed)
-    x_train, x_val, y_train, y_val = train_test_split(
-        x_rest, y_rest, test_size=val_fraction / (1 - test_fraction), stratify=y_rest,
-        random_state=seed)
+    x_train, x_val, y_train, y_val = train_test_split(x_rest, y_rest, test_size=val_fraction / (1 - test_fraction),
+                                                      stratify=y_rest, random_state=seed)
     mean = x_train.mean(axis=0)
     std = x_train.std(axis=0)
     std[std == 0] = 1.0  # pixels that are always blank in the training part

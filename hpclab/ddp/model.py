@@ -167,6 +167,18 @@ class MLP:
                 dz = K.relu_backward(dx, work["acts"][i], dx)
         return self.bucket
 
+    def batch_gradients(self, x, y, idx, global_batch: int, loss: str, loss_scale: float = 1.0, **backward):
+        """:meth:`loss_and_gradients` of the rows ``idx`` of the data set ``x``, ``y`` (device arrays), scaled so
+        that the sums over the ranks are means over the global batch: over its samples (cross-entropy) or over
+        every value (squared error, as PyTorch's MSELoss); the gradients also times ``loss_scale``."""
+        n, work = idx.shape[0], self.workspace(idx.shape[0])
+        if "targets" not in work:
+            work["targets"] = cuda.device_array((n, y.shape[1]), y.dtype)
+        K.take_rows(x, idx, work["acts"][0])
+        K.take_rows(y, idx, work["targets"])
+        scale = 1.0 / (global_batch if loss == "xent" else global_batch * self.sizes[-1])
+        return self.loss_and_gradients(n, work["targets"], loss, scale * loss_scale, scale, **backward)
+
     def evaluate_rows(self, x, y, loss: str) -> np.ndarray:
         """[sum of per-row losses, correct predictions] for the rows x (device), no gradients."""
         n = x.shape[0]

@@ -27,43 +27,41 @@ def device_memory_used() -> int | None:
 
 
 class GPUMonitor:
-    """Samples one GPU's utilisation (%) and memory used (MiB) every 50 ms: nvidia-smi writes its lines into
-    a temporary file, read at :meth:`stop` (no reader thread, and no pipe to fill up during a long run)."""
+    """Samples one GPU's utilisation (%) and memory used (MiB) every 50 ms from :meth:`start` on: nvidia-smi writes
+    its lines into a temporary file, read at :meth:`stop` (no reader thread, and no pipe to fill up during a long
+    run)."""
 
     def __init__(self, uuid: str | None):
-        self.uuid, self.source, self.why, self._proc = uuid, None, "", None
+        self.uuid, self._proc = uuid, None
 
     def start(self) -> "GPUMonitor":
         smi = shutil.which("nvidia-smi")
-        if backend.is_simulator() or smi is None:
-            self.why = ("the simulator has no GPU to monitor" if backend.is_simulator() else
-                        "nvidia-smi is not on PATH: no utilisation samples")
-            return self
-        self.source, self._lines = "nvidia-smi", tempfile.TemporaryFile("w+")
-        self._proc = subprocess.Popen(
-            [smi, f"--id={self.uuid}", "--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits",
-             "-lms=50"], stdout=self._lines, stderr=subprocess.DEVNULL, text=True)
+        if not backend.is_simulator() and smi is not None:
+            self._lines = tempfile.TemporaryFile("w+")
+            self._proc = subprocess.Popen(
+                [smi, f"--id={self.uuid}", "--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits",
+                 "-lms=50"], stdout=self._lines, stderr=subprocess.DEVNULL, text=True)
         return self
 
     def stop(self) -> dict:
+        if self._proc is None:
+            return {"source": None, "samples": 0, "note": "the simulator has no GPU to monitor"
+                    if backend.is_simulator() else "nvidia-smi is not on PATH: no utilisation samples"}
+        self._proc.terminate()
+        try:
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+        self._lines.seek(0)
         samples = []                             # (util %, memory MiB)
-        if self._proc is not None:
-            self._proc.terminate()
+        for line in self._lines:
             try:
-                self._proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-            self._lines.seek(0)
-            for line in self._lines:
-                try:
-                    util, mem_mib = (float(v) for v in line.split(","))
-                except ValueError:
-                    continue
-                samples.append((util, mem_mib))
+                util, mem_mib = (float(v) for v in line.split(","))
+            except ValueError:
+                continue
+            samples.append((util, mem_mib))
         if not samples:
-            return {"source": self.source, "samples": 0,
-                    "note": self.why or "no samples (the run was shorter than one interval)"}
+            return {"source": "nvidia-smi", "samples": 0, "note": "no samples (the run was shorter than one interval)"}
         utils = [u for u, _ in samples]
-        return {"source": self.source, "samples": len(samples),
-                "util_mean_pct": sum(utils) / len(utils), "util_max_pct": max(utils),
-                "memory_used_max_bytes": max(m for _, m in samples) * 2 ** 20}
+        return {"source": "nvidia-smi", "samples": len(samples), "util_mean_pct": sum(utils) / len(utils),
+                "util_max_pct": max(utils), "memory_used_max_bytes": max(m for _, m in samples) * 2 ** 20}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from hpclab import budget
 from hpclab.comm import BACKENDS
-from hpclab.ddp.data import DIGITS, split_sizes
+from hpclab.ddp.data import DIGITS, digits
 from hpclab.ddp.digits import DigitsConfig, train_digits
 from hpclab.ddp.model import count_parameters
 from hpclab.ddp.sampler import check_batch
@@ -49,7 +49,7 @@ def validate(args, launch) -> None:
     if cfg.subset is not None and DIGITS - KEEP_OUT < cfg.subset < DIGITS:
         raise UsageError(f"--subset {cfg.subset} leaves fewer than {KEEP_OUT} images out, one per digit, as the "
                          f"stratified split needs; use --subset {DIGITS - KEEP_OUT} or less, or all {DIGITS}")
-    train = split_sizes(cfg.subset)["train"]
+    train = len(digits(cfg.seed, cfg.subset)["train"][1])
     check_batch(train, cfg.global_batch, launch.ranks)
     layers = len(cfg.hidden) + 1
     steps = cfg.epochs * (train // cfg.global_batch)

@@ -44,5 +44,4 @@ class DistributedSampler:
     def indices(self, epoch: int) -> np.ndarray:
         """(steps, per_rank) indices of this rank's share of every global batch."""
         start = self.rank * self.per_rank
-        return np.ascontiguousarray(
-            self.global_batches(epoch)[:, start:start + self.per_rank]).astype(np.int32)
+        return self.global_batches(epoch)[:, start:start + self.per_rank].astype(np.int32, order="C")

@@ -58,7 +58,7 @@ def train_synthetic(comm, cfg: SyntheticConfig) -> dict:
         sampler = DistributedSampler(cfg.samples, global_batch, rank, size, seed=cfg.seed)
         if not cfg.lr > 0 or cfg.epochs < 1:
             raise ValueError(f"--lr must be positive and --epochs at least 1 (got {cfg.lr:g} and {cfg.epochs})")
-        be = hcomm.get(cfg.comm, comm) if isinstance(cfg.comm, str) else cfg.comm
+        be = hcomm.get(cfg.comm, comm)
     x, y = synthetic(cfg.samples, seed=cfg.seed)
     with hcomm.step(comm, "model setup"):
         model = MLP(sizes, dtype)

@@ -106,7 +106,6 @@ class DDPTrainer:
         broadcast_parameters(self.be, model)
         zeros = np.zeros(model.n_params, model.dtype)
         self.state = [cuda.to_device(zeros) for _ in range(1 if optimizer == "sgd" else 2)]   # velocity, or 2 moments
-        self._targets: dict[int, object] = {}     # a target buffer per batch size
         self.overlap, self.first_layer_slices = overlap, first_layer_slices if overlap else 1
         self.hidden_allreduce = None
         # The all-reduced gradients land here, one buffer for the whole training (not 200 MB allocated and
@@ -139,12 +138,7 @@ class DDPTrainer:
     def _forward_backward(self, x_dev, y_dev, idx_dev, global_batch: int, on_ready=None) -> float:
         """This rank's rows through the model and back: gradients (and loss slots) in the
         bucket. Returns the loss scale used (1 without loss scaling)."""
-        model, n = self.model, idx_dev.shape[0]
-        if n not in self._targets:
-            self._targets[n] = cuda.device_array((n, y_dev.shape[1]), y_dev.dtype)
-        work, targets = model.workspace(n), self._targets[n]
-        # Cross-entropy: mean over samples. Squared error: mean over every element, like PyTorch's MSELoss.
-        scale = 1.0 / (global_batch if self.loss == "xent" else global_batch * model.sizes[-1])
+        model = self.model
         loss_scale = self.scaler.scale if self.scaler else 1.0
         tl = self.timeline
         if tl:              # a span per layer's gradients, cut where the backward pass reports a layer written
@@ -156,10 +150,8 @@ class DDPTrainer:
                     tl.cut(f"layer {i - 1} gradients" if i else None)
                 if then:
                     then(i, start)
-        K.take_rows(x_dev, idx_dev, work["acts"][0])
-        K.take_rows(y_dev, idx_dev, targets)
-        model.loss_and_gradients(n, targets, self.loss, scale * loss_scale, scale, on_ready=on_ready,
-                                 first_layer_slices=self.first_layer_slices)
+        model.batch_gradients(x_dev, y_dev, idx_dev, global_batch, self.loss, loss_scale, on_ready=on_ready,
+                              first_layer_slices=self.first_layer_slices)
         return loss_scale
 
     def _step_overlapped(self, x_dev, y_dev, idx_dev, global_batch: int) -> tuple[float, float]:
@@ -256,12 +248,8 @@ class DDPTrainer:
     def train_epoch(self, x_dev, y_dev, sampler, epoch: int) -> tuple[list[float], float]:
         """All steps of one epoch; returns (per-step losses, accuracy over the epoch)."""
         idx_dev = cuda.to_device(sampler.indices(epoch))
-        losses, correct = [], 0.0
-        for s in range(sampler.steps_per_epoch):
-            loss, c = self.step(x_dev, y_dev, idx_dev[s], sampler.global_batch)
-            losses.append(loss)
-            correct += c
-        return losses, correct / (sampler.steps_per_epoch * sampler.global_batch)
+        steps = [self.step(x_dev, y_dev, idx_dev[s], sampler.global_batch) for s in range(sampler.steps_per_epoch)]
+        return [loss for loss, _ in steps], sum(c for _, c in steps) / (sampler.steps_per_epoch * sampler.global_batch)
 
     def evaluate(self, x_dev, y_dev, batch: int = 512) -> tuple[float, float]:
         """(mean loss, accuracy) over a whole data set, shared among the ranks."""
@@ -271,10 +259,9 @@ class DDPTrainer:
         for lo in range(start, stop, batch):
             rows = min(batch, stop - lo)
             totals += self.model.evaluate_rows(x_dev[lo:lo + rows], y_dev[lo:lo + rows], self.loss)
-        summed = np.empty_like(totals)
-        self.comm.Allreduce(totals, summed, op=MPI().SUM)
+        self.comm.Allreduce(MPI().IN_PLACE, totals, op=MPI().SUM)
         per = n if self.loss == "xent" else n * self.model.sizes[-1]
-        return float(summed[0] / per), float(summed[1] / n)
+        return float(totals[0] / per), float(totals[1] / n)
 
 
 def random_batch(comm, sizes, rows: int) -> list:
