@@ -28,7 +28,7 @@ import numpy as np
 from hpclab import backend, comm as hcomm, roofline
 from hpclab.comm import BACKENDS
 from hpclab.device import identity, select_gpu
-from hpclab.halo import conv as kc, conv_tiled, conv_winograd
+from hpclab.halo import conv as kc, conv_winograd
 from hpclab.halo.bands import hash_fill
 from hpclab.halo.executors import Buffers, run_device
 from hpclab.halo.layers import BAND_METHODS, Conv
@@ -41,6 +41,7 @@ from hpclab.results.recorded import figure
 from hpclab.speedup import speedups
 from hpclab.timing import Phases, wall
 
+from benchmarks import conv_direct
 from benchmarks.conv_trunk import trunk
 from benchmarks.cudnn import conv_float64, gpu_times, timing_row, torch_precision
 
@@ -67,8 +68,8 @@ def throughput_figures(d: dict) -> list[dict]:
 
 
 def throughput(args) -> int:
-    """C2 at batch 32: our direct tiled kernel, the plain one, im2col + GEMM and Winograd; cuDNN in FP32
-    and TF32; one process."""
+    """C2 at batch 32: our direct tiled kernel (:mod:`benchmarks.conv_direct`), the plain one, im2col + GEMM
+    and Winograd; cuDNN in FP32 and TF32; one process."""
     cuda = kc.cuda
     x, wt = c2_operands(args.batch)
     (n, c, h, w), (k, _, r, _), stride, pad = x.shape, wt.shape, 1, 2
@@ -86,11 +87,12 @@ def throughput(args) -> int:
     result = {"layer": "C2", "shape": [n, c, h, w], "weights": [k, c, r, r], "pad": pad, "gflop": flops / 1e9,
               "device": device, "fp32_peak_tflops": peak and peak[0] / 1e12, "ours": {},
               "tflops_note": "effective TFLOP/s = 2NKCRSPQ / time (direct-convolution operation count)"}
-    configs = {"sim": conv_tiled.SIM_CONFIG} if backend.is_simulator() else conv_tiled.GPU_CONFIGS
-    runs = {**{f"direct {name}": dict(config=cfg, method="direct") for name, cfg in configs.items()},
-            **{name: dict(method=name) for name in ("naive", "gemm", "winograd")}}   # Winograd: m = TILES[5]
-    calls = {name: (lambda kw=kw: kc.conv2d_device(xd, weights, stride, pad, out=out, **kw))
-             for name, kw in runs.items()}
+    configs = {"sim": conv_direct.SIM_CONFIG} if backend.is_simulator() else conv_direct.GPU_CONFIGS
+    wdirect = conv_direct.device_weights(wt)
+    calls = {f"direct {name}": (lambda cfg=cfg: conv_direct.conv_rows_tiled(
+        xd, wdirect, weights.bias, out, stride, pad, pad, 0, ho, config=cfg)) for name, cfg in configs.items()}
+    calls.update({name: (lambda name=name: kc.conv2d_device(xd, weights, stride, pad, out=out, method=name))
+                  for name in ("naive", "gemm", "winograd")})          # Winograd: m = TILES[5]
     # The other Winograd tile sizes, in the same run: alpha^2 products per m^2 outputs (instead of 25 m^2).
     for tile in (2, 3, 4):
         if tile != conv_winograd.TILES[r]:

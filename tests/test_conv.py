@@ -54,15 +54,14 @@ GEOMETRIES = [  # N, C, H, W, K, R, S, stride, pad
 ]
 
 
-@pytest.mark.parametrize("method", ["naive", "direct"])
 @pytest.mark.parametrize("geom", GEOMETRIES, ids=lambda g: "N{}C{}H{}W{}K{}R{}S{}s{}p{}".format(*g))
-def test_conv2d_matches_scipy(geom, method):
-    """The plain kernel the notebook shows, and the tiled direct kernel."""
+def test_conv2d_matches_scipy(geom):
+    """The plain kernel the notebook shows (benchmarks/tests/test_conv_direct.py: the tiled direct kernel)."""
     n, c, h, w, k, r, s, stride, pad = geom
     x = RNG.uniform(-1, 1, (n, c, h, w)).astype(np.float32)
     wt = RNG.uniform(-1, 1, (k, c, r, s)).astype(np.float32)
     want = scipy_conv(x, wt, stride, pad)
-    got = gpu.conv2d(x, wt, stride, pad, method=method)
+    got = gpu.conv2d(x, wt, stride, pad, method="naive")
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(ref.conv2d(x, wt, stride, pad), want, rtol=1e-4, atol=1e-4)
@@ -237,12 +236,12 @@ def test_winograd_in_chunks_equals_one_pass_bitwise(monkeypatch):
     ((2, 1, 3, 2), 1, "a 3x2 kernel"),
 ])
 def test_winograd_refuses_layers_it_cannot_do(w_shape, stride, words):
-    with pytest.raises(ValueError, match=re.escape(words) + ".*use method='gemm' or 'direct'"):
+    with pytest.raises(ValueError, match=re.escape(words) + ".*use method='gemm' or 'naive'"):
         gpu.conv2d(np.zeros((1, 12, 12), np.float32), np.zeros(w_shape, np.float32), stride, method="winograd")
 
 
 def test_unknown_method_is_a_clear_error():
-    with pytest.raises(ValueError, match="unknown convolution method 'fft'; choose one of naive, direct, gemm, winograd"):
+    with pytest.raises(ValueError, match="unknown convolution method 'fft'; choose one of naive, gemm, winograd"):
         gpu.conv2d(np.zeros((1, 4, 4), np.float32), np.zeros((1, 1, 3, 3), np.float32), method="fft")
 
 
@@ -331,7 +330,7 @@ def test_band_rows_equal_rows_of_the_whole_image():
             np.testing.assert_array_equal(rows, whole[:, :, p.out_rows[0]:p.out_rows[1]])
 
 
-@pytest.mark.parametrize("method", ["naive", "direct", "gemm"])
+@pytest.mark.parametrize("method", ["naive", "gemm"])
 def test_device_band_kernel_equals_full_kernel_bitwise(method):
     """A band computed on its own is bit for bit those rows of the whole image, by every exact method."""
     x = RNG.uniform(-1, 1, (1, 2, 9, 5)).astype(np.float32)

@@ -49,8 +49,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--repeats", type=count(1, 1000), default=None,
                         help="timed runs per version, median reported (default 3 on a GPU, 1 on the simulator)")
     parser.add_argument("--method", default="auto", choices=("auto", *BAND_METHODS),
-                        help="GPU convolution: the plain kernel (naive), the direct tiled kernel or "
-                             "im2col + GEMM (auto: gemm on a GPU, naive on the simulator)")
+                        help="GPU convolution: the plain kernel (naive) or im2col + GEMM "
+                             "(auto: gemm on a GPU, naive on the simulator)")
     parser.add_argument("--progress", action="store_true",
                         help="rank 0 prints a line to stderr as each version starts and ends")
     parser.add_argument("--seed", type=seed(), default=2012)
