@@ -26,7 +26,7 @@ from hpclab.halo.geometry import brute_force_band, check_ranks, plan_band, plan_
 from hpclab.halo.versions import digest, max_rel_error  # noqa: E402
 from hpclab.halo import conv as gpu  # noqa: E402
 from hpclab.halo import reference as ref  # noqa: E402
-from hpclab.halo.bands import hash_fill, hash_values  # noqa: E402
+from hpclab.halo.bands import hash_values  # noqa: E402
 
 from .helpers import last_json, run_mpi  # noqa: E402
 
@@ -415,11 +415,11 @@ def test_too_short_a_chain_names_the_least_input_height():
     assert rows(43) >= 4 > rows(42)
 
 
-def test_seeded_bands_are_the_same_on_host_and_device():
+def test_seeded_bands_depend_on_the_global_row_only():
+    """(benchmarks/tests/test_conv_scaling.py: the same bits made on the device.)"""
     full = hash_values((2, 3, 10, 4), seed=7)
     assert full.min() >= -1 and full.max() < 1 and abs(float(full.mean())) < 0.2
     np.testing.assert_array_equal(hash_values((2, 3, 4, 4), 7, row0=5, height=10), full[:, :, 5:9])
-    np.testing.assert_array_equal(hash_fill((2, 3, 4, 4), 7, row0=5, height=10).copy_to_host(), full[:, :, 5:9])
 
 
 def test_digest_and_error():
