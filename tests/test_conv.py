@@ -376,7 +376,7 @@ def test_halo_extents_match_brute_force(kernel, stride, pad):
                 assert p.out_rows == bf["out_rows"]
                 assert set(range(*p.have)) == bf["real"]
                 assert p.pad_top + (p.need[1] - p.have[1]) == bf["pad_rows"]
-                got = {i: s.owner for s in (*p.above, *p.below) for i in range(s.start, s.stop)}
+                got = {i: s.src for s in (*p.above, *p.below) for i in range(s.start, s.stop)}
                 assert got == bf["owners"]
                 assert list(range(*p.interior)) == bf["interior"]
 

@@ -95,7 +95,7 @@ def _rank_line(placement, ops, shape, size, rank) -> str:
     first = ops[0]
     kernel, stride, pad = first.window
     p = plan_bands(shape[2], kernel, stride, pad, size)[rank]
-    src = lambda segs: ",".join(str(s.owner) for s in segs) or "-"  # noqa: E731
+    src = lambda segs: ",".join(str(s.src) for s in segs) or "-"  # noqa: E731
     return (f"{placement.label()} | {first.name}: output rows [{p.out_rows[0]}, {p.out_rows[1]}) of "
             f"{p.out_height} | input rows [{p.have[0]}, {p.have[1]}) own [{p.own[0]}, {p.own[1]}) | "
             f"halo {p.halo_above} above (rank {src(p.above)}), {p.halo_below} below (rank {src(p.below)}) "
