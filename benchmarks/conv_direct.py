@@ -211,7 +211,8 @@ def device_weights(w):
 
 def conv2d(x, w, stride: int = 1, pad: int = 0, bias=None, relu: bool = False,
            config: ConvConfig | None = None) -> np.ndarray:
-    """2-D convolution (cross-correlation) of (N, C, H, W) input by w (K, C, R, S), as :func:`hpclab.halo.conv.conv2d`."""
+    """2-D convolution (cross-correlation) of (N, C, H, W) input by w (K, C, R, S) with the tiled kernel, as
+    :func:`hpclab.halo.conv.conv2d` with the others."""
     ho, wo = ref.check_conv(np.shape(x), np.shape(w), stride, pad)
     k = np.shape(w)[0]
     b = np.zeros(k, np.float32) if bias is None else np.asarray(bias, dtype=np.float32)
