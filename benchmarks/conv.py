@@ -21,6 +21,7 @@ import csv
 import json
 import statistics
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -28,21 +29,26 @@ import numpy as np
 from hpclab import backend, comm as hcomm, roofline
 from hpclab.comm import BACKENDS
 from hpclab.device import identity, select_gpu
-from hpclab.halo import conv as kc, conv_tiled, conv_winograd
-from hpclab.halo.bands import hash_fill
+from hpclab.halo import conv as kc, conv_winograd
+from hpclab.halo.bands import splitmix
 from hpclab.halo.executors import Buffers, run_device
 from hpclab.halo.layers import BAND_METHODS, Conv
 from hpclab.halo.measure import c2_operands
 from hpclab.halo.reference import conv_flops, output_size
 from hpclab.halo.versions import gpu_aware_backend, max_rel_error
+from hpclab.launch import launch_1d, unravel4
 from hpclab.mpi import world
 from hpclab.options import Parser, count
 from hpclab.results.recorded import figure
 from hpclab.speedup import speedups
 from hpclab.timing import Phases, wall
 
+from benchmarks import conv_direct
 from benchmarks.conv_trunk import trunk
 from benchmarks.cudnn import conv_float64, gpu_times, timing_row, torch_precision
+
+cuda = backend.cuda()
+from numba import float32, uint64  # noqa: E402  (after the backend is chosen)
 
 THROUGHPUT_TARGET, STRONG_TARGET, WEAK_TARGET = 0.25, 0.90, 0.95
 COMPARISONS = ("cudnn_fp32", "cudnn_tf32", "torch_im2col_sgemm_fp32")
@@ -67,9 +73,8 @@ def throughput_figures(d: dict) -> list[dict]:
 
 
 def throughput(args) -> int:
-    """C2 at batch 32: our direct tiled kernel, the plain one, im2col + GEMM and Winograd; cuDNN in FP32
-    and TF32; one process."""
-    cuda = kc.cuda
+    """C2 at batch 32: our direct tiled kernel (:mod:`benchmarks.conv_direct`), the plain one, im2col + GEMM
+    and Winograd; cuDNN in FP32 and TF32; one process."""
     x, wt = c2_operands(args.batch)
     (n, c, h, w), (k, _, r, _), stride, pad = x.shape, wt.shape, 1, 2
     ho = output_size(h, r, stride, pad)
@@ -86,11 +91,12 @@ def throughput(args) -> int:
     result = {"layer": "C2", "shape": [n, c, h, w], "weights": [k, c, r, r], "pad": pad, "gflop": flops / 1e9,
               "device": device, "fp32_peak_tflops": peak and peak[0] / 1e12, "ours": {},
               "tflops_note": "effective TFLOP/s = 2NKCRSPQ / time (direct-convolution operation count)"}
-    configs = {"sim": conv_tiled.SIM_CONFIG} if backend.is_simulator() else conv_tiled.GPU_CONFIGS
-    runs = {**{f"direct {name}": dict(config=cfg, method="direct") for name, cfg in configs.items()},
-            **{name: dict(method=name) for name in ("naive", "gemm", "winograd")}}   # Winograd: m = TILES[5]
-    calls = {name: (lambda kw=kw: kc.conv2d_device(xd, weights, stride, pad, out=out, **kw))
-             for name, kw in runs.items()}
+    configs = {"sim": conv_direct.SIM_CONFIG} if backend.is_simulator() else conv_direct.GPU_CONFIGS
+    wdirect = conv_direct.device_weights(wt)
+    calls = {f"direct {name}": (lambda cfg=cfg: conv_direct.conv_rows_tiled(
+        xd, wdirect, weights.bias, out, stride, pad, pad, 0, ho, config=cfg)) for name, cfg in configs.items()}
+    calls.update({name: (lambda name=name: kc.conv2d_device(xd, weights, stride, pad, out=out, method=name))
+                  for name in ("naive", "gemm", "winograd")})          # Winograd: m = TILES[5]
     # The other Winograd tile sizes, in the same run: alpha^2 products per m^2 outputs (instead of 25 m^2).
     for tile in (2, 3, 4):
         if tile != conv_winograd.TILES[r]:
@@ -153,6 +159,31 @@ def throughput(args) -> int:
     return 0
 
 
+_splitmix = cuda.jit(device=True)(splitmix)
+
+
+@cuda.jit
+def _hash_fill_kernel(out, seed, row0, height):
+    _, C, rows, W = out.shape
+    for e in range(cuda.grid(1), out.size, cuda.gridsize(1)):
+        n, c, h, w = unravel4(e, C, rows, W)
+        out[n, c, h, w] = float32(_splitmix(uint64(((n * C + c) * height + row0 + h) * W + w), seed)) \
+            * float32(2.0 ** -23) - float32(1.0)
+
+
+def hash_fill(shape, seed: int, row0: int, height: int):
+    """Device array: rows [row0, row0 + shape[2]) of a seeded (N, C, height, W) tensor, made on the GPU
+    (:func:`hpclab.halo.bands.hash_values`' bits, without the host's memory for a large layer)."""
+    out = cuda.device_array(tuple(shape), dtype=np.float32)
+    blocks, threads = launch_1d(out.size)
+    with warnings.catch_warnings():
+        # The simulator runs the kernel on NumPy scalars, which warn when uint64
+        # products wrap; wrapping is what the hash wants (as on the GPU).
+        warnings.filterwarnings("ignore", "overflow encountered in scalar", RuntimeWarning)
+        _hash_fill_kernel[blocks, threads](out, np.uint64(seed), row0, height)
+    return out
+
+
 def scaling(args) -> int:
     """One rank count: strong and weak runs of one large convolution layer.
 
@@ -173,13 +204,12 @@ def scaling(args) -> int:
     note5 = ""
     if size > 1:
         backends["v5"], note5 = gpu_aware_backend(comm, args.comm)
-    cu = backend.cuda()
     rows = []
     for mode, height in (("strong", args.height), ("weak", args.rows_per_rank * size)):
         r0, r1 = hcomm.block_range(height, size, rank)
         x = hash_fill((n, c, r1 - r0, w), 5, r0, height)
         buffers = Buffers()
-        cu.synchronize()
+        cuda.synchronize()
         flops = conv_flops(n, k, c, r, r, output_size(height, r, 1, pad), output_size(w, r, 1, pad))
         for version, be in backends.items():
             def once(phases=None):     # run_device ends with a stream sync

@@ -34,8 +34,11 @@ def record_roofline(path: str) -> None:
     from hpclab.matmul.measure import measure, roofline_points as matmul, split_k_points
     from hpclab.pi.measure import roofline_points as pi
 
+    from benchmarks import conv_direct
+
     n = backend.auto_size(gpu=4096, sim=32)
     points = roofline.measure_roofs() + pi() + matmul(n, measure(n, repeats=5)) + conv()
+    points.append(conv_direct.roofline_point())    # notebook 06's tiled direct kernel lives with the benchmarks
     points += split_k_points() if not backend.is_simulator() else []   # (the simulator: hours at that shape)
     for p in points:
         p.command = "python benchmarks/perf_record.py roofline FILE"

@@ -68,7 +68,6 @@ def test_conv_counts():
     assert flops == 2 * 2 * 4 * 3 * 25 * 81 and naive == 4 * flops     # an input and a weight per MAC
     once = conv_traffic("cuDNN", 2, 3, 9, 4, 5, 2)[1]
     assert once == 4 * (2 * 3 * 81 + 4 * 3 * 25 + 2 * 4 * 81)
-    assert once < conv_traffic("direct", 2, 3, 9, 4, 5, 2)[1] < naive
     assert once < conv_traffic("gemm", 2, 3, 9, 4, 5, 2)[1] < naive
 
 

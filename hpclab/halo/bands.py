@@ -1,21 +1,18 @@
 """Bands of rows of (N, C, H, W) tensors: copies between bands, and seeded data.
 
 ``copy_rows`` copies rows of one band into another (a halo packed into a message, unpacked into
-the working buffer). ``hash_fill`` gives pseudo-random values in [-1, 1) that depend only on the
-seed and the element's global index, so any rank can make its own band of an input without the
-whole tensor; its NumPy twin ``hash_values`` gives the same bits on the host.
+the working buffer). ``hash_values`` gives pseudo-random values in [-1, 1) that depend only on the
+seed and the element's global index (``splitmix``), so any rank can make its own band of an input
+without the whole tensor (``benchmarks/conv.py`` makes the same bits on the GPU).
 """
 from __future__ import annotations
-
-import warnings
 
 import numpy as np
 
 from hpclab.backend import cuda as _cuda
-from hpclab.launch import launch_1d, launch_2d, unravel4
+from hpclab.launch import launch_2d
 
 cuda = _cuda()
-from numba import float32, uint64  # noqa: E402
 
 # splitmix64 constants (Steele, Lea, Flood 2014)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -23,6 +20,16 @@ _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _S30, _S27, _S31, _S40 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(40)
 _SCALE = np.float32(2.0 ** -23)
+
+
+def splitmix(idx, seed):
+    """The top 24 bits of splitmix64 of the uint64 index ``idx`` from ``seed``: on NumPy arrays, or in a
+    kernel as a device function."""
+    z = idx * _GOLDEN + seed
+    z = (z ^ (z >> _S30)) * _M1
+    z = (z ^ (z >> _S27)) * _M2
+    z = z ^ (z >> _S31)
+    return z >> _S40
 
 
 def hash_values(shape, seed: int, row0: int = 0, height: int | None = None) -> np.ndarray:
@@ -33,37 +40,7 @@ def hash_values(shape, seed: int, row0: int = 0, height: int | None = None) -> n
                                  np.arange(row0, row0 + rows, dtype=np.uint64),
                                  np.arange(w, dtype=np.uint64), indexing="ij")
     idx = ((ni * np.uint64(c) + ci) * np.uint64(height) + hi) * np.uint64(w) + wi
-    z = idx * _GOLDEN + np.uint64(seed)
-    z = (z ^ (z >> _S30)) * _M1
-    z = (z ^ (z >> _S27)) * _M2
-    z = z ^ (z >> _S31)
-    return ((z >> _S40).astype(np.float32) * _SCALE - np.float32(1.0)).astype(np.float32)
-
-
-@cuda.jit
-def _hash_fill_kernel(out, seed, row0, height):
-    _, C, rows, W = out.shape
-    for e in range(cuda.grid(1), out.size, cuda.gridsize(1)):
-        n, c, h, w = unravel4(e, C, rows, W)
-        idx = uint64(((n * C + c) * height + row0 + h) * W + w)
-        z = idx * _GOLDEN + seed
-        z = (z ^ (z >> _S30)) * _M1
-        z = (z ^ (z >> _S27)) * _M2
-        z = z ^ (z >> _S31)
-        out[n, c, h, w] = float32(z >> _S40) * _SCALE - float32(1.0)
-
-
-def hash_fill(shape, seed: int, row0: int = 0, height: int | None = None):
-    """Device array: rows [row0, row0 + shape[2]) of a seeded (N, C, height, W) tensor."""
-    out = cuda.device_array(tuple(shape), dtype=np.float32)
-    height = shape[2] if height is None else height
-    blocks, threads = launch_1d(out.size)
-    with warnings.catch_warnings():
-        # The simulator runs the kernel on NumPy scalars, which warn when uint64
-        # products wrap; wrapping is what the hash wants (as on the GPU).
-        warnings.filterwarnings("ignore", "overflow encountered in scalar", RuntimeWarning)
-        _hash_fill_kernel[blocks, threads](out, np.uint64(seed), row0, height)
-    return out
+    return (splitmix(idx, np.uint64(seed)).astype(np.float32) * _SCALE - np.float32(1.0)).astype(np.float32)
 
 
 @cuda.jit

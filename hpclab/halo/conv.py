@@ -2,9 +2,10 @@
 
 ``conv2d_kernel`` is the convolution to read: one thread per output value, every input and weight
 read from global memory (the sum is :mod:`hpclab.halo.reference`'s). The faster ``METHODS`` are the
-topic's advanced part: ``conv_tiled``, ``conv_gemm`` (the default on a GPU) and ``conv_winograd``
-(never the default: a value depends on where its tile starts). The others sum each output value in an
-order that does not depend on the band, so a band on one rank is bit for bit those rows of the whole.
+topic's advanced part: ``conv_gemm`` (the default on a GPU) and ``conv_winograd`` (never the default: a
+value depends on where its tile starts); a tiled direct kernel is measured in ``benchmarks/conv_direct.py``.
+The others sum each output value in an order that does not depend on the band, so a band on one rank is
+bit for bit those rows of the whole.
 
 Rows: the kernels compute output rows [oh_begin, oh_end) of a band whose input row
 ``oh * stride - pad_top + r`` is local row index; rows outside the band are zero (padding, or
@@ -19,14 +20,13 @@ import numpy as np
 
 from hpclab import backend
 from hpclab.backend import cuda as _cuda
-from hpclab.halo import conv_gemm, conv_tiled, conv_winograd, reference as ref
+from hpclab.halo import conv_gemm, conv_winograd, reference as ref
 from hpclab.launch import launch_1d, unravel4
 
 cuda = _cuda()
 from numba import float32  # noqa: E402  (after the backend is chosen)
 
-METHODS = {"naive": "the plain kernel, one thread per output value",
-           "direct": "direct tiled kernel (shared memory, register blocking)", "gemm": "im2col + register-blocked GEMM",
+METHODS = {"naive": "the plain kernel, one thread per output value", "gemm": "im2col + register-blocked GEMM",
            "winograd": "Winograd " + " / ".join(f"F({m}x{m}, {r}x{r})" for r, m in conv_winograd.TILES.items())}
 
 
@@ -70,7 +70,7 @@ def check_method(method: str | None) -> str:
 
 class ConvWeights:
     """A layer's weights and bias on the device, in the layout each method reads: (K, C, R, S), the same memory
-    as a (K, C*R*S) matrix for im2col + GEMM; the tiled kernel's and Winograd's made on first use."""
+    as a (K, C*R*S) matrix for im2col + GEMM; Winograd's (alpha^2, K, C) made on first use."""
 
     def __init__(self, w, bias=None):
         # A copy, not ascontiguousarray: a view such as w[:, :, None, None] counts as contiguous
@@ -86,16 +86,13 @@ class ConvWeights:
         self.w = cuda.to_device(self.host)
         self.wmat = self.w.reshape(self.k, self.c * self.r * self.s)
 
-    # (C, R, S, K), output channel fastest: coalesced loads into shared memory; Winograd's (alpha^2, K, C)
-    tiled = cached_property(lambda self: cuda.to_device(np.ascontiguousarray(self.host.transpose(1, 2, 3, 0))))
     winograd = cached_property(lambda self: cuda.to_device(conv_winograd.filter_transform(self.host)))
 
 
 def conv_rows_device(x, weights: ConvWeights, out, stride: int, pad_top: int, pad_w: int, oh_begin: int,
-                     oh_end: int, relu: bool = False, stream=0, method: str | None = None, workspace=None,
-                     config=None) -> None:
+                     oh_end: int, relu: bool = False, stream=0, method: str | None = None, workspace=None) -> None:
     """Output rows [oh_begin, oh_end) of ``out`` from the band ``x`` (device arrays); ``workspace``: GEMM and
-    Winograd scratch; ``config``: the tiled kernel's launch shape."""
+    Winograd scratch."""
     if oh_end <= oh_begin:
         return
     method = check_method(method)
@@ -103,27 +100,24 @@ def conv_rows_device(x, weights: ConvWeights, out, stride: int, pad_top: int, pa
         blocks, threads = launch_1d(out.shape[0] * weights.k * (oh_end - oh_begin) * out.shape[3])
         conv2d_kernel[blocks, threads, stream](x, weights.w, weights.bias, out, stride, pad_top, pad_w,
                                                oh_begin, oh_end, bool(relu))
-    elif method == "direct":
-        conv_tiled.conv_rows_tiled(x, weights.tiled, weights.bias, out, stride, pad_top, pad_w, oh_begin, oh_end,
-                                   relu, stream, config)
     elif method == "gemm":
         conv_gemm.conv_rows_gemm(x, weights.wmat, weights.bias, out, weights.r, weights.s, stride, pad_top,
                                  pad_w, oh_begin, oh_end, relu, stream, workspace=workspace)
     else:
         why = conv_winograd.supported(weights.r, weights.s, stride)
         if why:
-            raise ValueError(f"method='winograd' cannot do {why}; use method='gemm' or 'direct'")
+            raise ValueError(f"method='winograd' cannot do {why}; use method='gemm' or 'naive'")
         conv_winograd.conv_rows_winograd(x, weights.winograd, weights.bias, out, weights.r, pad_top, pad_w,
                                          oh_begin, oh_end, relu, stream, workspace=workspace)
 
 
 def conv2d_device(x, weights: ConvWeights, stride: int = 1, pad: int = 0, relu: bool = False, out=None,
-                  stream=0, method: str | None = None, config=None):
+                  stream=0, method: str | None = None):
     """Convolution of a device array (N, C, H, W); returns a device array (N, K, Ho, Wo)."""
     ho, wo = ref.check_conv(x.shape, weights.host.shape, stride, pad)
     if out is None:
         out = cuda.device_array((x.shape[0], weights.k, ho, wo), dtype=np.float32)
-    conv_rows_device(x, weights, out, stride, pad, pad, 0, ho, relu, stream, method, config=config)
+    conv_rows_device(x, weights, out, stride, pad, pad, 0, ho, relu, stream, method)
     return out
 
 

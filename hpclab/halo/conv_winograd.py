@@ -10,8 +10,8 @@ Toom-Cook interpolation at 0, 1, -1, 2, -2, 1/2, -1/2 (the first alpha - 1) and 
 that the formula is exact.
 
 ``TILES`` holds m (for 5x5 layers F(4x4), the fastest: benchmarks/HISTORY.md). A value depends on where its
-tile starts, so bands are not bit for bit the whole image: the halo versions, which compare digests, use direct
-or GEMM.
+tile starts, so bands are not bit for bit the whole image: the halo versions, which compare digests, use the
+plain kernel or GEMM.
 """
 from __future__ import annotations
 
@@ -70,10 +70,6 @@ def filter_transform(w: np.ndarray, m: int | None = None) -> np.ndarray:
     return np.ascontiguousarray(u.reshape(-1, k, c), dtype=np.float32)
 
 
-def _constants(mat: np.ndarray) -> tuple:
-    return tuple(tuple(float(v) for v in row) for row in mat)
-
-
 @cuda.jit(device=True)
 def _tile_origin(t, per_image, tiles_w, m, row0):
     """(image, first output row, first output column) of tile number ``t`` of a chunk."""
@@ -89,7 +85,7 @@ def _add_row(mat: np.ndarray):
     below). ``tmp`` holds mat @ row. The loops are unrolled at compile time, so acc, row and tmp stay in
     registers; mat @ row takes ``mat`` as constants, mat[:, i] (i not a constant) comes from constant memory."""
     n_out, n_in = mat.shape
-    entries = _constants(mat)
+    entries = tuple(tuple(float(v) for v in row) for row in mat)
     columns_host = np.ascontiguousarray(mat.T, dtype=np.float32)
 
     @cuda.jit(device=True, fastmath=True)

@@ -46,11 +46,10 @@ def run_host(ops, x: np.ndarray, comm, overlap: bool = True, phases: Phases | No
             work = np.zeros((n, c, p.have[1] - p.have[0], w), dtype=np.float32)
             l0, l1 = p.local
             work[:, :, l0 - p.have[0]:l1 - p.have[0]] = x[:, :, l0 - p.own[0]:l1 - p.own[0]]
-            moves = transfers(plans)
-            arriving = [(m, np.empty((n, c, m.stop - m.start, w), dtype=np.float32)) for m in moves if m.dst == rank]
+            arriving = [(m, np.empty((n, c, m.rows, w), dtype=np.float32)) for m in (*p.above, *p.below)]
             requests = [comm.Irecv(buf, source=m.src, tag=7) for m, buf in arriving]
             requests += [comm.Isend(np.ascontiguousarray(x[:, :, m.start - p.own[0]:m.stop - p.own[0]]), dest=m.dst,
-                                    tag=7) for m in moves if m.src == rank]
+                                    tag=7) for m in transfers(plans) if m.src == rank]
             pieces = {}
 
             def compute(j0, j1):
@@ -89,10 +88,10 @@ def pack_halos(plans, x, rank, stream, get):
         send, recv = pairs[rank]
         if send is None and recv is None:
             continue
-        sbuf = get(f"send{offset}", (n, c, send.stop - send.start, w)) if send else get("dummy", (1,))
+        sbuf = get(f"send{offset}", (n, c, send.rows, w)) if send else get("dummy", (1,))
         if send:
-            copy_rows(x, send.start - p.own[0], sbuf, 0, send.stop - send.start, stream)
-        rbuf = get(f"recv{offset}", (n, c, recv.stop - recv.start, w)) if recv else get("dummy", (1,))
+            copy_rows(x, send.start - p.own[0], sbuf, 0, send.rows, stream)
+        rbuf = get(f"recv{offset}", (n, c, recv.rows, w)) if recv else get("dummy", (1,))
         rounds.append((offset, send, recv, sbuf, rbuf))
     return rounds
 
@@ -159,7 +158,7 @@ def run_device(ops, x, comm, be=None, overlap: bool = True, phases: Phases | Non
                 with tl.span("unpack", "copy", edge, "edge stream"):
                     for _, _, recv, _, rbuf in rounds:
                         if recv:
-                            copy_rows(rbuf, 0, work, recv.start - p.have[0], recv.stop - recv.start, edge)
+                            copy_rows(rbuf, 0, work, recv.start - p.have[0], recv.rows, edge)
             with phases("compute"):
                 if overlap:
                     own_rows_in.wait(edge)         # the boundary reads own rows too

@@ -25,7 +25,7 @@ def bands_figure(height: int, kernel: int, stride: int, pad: int, size: int, tit
         for seg in (*p.above, *p.below):
             ax.bar(x + 0.18, seg.rows, bottom=seg.start, width=0.32, color="none", edgecolor="black",
                    hatch="///", label="halo (from a neighbour)" if x == 0 and seg is (*p.above, *p.below)[0] else None)
-            ax.annotate(f"{seg.rows} from r{seg.owner}", (x + 0.36, seg.start + seg.rows / 2), fontsize=7, va="center")
+            ax.annotate(f"{seg.rows} from r{seg.src}", (x + 0.36, seg.start + seg.rows / 2), fontsize=7, va="center")
         ax.text(x, -0.04 * height, f"out [{p.out_rows[0]},{p.out_rows[1]})", ha="center", va="top", fontsize=7)
     ax.set_ylim(height * 1.02, -0.1 * height)
     ax.set_xticks(range(size), [f"rank {r}" for r in range(size)])

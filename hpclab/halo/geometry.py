@@ -16,11 +16,12 @@ from hpclab.halo.reference import output_size
 
 
 @dataclass(frozen=True)
-class Segment:
-    """Input rows [start, stop) that this rank receives from ``owner``."""
+class Transfer:
+    """Input rows [start, stop) that rank ``src`` sends to rank ``dst``: one message of a halo exchange."""
+    src: int
+    dst: int
     start: int
     stop: int
-    owner: int
 
     rows = property(lambda self: self.stop - self.start)
 
@@ -33,8 +34,8 @@ class BandPlan:
     own: tuple[int, int]           # input rows this rank owns
     need: tuple[int, int]          # input rows the band reads, before clipping to the image
     have: tuple[int, int]          # ... clipped: the rows of the working buffer
-    above: tuple[Segment, ...]     # halo rows from ranks above (lower rows)
-    below: tuple[Segment, ...]     # halo rows from ranks below (higher rows)
+    above: tuple[Transfer, ...]    # halo rows from ranks above (lower rows)
+    below: tuple[Transfer, ...]    # halo rows from ranks below (higher rows)
     interior: tuple[int, int]      # output rows computable from own rows alone
 
     pad_top = property(lambda self: self.have[0] - self.need[0])     # zero rows (padding) above the buffer
@@ -68,10 +69,10 @@ def min_input_height(ranks: int, kernel: int, stride: int, pad: int) -> int:
     return max(kernel - 2 * pad, (ranks - 1) * stride + kernel - 2 * pad, 1)
 
 
-def _split(start: int, stop: int, height: int, size: int) -> tuple[Segment, ...]:
-    """Rows [start, stop) cut where the input band owners change."""
+def _split(start: int, stop: int, height: int, size: int, rank: int) -> tuple[Transfer, ...]:
+    """Rows [start, stop) that ``rank`` receives, cut where the input band owners change."""
     bands = [block_range(height, size, r) for r in range(size)]
-    cut = [Segment(max(start, a), min(stop, b), r) for r, (a, b) in enumerate(bands)]
+    cut = [Transfer(r, rank, max(start, a), min(stop, b)) for r, (a, b) in enumerate(bands)]
     return tuple(s for s in cut if s.rows > 0)
 
 
@@ -82,8 +83,8 @@ def plan_band(height: int, kernel: int, stride: int, pad: int, size: int, rank: 
     own = block_range(height, size, rank)
     lo, hi = o0 * stride - pad, (o1 - 1) * stride - pad + kernel
     have = (max(lo, 0), min(hi, height))
-    above = _split(have[0], min(have[1], own[0]), height, size)
-    below = _split(max(have[0], own[1]), have[1], height, size)
+    above = _split(have[0], min(have[1], own[0]), height, size, rank)
+    below = _split(max(have[0], own[1]), have[1], height, size, rank)
 
     # Interior: output rows oh whose input rows [oh*stride - pad, oh*stride - pad + kernel),
     # clipped to the image, lie in own rows. Both bounds are monotone in oh, so the
@@ -100,18 +101,9 @@ def plan_bands(height: int, kernel: int, stride: int, pad: int, size: int) -> tu
     return tuple(plan_band(height, kernel, stride, pad, size, r) for r in range(size))
 
 
-@dataclass(frozen=True)
-class Transfer:
-    """Input rows [start, stop) that rank ``src`` sends to rank ``dst``."""
-    src: int
-    dst: int
-    start: int
-    stop: int
-
-
 def transfers(plans: list[BandPlan]) -> list[Transfer]:
     """Every message of one layer's halo exchange (the same list on every rank)."""
-    return [Transfer(seg.owner, p.rank, seg.start, seg.stop) for p in plans for seg in (*p.above, *p.below)]
+    return [t for p in plans for t in (*p.above, *p.below)]
 
 
 def schedule(moves: list[Transfer], size: int):

@@ -17,7 +17,7 @@ from hpclab.halo.conv import ConvWeights, conv_rows_device, linear_device, maxpo
 from hpclab.halo.geometry import check_ranks, min_input_height
 
 # The convolution methods whose bands are bit-for-bit those rows of the whole image (Winograd's are not).
-BAND_METHODS = ("naive", "direct", "gemm")
+BAND_METHODS = ("naive", "gemm")
 
 
 @dataclass

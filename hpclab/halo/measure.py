@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from hpclab import backend, roofline
-from hpclab.halo import conv as kc, conv_tiled
+from hpclab.halo import conv as kc
 from hpclab.matmul import fast
 from hpclab.timing import median_time
 
@@ -20,17 +20,12 @@ def c2_operands(batch: int) -> tuple[np.ndarray, np.ndarray]:
 
 def conv_traffic(method: str, n: int, c: int, h: int, k: int, r: int, pad: int) -> tuple[float, float, str]:
     """FLOPs (2 n k c r r ho ho) and bytes, no cache, of a stride-1 convolution (n, c, h, h) by (k, c, r, r):
-    naive, an input and a weight per multiply-add; direct, per block tile its input rows with halo and
-    its weights; gemm, im2col's matrix written and read, the GEMM's tiles, the scatter; others, each array once."""
+    naive, an input and a weight per multiply-add; gemm, im2col's matrix written and read, the GEMM's tiles,
+    the scatter; others, each array once (``benchmarks/conv_direct.py`` counts the tiled direct kernel's)."""
     ho = h + 2 * pad - r + 1
     flops, pq, crs = 2.0 * n * k * c * r * r * ho * ho, n * ho * ho, c * r * r
     if method == "naive":
         return flops, 4.0 * flops, "no reuse"
-    if method == "direct":
-        plan = conv_tiled.plan_tiles(c, ho, r, 1, conv_tiled.default_config(k))
-        tiles = n * -(-ho // plan.th) * -(-ho // plan.tw) * -(-k // plan.config.bm)
-        per_tile = c * r * (plan.th * plan.wwin + r * plan.config.bm)
-        return flops, 4.0 * (tiles * per_tile + k * pq), f"{plan.th}x{plan.tw} px x {plan.config.bm} ch tiles"
     if method == "gemm":
         cfg = fast.fast_config(np.float32)
         tiles = roofline.gemm_count(k, pq, crs, cfg.bm, cfg.bn)[1]

@@ -49,8 +49,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--repeats", type=count(1, 1000), default=None,
                         help="timed runs per version, median reported (default 3 on a GPU, 1 on the simulator)")
     parser.add_argument("--method", default="auto", choices=("auto", *BAND_METHODS),
-                        help="GPU convolution: the plain kernel (naive), the direct tiled kernel or "
-                             "im2col + GEMM (auto: gemm on a GPU, naive on the simulator)")
+                        help="GPU convolution: the plain kernel (naive) or im2col + GEMM "
+                             "(auto: gemm on a GPU, naive on the simulator)")
     parser.add_argument("--progress", action="store_true",
                         help="rank 0 prints a line to stderr as each version starts and ends")
     parser.add_argument("--seed", type=seed(), default=2012)
@@ -95,7 +95,7 @@ def _rank_line(placement, ops, shape, size, rank) -> str:
     first = ops[0]
     kernel, stride, pad = first.window
     p = plan_bands(shape[2], kernel, stride, pad, size)[rank]
-    src = lambda segs: ",".join(str(s.owner) for s in segs) or "-"  # noqa: E731
+    src = lambda segs: ",".join(str(s.src) for s in segs) or "-"  # noqa: E731
     return (f"{placement.label()} | {first.name}: output rows [{p.out_rows[0]}, {p.out_rows[1]}) of "
             f"{p.out_height} | input rows [{p.have[0]}, {p.have[1]}) own [{p.own[0]}, {p.own[1]}) | "
             f"halo {p.halo_above} above (rank {src(p.above)}), {p.halo_below} below (rank {src(p.below)}) "

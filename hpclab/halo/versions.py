@@ -54,7 +54,6 @@ def max_rel_error(x, reference) -> float:
 
 @dataclass
 class Outcome:
-    version: str
     out: np.ndarray | None            # rank 0 only
     wall_s: float                     # max over ranks: input to output band, median of repeats
     phases: dict                      # seconds per phase, max over ranks
@@ -176,7 +175,7 @@ def run_version(version: str, ops, dense, shape, seed, comm, comm_name="auto", o
     # the median over passes, phase by phase: one slow pass does not make the bar
     times = {name: statistics.median(t.get(name, 0.0) for t in per_pass)
              for name in dict.fromkeys(name for t in per_pass for name in t)}
-    return Outcome(version, out, comm.bcast(statistics.median(walls), root=0), times, used, note)
+    return Outcome(out, comm.bcast(statistics.median(walls), root=0), times, used, note)
 
 
 def scaling_point(mode: str, ranks: int, ops, shape, comm, version: str = "v4") -> dict | None:

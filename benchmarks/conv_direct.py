@@ -1,20 +1,26 @@
-"""The direct convolution, tiled: shared memory and register blocking (``method="direct"``).
+"""The direct convolution, tiled: shared memory and register blocking (the ``direct`` rows of
+``python -m benchmarks conv throughput`` and of notebook 06's recorded roofline).
 
-The plain kernel's sum, arranged for speed: a block computes TH x TW output pixels of one image for BM
-output channels; the reduction runs over chunks of CC input channels x one kernel row, whose input rows
-(the tile and its halo, (TW-1)*stride + S columns) and weights [CC, S, BM] the block stages in shared
-memory; each thread keeps PX pixels x KX channels of sums in registers, so every value read from shared
-memory feeds several multiply-adds. A warp's lanes take consecutive pixels (coalesced, conflict-free) and
-share their output channels (weight reads are broadcasts). The kernel is built per layer geometry so that
-its inner loops unroll. Every output is summed in the same order whatever the tile or band.
+The plain kernel's sum (:func:`hpclab.halo.conv.conv2d_kernel`), arranged for speed: a block computes TH x TW
+output pixels of one image for BM output channels; the reduction runs over chunks of CC input channels x one
+kernel row, whose input rows (the tile and its halo, (TW-1)*stride + S columns) and weights [CC, S, BM] the
+block stages in shared memory; each thread keeps PX pixels x KX channels of sums in registers, so every value
+read from shared memory feeds several multiply-adds. A warp's lanes take consecutive pixels (coalesced,
+conflict-free) and share their output channels (weight reads are broadcasts). The kernel is built per layer
+geometry so that its inner loops unroll. Every output is summed in the same order whatever the tile or band.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
 
-from hpclab import backend
+import numpy as np
+
+from hpclab import backend, roofline
 from hpclab.backend import cuda as _cuda
+from hpclab.halo import reference as ref
+from hpclab.halo.measure import c2_operands
+from hpclab.timing import median_time
 
 cuda = _cuda()
 from numba import float32, int32  # noqa: E402  (after the backend is chosen)
@@ -195,3 +201,44 @@ def conv_rows_tiled(x, wt, bias, out, stride: int, pad_top: int, pad_w: int, oh_
     tiles_h, tiles_w = -(-(oh_end - oh_begin) // plan.th), -(-wo // plan.tw)
     kernel[(tiles_h * tiles_w, n, -(-k // cfg.bm)), cfg.threads, stream](
         x, wt, bias, out, r, pad_top, pad_w, oh_begin, oh_end, plan.th, plan.tw, tiles_w, plan.wwin)
+
+
+def device_weights(w):
+    """Weights (K, C, R, S) on the device as (C, R, S, K), output channel fastest: coalesced loads into
+    shared memory."""
+    return cuda.to_device(np.ascontiguousarray(np.asarray(w, dtype=np.float32).transpose(1, 2, 3, 0)))
+
+
+def conv2d(x, w, stride: int = 1, pad: int = 0, bias=None, relu: bool = False,
+           config: ConvConfig | None = None) -> np.ndarray:
+    """2-D convolution (cross-correlation) of (N, C, H, W) input by w (K, C, R, S) with the tiled kernel, as
+    :func:`hpclab.halo.conv.conv2d` with the others."""
+    ho, wo = ref.check_conv(np.shape(x), np.shape(w), stride, pad)
+    k = np.shape(w)[0]
+    b = np.zeros(k, np.float32) if bias is None else np.asarray(bias, dtype=np.float32)
+    out = cuda.device_array((np.shape(x)[0], k, ho, wo), dtype=np.float32)
+    conv_rows_tiled(cuda.to_device(np.ascontiguousarray(x, dtype=np.float32)), device_weights(w), cuda.to_device(b),
+                    out, stride, pad, pad, 0, ho, relu, config=config)
+    return out.copy_to_host()
+
+
+def traffic(n: int, c: int, h: int, k: int, r: int, pad: int) -> tuple[float, float, str]:
+    """FLOPs and bytes, no cache, of a stride-1 convolution (n, c, h, h) by (k, c, r, r), as
+    :func:`hpclab.halo.measure.conv_traffic`: per block tile its input rows with halo and its weights."""
+    ho = ref.output_size(h, r, 1, pad)
+    plan = plan_tiles(c, ho, r, 1, default_config(k))
+    tiles = n * -(-ho // plan.th) * -(-ho // plan.tw) * -(-k // plan.config.bm)
+    per_tile = c * r * (plan.th * plan.wwin + r * plan.config.bm)
+    return (float(ref.conv_flops(n, k, c, r, r, ho, ho)), 4.0 * (tiles * per_tile + k * n * ho * ho),
+            f"{plan.th}x{plan.tw} px x {plan.config.bm} ch tiles")
+
+
+def roofline_point(batch: int = 32, repeats: int = 3) -> roofline.Point:
+    """The direct kernel's point on notebook 06's roofline: AlexNet's C2 (:func:`hpclab.halo.measure.c2_operands`)."""
+    xh, wt = c2_operands(batch)
+    (n, c, h, _), k = xh.shape, wt.shape[0]
+    x, wd, bias = cuda.to_device(xh), device_weights(wt), cuda.to_device(np.zeros(k, np.float32))
+    out = cuda.device_array((n, k, h, h), np.float32)
+    seconds = median_time(lambda: conv_rows_tiled(x, wd, bias, out, 1, 2, 2, 0, h), repeats)
+    flops, nbytes, how = traffic(n, c, h, k, 5, 2)
+    return roofline.point("direct", flops, nbytes, seconds, how, "06")
