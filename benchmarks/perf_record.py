@@ -9,8 +9,10 @@ import csv
 import datetime
 import sys
 from dataclasses import asdict, fields
+from pathlib import Path
 
-from hpclab import backend, roofline
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # run as a script: `benchmarks` importable
+from hpclab import backend, roofline  # noqa: E402
 
 
 def write_roofline(points: list, fh) -> None:
