@@ -290,7 +290,6 @@ class Session:
     reaper: subprocess.Popen | None = None
     job: str | None = None         # the Slurm job the engines run in, if they do
     activated: bool = False
-    closed: bool = False
 
     @property
     def n(self) -> int:
@@ -308,10 +307,9 @@ class Session:
     def close(self, quiet: bool = False) -> None:
         """Give the engines back: release a claimed shared cluster (it keeps running), or stop this
         notebook's private cluster."""
-        if self.closed:
+        if _SESSIONS.get(self.profile_dir) is not self:  # closed already, or after a failed restart
             return
-        self.closed = True
-        _SESSIONS.pop(self.profile_dir, None)
+        del _SESSIONS[self.profile_dir]
         if self.kind == "shared":
             try:
                 registered = [e for e in self.view.targets if e in self.client.ids]  # (stopped engines hold no claim)
@@ -325,9 +323,8 @@ class Session:
                 message = (f"could not release the shared cluster's engines ({type(exc).__name__}: still busy with a "
                            "cell?); they stay claimed by this notebook until its kernel ends, then the next notebook "
                            "takes them over")
-            self.client.close()
-        else:
-            self.client.close()
+        self.client.close()
+        if self.kind == "private":
             if self.reaper is not None:
                 self.reaper.terminate()
                 self.reaper.wait()
@@ -370,7 +367,6 @@ class Session:
             if self.kind == "shared" and _claim(self.client, infos, self.record, ()) is not None:
                 raise ClusterError("another notebook claimed the new engines first")
         except (ipp.error.EngineError, TimeoutError, jobs.JobEnded, OSError, ClusterError) as exc:
-            self.closed = True
             _SESSIONS.pop(self.profile_dir, None)
             raise ClusterError(f"restarting the engines failed: {exc}") from None
         self.job = jobs.job_of(cluster)
