@@ -138,9 +138,16 @@ def _table(infos: dict[int, dict]) -> dict[str, dict]:
     return {str(eid): {k: info[k] for k in ("rank", "pid", "host")} for eid, info in infos.items()}
 
 
-def _not_one_job(infos: dict[int, dict]) -> str:
+def _answers(client: ipp.Client, ids: list[int], timeout: float, rank_of: dict[int, int]) -> tuple[dict, str]:
+    """(infos, problem): each engine's description (:func:`_describe`), and "" when all of them answered
+    and they are one MPI job, else why not (``rank_of``: engine id -> rank, as last known)."""
+    infos = _describe(client, ids, timeout)
+    silent = [f"rank {rank_of[e]}" if e in rank_of else f"engine {e}" for e in ids if e not in infos]
+    if silent:
+        return infos, f"{', '.join(silent)} did not answer within {timeout:g} s (dead, or stuck in a cell)"
     ranks = sorted((i["rank"], i["size"]) for i in infos.values())
-    return "" if ranks == [(r, len(infos)) for r in range(len(infos))] else f"not one MPI job (ranks/sizes {ranks})"
+    one_job = ranks == [(r, len(infos)) for r in range(len(infos))]
+    return infos, "" if one_job else f"the engines are not one MPI job (ranks/sizes {ranks})"
 
 
 # --- the shared cluster -----------------------------------------------------------------------------
@@ -244,15 +251,12 @@ def _sound(found: files.Found, prior: dict, timeout: float | None, job):
     try:
         local = [s for s in found.engine_sets if not getattr(s, "job_id", "")]
         _wait(client, found.expected or len(client.ids) or 1, timeout, job, local)
-        infos = _describe(client, client.ids, timeout=PROBE_S)
+        infos, why = _answers(client, client.ids, PROBE_S, rank_of)
+        problem = f"cannot be used: {why}" if why else ""
     except (TimeoutError, ipp.error.EngineError) as exc:
         problem = f"is not ready: {exc}" + (f" ({jobs.report(job.job_id)})" if job else "")
     except jobs.JobEnded as exc:
         problem = f"cannot be used: {exc}"
-    silent = [f"rank {rank_of[e]}" if e in rank_of else f"engine {e}" for e in client.ids if e not in infos]
-    if not problem and silent:
-        problem = f"cannot be used: {', '.join(silent)} did not answer within {PROBE_S} s (dead, or stuck in a cell)"
-    problem = problem or (f"cannot be used: its engines are {_not_one_job(infos)}" if _not_one_job(infos) else "")
     if problem:
         client.close()
     return problem, client, infos
@@ -409,10 +413,9 @@ class Session:
             return files.dead_rank(self.profile_dir, cluster_id, ranks) or (
                 f"rank{'s' * (len(gone) > 1)} {', '.join(map(str, gone))} {'has' if len(gone) == 1 else 'have'} "
                 "stopped" if gone else "its engines have exited")
-        infos = _describe(self.client, list(ranks), timeout=PROBE_S)
-        silent = [str(rank) for e, rank in ranks.items() if e not in infos]
-        if silent:
-            return f"rank{'s' * (len(silent) > 1)} {', '.join(silent)} did not answer within {PROBE_S} s"
+        infos, why = _answers(self.client, list(ranks), PROBE_S, ranks)
+        if why:
+            return why
         if self.kind == "shared" and any((i["owner"] or {}).get("token") != self.record["token"] for i in infos.values()):
             return "another notebook has taken the engines over"
         return None
@@ -430,10 +433,9 @@ def _open_private(n: int, pdir: str, record: dict, timeout: float | None, log) -
 
     try:
         client = _launch(cluster, n, timeout, log, started)
-        infos = _describe(client, client.ids, timeout=30)
-        if len(infos) < n or _not_one_job(infos):
-            raise ClusterError(f"the {n} engines started are {_not_one_job(infos) or 'not all answering'}; "
-                               f"log: {files.log_path(pdir)}")
+        infos, why = _answers(client, client.ids, 30, {})
+        if why:
+            raise ClusterError(f"{n} engines started, but {why}; log: {files.log_path(pdir)}")
         session = Session(client, "private", cluster, pdir, record, n, timeout)
         session._set_up(infos)
     except BaseException:
