@@ -18,7 +18,6 @@ from pathlib import Path
 
 import ipyparallel as ipp
 
-from hpclab import backend
 from hpclab.cluster import jobs, mpi, profile
 
 ALLOW = "HPCLAB_ALLOW_LOCAL_ENGINES"
@@ -44,6 +43,10 @@ def job_gpus() -> int:
     return int(gpus) if os.environ.get("SLURM_JOB_ID") and str(gpus).isdigit() else 0
 
 
+def _gpus() -> int:
+    return __import__("hpclab.backend").backend.count_gpus()
+
+
 def _slurm_configured() -> bool:
     """Whether Slurm's commands here belong to a cluster; a controller silent for 5 s counts as one."""
     text = jobs.run(["scontrol", "ping"], timeout=5)[1]   # (sbatch without scontrol: trust sbatch)
@@ -62,7 +65,7 @@ def login_node_guard(pdir: str) -> str | None:
                 "submits them as a job")
     if os.environ.get("SLURM_JOB_ID"):
         return None
-    if shutil.which("sbatch") and backend.count_gpus() == 0 and _slurm_configured():
+    if shutil.which("sbatch") and _gpus() == 0 and _slurm_configured():
         return ("this looks like a Slurm login node (sbatch is here, no GPU is): engines started here would get no "
                 "GPU. Get engines on GPU nodes with `hpclab cluster init --slurm --partition P --gpus-per-node G` "
                 "(then connect() submits them), or run JupyterLab inside an allocation (salloc, then `make lab`); "
