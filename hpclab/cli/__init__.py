@@ -33,7 +33,8 @@ def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = Parser(prog="hpclab", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("info", help="what this machine offers: backend, GPUs, MPI, NCCL").set_defaults(handler=_info)
+    sub.add_parser("info", help="what this machine offers: backend, GPUs, MPI, NCCL").set_defaults(
+        handler=lambda args, rest: _command("doctor").info() if not rest else _unknown(rest))
     sub.add_parser("doctor", help="pre-flight of every requirement, with fixes (see hpclab doctor -h)",
                    add_help=False).set_defaults(handler=lambda args, rest: _command("doctor").main(rest))
     named = sub.add_parser("run", help="run a workshop program on every rank", add_help=False)  # NAME's options follow
@@ -71,10 +72,6 @@ def _command(name: str):
 
 def _unknown(rest: list[str]) -> int:
     raise UsageError(f"hpclab: error: unrecognized arguments: {' '.join(rest)}")
-
-
-def _info(args, rest) -> int:
-    return _command("doctor").info() if not rest else _unknown(rest)
 
 
 def _run(args, rest) -> int:

@@ -9,22 +9,11 @@ from __future__ import annotations
 import getpass
 import re
 import shutil
-import subprocess
 
 from hpclab.cli.line import Line
+from hpclab.cluster.jobs import run
 
 TRES_GPU = re.compile(r"gres/gpu(?::[\w.-]+)?=(\d+)")
-
-
-def _run(cmd: list[str]) -> tuple[int, str]:
-    """Exit status and output (stdout, else stderr) of a Slurm command; 127 where it is not on PATH."""
-    if not shutil.which(cmd[0]):
-        return 127, f"{cmd[0]} is not on PATH"
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
-    except subprocess.TimeoutExpired:
-        return 124, f"{cmd[0]} did not answer in 30 s"
-    return proc.returncode, (proc.stdout.strip() or proc.stderr.strip())
 
 
 def minutes(limit: str) -> float:
@@ -126,37 +115,37 @@ def test_submission_line(code: int, said: str) -> Line:
 
 def checks(a) -> list[Line]:
     """Every line, asking this machine's Slurm (a login node's)."""
-    code, ping = _run(["scontrol", "ping"])
+    code, ping = run(["scontrol", "ping"])
     if code == 127 or not shutil.which("sbatch"):
         return [Line("FAIL", "Slurm", "scontrol and sbatch are not on PATH", "run this on the cluster's login node")]
     if code != 0 or "UP" not in ping:   # every other line would repeat it
         return [Line("FAIL", "Slurm", (ping or "no answer").splitlines()[0][:160], "ask the admins: slurmctld does "
                      "not answer scontrol ping from here")]
     lines = [Line("PASS", "Slurm", ping.splitlines()[0])]
-    line, usable = partition_line(_run(["sinfo", "-h", "-N", "-p", a.partition, "-o", "%N|%G|%T|%a|%l"])[1],
+    line, usable = partition_line(run(["sinfo", "-h", "-N", "-p", a.partition, "-o", "%N|%G|%T|%a|%l"])[1],
                                   a.partition, a.gpus_per_node, a.time)
     lines.append(line)
     where = f"partition {a.partition}"
     if a.reservation:
-        line, nodes = reservation_line(_run(["scontrol", "show", "reservation", "-o", a.reservation])[1],
+        line, nodes = reservation_line(run(["scontrol", "show", "reservation", "-o", a.reservation])[1],
                                        a.reservation, a.partition, getpass.getuser(), a.account)
         lines.append(line)
-        names = set(_run(["scontrol", "show", "hostnames", *nodes])[1].split()) if nodes else set()
+        names = set(run(["scontrol", "show", "hostnames", *nodes])[1].split()) if nodes else set()
         usable, where = {n: g for n, g in usable.items() if n in names}, f"reservation {a.reservation}"
     else:
         lines.append(Line("SKIP", "reservation", "none given: each learner's job queues with everyone else's",
                           "ask the admins for one and pass --reservation"))
     lines.append(room_line(a.gpus_per_node, a.learners, usable, where))
     user = getpass.getuser()
-    code, assoc = _run(["sacctmgr", "-n", "-P", "show", "assoc", f"user={user}",
+    code, assoc = run(["sacctmgr", "-n", "-P", "show", "assoc", f"user={user}",
                         "format=Account,Partition,QOS,GrpTRES,MaxTRES,MaxJobs"])
-    qos = _run(["sacctmgr", "-n", "-P", "show", "qos", "format=Name,MaxTRESPerUser,MaxTRES,MaxJobsPerUser"])[1] \
+    qos = run(["sacctmgr", "-n", "-P", "show", "qos", "format=Name,MaxTRESPerUser,MaxTRES,MaxJobsPerUser"])[1] \
         if code == 0 else ""
     lines.append(limits_line(code, assoc, qos, a.gpus_per_node))
     job = ["sbatch", "--test-only", f"--partition={a.partition}", "--nodes=1", f"--ntasks={a.gpus_per_node}",
            f"--gpus-per-node={a.gpus_per_node}", f"--time={a.time}", "--job-name=hpclab-engines"]
     job += [f"--{k}={getattr(a, k)}" for k in ("reservation", "account", "qos") if getattr(a, k)]
-    lines.append(test_submission_line(*_run([*job, "--wrap", "true"])))
+    lines.append(test_submission_line(*run([*job, "--wrap", "true"])))
     return lines
 
 

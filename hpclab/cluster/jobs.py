@@ -45,12 +45,15 @@ class JobInfo:
         return f"{seconds // 3600}:{seconds // 60 % 60:02d} left" if self.state == "RUNNING" else ""
 
 
-def _run(cmd: list[str]) -> str:
+def run(cmd: list[str], timeout: float = 30) -> tuple[int, str]:
+    """Exit status and output (stdout, else stderr) of a Slurm command; 127 where it is not on PATH."""
+    if not shutil.which(cmd[0]):
+        return 127, f"{cmd[0]} is not on PATH"
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=20) if shutil.which(cmd[0]) else None
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return proc.stdout if proc and proc.returncode == 0 else ""
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return 124, f"{cmd[0]} did not answer in {timeout:g} s" if isinstance(exc, subprocess.TimeoutExpired) else str(exc)
+    return proc.returncode, (proc.stdout.strip() or proc.stderr.strip())
 
 
 def _exit(text: str) -> tuple[int | None, int | None]:
@@ -60,16 +63,16 @@ def _exit(text: str) -> tuple[int | None, int | None]:
 
 def info(job_id) -> JobInfo | None:
     """The job as ``scontrol`` (jobs that ended within MinJobAge) or ``sacct`` knows it, else None."""
-    out = _run(["scontrol", "show", "job", "-o", str(job_id)])
-    if "JobState=" in out:
+    code, out = run(["scontrol", "show", "job", "-o", str(job_id)], timeout=20)
+    if code == 0 and "JobState=" in out:
         f = dict(re.findall(r"(\w+)=(\S*)", out.splitlines()[0]))
         nodes = f.get("NodeList", "").replace("(null)", "")
         return JobInfo(str(job_id), f["JobState"], f.get("JobName", ""), f.get("Reason", "None"),
                        *_exit(f.get("ExitCode", "")), nodes, f.get("RunTime", ""), f.get("TimeLimit", ""),
                        f.get("Partition", ""), f.get("StdOut", ""), f.get("EndTime", ""))
-    out = _run(["sacct", "-j", str(job_id), "-X", "-n", "-P", "-o",
-                "JobID,JobName,State,ExitCode,NodeList,Elapsed,Timelimit,Partition"])
-    row = (out.strip().splitlines() or [""])[0].split("|")
+    code, out = run(["sacct", "-j", str(job_id), "-X", "-n", "-P", "-o",
+                     "JobID,JobName,State,ExitCode,NodeList,Elapsed,Timelimit,Partition"], timeout=20)
+    row = ((out if code == 0 else "").splitlines() or [""])[0].split("|")
     return JobInfo(str(job_id), (row[2] or "UNKNOWN").split()[0], row[1], "", *_exit(row[3]),
                    row[4].replace("None assigned", ""), *row[5:8]) if len(row) >= 8 else None
 

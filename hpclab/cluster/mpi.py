@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
+
+from hpclab.cluster import jobs
 
 FLAVOURS = ("pmi2", "pmix", "cray_shasta", "none")
 SUPPORTED = {"mpich": ["pmi2"], "mpich-pmix": ["pmix"], "openmpi": ["pmix", "pmi2"], "intel": ["pmi2", "pmix"],
@@ -53,13 +54,9 @@ def family(version: str) -> tuple[str, str]:
 
 def srun_flavours() -> list[str] | str:
     """The MPI plugins ``srun --mpi=list`` offers, or why it cannot say (a str)."""
-    if not shutil.which("srun"):
-        return "srun is not on PATH here to confirm it"
-    try:
-        proc = subprocess.run(["srun", "--mpi=list"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"`srun --mpi=list` did not answer ({type(exc).__name__})"
-    text = proc.stdout + proc.stderr
+    code, text = jobs.run(["srun", "--mpi=list"], timeout=20)
+    if code in (124, 127):
+        return "srun is not on PATH here to confirm it" if code == 127 else f"`srun --mpi=list`: {text}"
     # 22.05+: "MPI plugin types are...\n\tpmix\n\tnone\n..."; older: "srun: mpi/pmi2" lines.
     found = [f for f in re.findall(r"^\s*(?:srun:\s*)?(?:mpi/)?([a-z_0-9]+)\s*$", text, re.MULTILINE)
              if f not in ("are", "types")]

@@ -90,15 +90,19 @@ def _show_error(shell, etype, value, tb, tb_offset=None):
         if _is_px(source):
             State.failed.append((number, _bound_names(source)))
         return shell._showtraceback(etype, value, out)
-    if _is_px(source) and State.job_ended and str(value) == "result not ready":   # the watcher stopped the cell
-        State.hinted = True
-        return shell._showtraceback(etype, value, [f"The engines' {State.job_ended}", JOB_ENDED_HINT])
     if _is_px(source) and str(value) == "result not ready":  # %%px interrupted while the engines still run
         State.hinted = True
-        why = f"ran past the deadline of {State.deadline:g} s" if State.expired else "was interrupted"
-        return shell._showtraceback(etype, value, [f"This %%px cell {why} before the engines finished it.",
-                                                   DEADLOCK_HINT, RESTART_HINT])
+        return shell._showtraceback(etype, value, _interrupted())
     shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+
+
+def _interrupted() -> list[str]:
+    """Why a %%px cell stopped before the engines finished it (their Slurm job ended, its deadline, the stop
+    button), and what to do."""
+    if State.job_ended:   # the watcher stopped the cell
+        return [f"The engines' {State.job_ended}", JOB_ENDED_HINT]
+    why = f"ran past the deadline of {State.deadline:g} s" if State.expired else "was interrupted"
+    return [f"This %%px cell {why} before the engines finished it.", DEADLOCK_HINT, RESTART_HINT]
 
 
 JOB_ENDED_HINT = ("Run `session.restart()`: it submits a new engines job (it may queue), then run this section's "
@@ -137,10 +141,9 @@ def _watch_job() -> None:
 
     while State.job is not None:
         State.running.wait()
-        job = State.job
-        found = jobs.info(job) if job else None
-        if job and State.running.is_set() and found is not None and not found.active and State.job_ended is None:
-            State.job_ended = jobs.diagnose(job)
+        found = jobs.info(State.job) if State.job else None
+        if found is not None and not found.active and State.running.is_set() and State.job_ended is None:
+            State.job_ended = jobs.diagnose(found.job_id)
             if State.running.is_set():      # (the cell may have ended meanwhile)
                 _thread.interrupt_main()
         time.sleep(JOB_POLL_S)
@@ -213,11 +216,5 @@ def _after_cell(result) -> None:
     from IPython import get_ipython
 
     last = getattr(get_ipython().magics_manager.registry.get("ParallelMagics"), "last_result", None)
-    if State.job_ended:
-        print(f"hpclab: the engines' {State.job_ended} {JOB_ENDED_HINT}", file=sys.stderr)
-    elif State.expired:
-        print(f"hpclab: this %%px cell ran past the deadline of {State.deadline:g} s and was interrupted. "
-              f"{DEADLOCK_HINT} {RESTART_HINT}", file=sys.stderr)
-    elif last is not None and not last.ready():
-        print(f"hpclab: this %%px cell was interrupted but has not finished on the engines. {RESTART_HINT} "
-              f"{DEADLOCK_HINT}", file=sys.stderr)
+    if State.job_ended or State.expired or (last is not None and not last.ready()):
+        print("hpclab: " + " ".join(_interrupted()), file=sys.stderr)

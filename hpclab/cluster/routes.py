@@ -14,12 +14,11 @@ import re
 import shlex
 import shutil
 import socket
-import subprocess
 from pathlib import Path
 
 import ipyparallel as ipp
 
-from hpclab.cluster import mpi, profile
+from hpclab.cluster import jobs, mpi, profile
 
 ALLOW = "HPCLAB_ALLOW_LOCAL_ENGINES"
 
@@ -50,11 +49,8 @@ def _gpus() -> int:
 
 def _slurm_configured() -> bool:
     """Whether Slurm's commands here belong to a cluster; a controller silent for 5 s counts as one."""
-    try:
-        proc = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=5)
-    except (subprocess.TimeoutExpired, OSError):  # (sbatch without scontrol: trust sbatch)
-        return True
-    return "could not establish a configuration source" not in (proc.stdout + proc.stderr).lower()
+    text = jobs.run(["scontrol", "ping"], timeout=5)[1]   # (sbatch without scontrol: trust sbatch)
+    return "could not establish a configuration source" not in text.lower()
 
 
 def login_node_guard(pdir: str) -> str | None:

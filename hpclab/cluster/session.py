@@ -138,9 +138,16 @@ def _table(infos: dict[int, dict]) -> dict[str, dict]:
     return {str(eid): {k: info[k] for k in ("rank", "pid", "host")} for eid, info in infos.items()}
 
 
-def _not_one_job(infos: dict[int, dict]) -> str:
+def _answers(client: ipp.Client, ids: list[int], timeout: float, rank_of: dict[int, int]) -> tuple[dict, str]:
+    """(infos, problem): each engine's description (:func:`_describe`), and "" when all of them answered
+    and they are one MPI job, else why not (``rank_of``: engine id -> rank, as last known)."""
+    infos = _describe(client, ids, timeout)
+    silent = [f"rank {rank_of[e]}" if e in rank_of else f"engine {e}" for e in ids if e not in infos]
+    if silent:
+        return infos, f"{', '.join(silent)} did not answer within {timeout:g} s (dead, or stuck in a cell)"
     ranks = sorted((i["rank"], i["size"]) for i in infos.values())
-    return "" if ranks == [(r, len(infos)) for r in range(len(infos))] else f"not one MPI job (ranks/sizes {ranks})"
+    one_job = ranks == [(r, len(infos)) for r in range(len(infos))]
+    return infos, "" if one_job else f"the engines are not one MPI job (ranks/sizes {ranks})"
 
 
 # --- the shared cluster -----------------------------------------------------------------------------
@@ -244,15 +251,12 @@ def _sound(found: files.Found, prior: dict, timeout: float | None, job):
     try:
         local = [s for s in found.engine_sets if not getattr(s, "job_id", "")]
         _wait(client, found.expected or len(client.ids) or 1, timeout, job, local)
-        infos = _describe(client, client.ids, timeout=PROBE_S)
+        infos, why = _answers(client, client.ids, PROBE_S, rank_of)
+        problem = f"cannot be used: {why}" if why else ""
     except (TimeoutError, ipp.error.EngineError) as exc:
         problem = f"is not ready: {exc}" + (f" ({jobs.report(job.job_id)})" if job else "")
     except jobs.JobEnded as exc:
         problem = f"cannot be used: {exc}"
-    silent = [f"rank {rank_of[e]}" if e in rank_of else f"engine {e}" for e in client.ids if e not in infos]
-    if not problem and silent:
-        problem = f"cannot be used: {', '.join(silent)} did not answer within {PROBE_S} s (dead, or stuck in a cell)"
-    problem = problem or (f"cannot be used: its engines are {_not_one_job(infos)}" if _not_one_job(infos) else "")
     if problem:
         client.close()
     return problem, client, infos
@@ -290,7 +294,6 @@ class Session:
     reaper: subprocess.Popen | None = None
     job: str | None = None         # the Slurm job the engines run in, if they do
     activated: bool = False
-    closed: bool = False
 
     @property
     def n(self) -> int:
@@ -308,10 +311,9 @@ class Session:
     def close(self, quiet: bool = False) -> None:
         """Give the engines back: release a claimed shared cluster (it keeps running), or stop this
         notebook's private cluster."""
-        if self.closed:
+        if _SESSIONS.get(self.profile_dir) is not self:  # closed already, or after a failed restart
             return
-        self.closed = True
-        _SESSIONS.pop(self.profile_dir, None)
+        del _SESSIONS[self.profile_dir]
         if self.kind == "shared":
             try:
                 registered = [e for e in self.view.targets if e in self.client.ids]  # (stopped engines hold no claim)
@@ -325,9 +327,8 @@ class Session:
                 message = (f"could not release the shared cluster's engines ({type(exc).__name__}: still busy with a "
                            "cell?); they stay claimed by this notebook until its kernel ends, then the next notebook "
                            "takes them over")
-            self.client.close()
-        else:
-            self.client.close()
+        self.client.close()
+        if self.kind == "private":
             if self.reaper is not None:
                 self.reaper.terminate()
                 self.reaper.wait()
@@ -370,7 +371,6 @@ class Session:
             if self.kind == "shared" and _claim(self.client, infos, self.record, ()) is not None:
                 raise ClusterError("another notebook claimed the new engines first")
         except (ipp.error.EngineError, TimeoutError, jobs.JobEnded, OSError, ClusterError) as exc:
-            self.closed = True
             _SESSIONS.pop(self.profile_dir, None)
             raise ClusterError(f"restarting the engines failed: {exc}") from None
         self.job = jobs.job_of(cluster)
@@ -413,10 +413,9 @@ class Session:
             return files.dead_rank(self.profile_dir, cluster_id, ranks) or (
                 f"rank{'s' * (len(gone) > 1)} {', '.join(map(str, gone))} {'has' if len(gone) == 1 else 'have'} "
                 "stopped" if gone else "its engines have exited")
-        infos = _describe(self.client, list(ranks), timeout=PROBE_S)
-        silent = [str(rank) for e, rank in ranks.items() if e not in infos]
-        if silent:
-            return f"rank{'s' * (len(silent) > 1)} {', '.join(silent)} did not answer within {PROBE_S} s"
+        infos, why = _answers(self.client, list(ranks), PROBE_S, ranks)
+        if why:
+            return why
         if self.kind == "shared" and any((i["owner"] or {}).get("token") != self.record["token"] for i in infos.values()):
             return "another notebook has taken the engines over"
         return None
@@ -434,10 +433,9 @@ def _open_private(n: int, pdir: str, record: dict, timeout: float | None, log) -
 
     try:
         client = _launch(cluster, n, timeout, log, started)
-        infos = _describe(client, client.ids, timeout=30)
-        if len(infos) < n or _not_one_job(infos):
-            raise ClusterError(f"the {n} engines started are {_not_one_job(infos) or 'not all answering'}; "
-                               f"log: {files.log_path(pdir)}")
+        infos, why = _answers(client, client.ids, 30, {})
+        if why:
+            raise ClusterError(f"{n} engines started, but {why}; log: {files.log_path(pdir)}")
         session = Session(client, "private", cluster, pdir, record, n, timeout)
         session._set_up(infos)
     except BaseException:
