@@ -25,7 +25,7 @@ import numpy as np
 from hpclab import backend
 from hpclab.options import Parser, count, count_list
 from hpclab.results.recorded import figure
-from hpclab.matmul.measure import device_info
+from hpclab.matmul.measure import device_info, operands
 from hpclab.timing import median_time, median_times
 
 # Candidate tile shapes for the sweep: (bm, bn, bk, tm, tn, vec, pad) of the fast kernel ...
@@ -56,14 +56,6 @@ def _sizes(text: str) -> tuple:
 
 
 GPU_SIZES = ((4096,) * 3, (8192,) * 3, (4095,) * 3, (3000, 5000, 700))
-
-
-def operands(cuda, m: int, n: int, k: int):
-    """(rng, A, B, A, B, C): uniform float32 A (m x k) and B (k x n) from seed n on the host, then A, B and an
-    empty C on the device; ``rng`` goes on (the NumPy check samples rows with it)."""
-    rng = np.random.default_rng(n)
-    a_h, b_h = (rng.uniform(-1, 1, shape).astype(np.float32) for shape in ((m, k), (k, n)))
-    return rng, a_h, b_h, cuda.to_device(a_h), cuda.to_device(b_h), cuda.device_array((m, n), dtype=np.float32)
 
 
 def sm_limits(cuda) -> dict:

@@ -35,15 +35,21 @@ def device_info(cuda) -> dict:
             "fp32_peak_tflops": 2 * lanes * sms * clock_ghz / 1e3 if sms and clock_ghz else None}
 
 
+def operands(cuda, m: int, n: int, k: int):
+    """(rng, A, B, A, B, C): uniform float32 A (m x k) and B (k x n) from seed n on the host, then A, B and an
+    empty C on the device; ``rng`` goes on (``benchmarks/matmul.py`` samples rows with it for its check)."""
+    rng = np.random.default_rng(n)
+    a_h, b_h = (rng.uniform(-1, 1, shape).astype(np.float32) for shape in ((m, k), (k, n)))
+    return rng, a_h, b_h, cuda.to_device(a_h), cuda.to_device(b_h), cuda.device_array((m, n), dtype=np.float32)
+
+
 def measure(n: int, repeats: int = 3) -> dict[str, float]:
     """TFLOP/s of each kernel in its default configuration (the notebook's chart), and of cuBLAS when CuPy
     works, for one n x n float32 product."""
     backend.select()
     from hpclab.matmul import fast as mm
 
-    rng = np.random.default_rng(n)
-    a, b = (mm.cuda.to_device(rng.uniform(-1, 1, (n, n)).astype(np.float32)) for _ in range(2))
-    c = mm.cuda.device_array((n, n), dtype=np.float32)
+    _, _, _, a, b, c = operands(mm.cuda, n, n, n)
     flop = mm.flops(n, n, n)
     out = {}
     for kernel in mm.LADDER:
@@ -89,9 +95,7 @@ def split_k_points(m: int = 333, n: int = 777, k: int = 9000, repeats: int = 5) 
     from hpclab import roofline
     from hpclab.matmul import check, warp
 
-    rng = np.random.default_rng(n)
-    a_h, b_h = (rng.uniform(-1, 1, shape).astype(np.float32) for shape in ((m, k), (k, n)))
-    a, b, c = warp.cuda.to_device(a_h), warp.cuda.to_device(b_h), warp.cuda.device_array((m, n), dtype=np.float32)
+    _, a_h, b_h, a, b, c = operands(warp.cuda, m, n, k)
     cfg, split = warp.plan(m, n, k)
     runs = {"warp, K whole": (warp.CONFIG, 1), "warp, split-K": (cfg, split)}
     points = []
