@@ -32,7 +32,7 @@ from hpclab.device import identity, select_gpu
 from hpclab.halo import conv as kc, conv_winograd
 from hpclab.halo.bands import splitmix
 from hpclab.halo.executors import Buffers, run_device
-from hpclab.halo.layers import BAND_METHODS, Conv
+from hpclab.halo.layers import Conv
 from hpclab.halo.measure import c2_operands
 from hpclab.halo.reference import conv_flops, output_size
 from hpclab.halo.versions import gpu_aware_backend, max_rel_error
@@ -196,10 +196,10 @@ def scaling(args) -> int:
     size, rank = comm.size, comm.rank
     c, k = backend.auto_size((96, 256), (4, 8))               # C2's channels (few on the simulator)
     r, pad, w, n = 5, 2, args.width, 1                          # C2's window, one image
-    method = kc.check_method(None if args.method == "auto" else args.method)
     rng = np.random.default_rng(1)
     layer = Conv("big", rng.uniform(-0.1, 0.1, (k, c, r, r)).astype(np.float32),
-                 np.zeros(k, np.float32), 1, pad, relu=True, method=method)
+                 np.zeros(k, np.float32), 1, pad, relu=True, method=None if args.method == "auto" else args.method)
+    method = layer.runs
     backends = {"v4": hcomm.get("mpi-host", comm)}
     note5 = ""
     if size > 1:
@@ -283,14 +283,15 @@ def main(argv: list[str]) -> int:
     tr.add_argument("--repeats", type=count(1, 10**4), default=None,
                     help="timed turns (default 10; 1 on the simulator)")
     tr.add_argument("--method", default="auto", choices=("auto", *kc.METHODS),
-                    help="our convolutions (auto: gemm on a GPU, naive on the simulator; winograd: GEMM on C1)")
+                    help="our convolutions (auto: each layer's default, Winograd where it applies and GEMM on C1; "
+                         "naive on the simulator; winograd: GEMM on C1)")
     s = sub.add_parser("scaling", help="strong and weak scaling of one large layer (run under mpirun)")
     s.add_argument("--height", type=side, default=32768, help="strong scaling: input rows")
     s.add_argument("--rows-per-rank", type=side, default=8192, help="weak scaling: rows per rank")
     s.add_argument("--width", type=side, default=256)
     s.add_argument("--repeats", type=count(1, 10**4), default=5)
-    s.add_argument("--method", default="auto", choices=("auto", *BAND_METHODS),
-                   help="convolution on the GPU (auto: gemm on a GPU)")
+    s.add_argument("--method", default="auto", choices=("auto", *kc.METHODS),
+                   help="convolution on the GPU (auto: winograd on a GPU, naive on the simulator)")
     s.add_argument("--comm", default="auto", choices=BACKENDS, help="V5's backend: auto, nccl, mpi-cuda")
     m = sub.add_parser("summarize", help="scaling JSON lines -> CSV with speedup and efficiency")
     m.add_argument("files", nargs="+")

@@ -41,7 +41,8 @@ from benchmarks.nccl_ctas import HiddenAllreduce
 
 FIELDS = ["sweep", "gpus", "width", "layers", "parameters", "global_batch", "per_gpu_batch", "precision", "comm",
           "overlap", "bucket_mb", "buckets", "first_layer_slices", "overlap_ctas", "step_s", "samples_per_s",
-          "compute_s", "comm_s", "update_s", "comm_share", "allreduce_s", "hidden_share", "device"]
+          "compute_s", "comm_s", "update_s", "comm_share", "allreduce_s", "hidden_share", "host_queue_s",
+          "host_share", "device"]
 # Efficiency targets at 4 GPUs: (sweep, overlapped) -> minimum.
 TARGETS = {("weak", False): 0.85, ("strong", True): 0.75, ("weak", True): 0.95}
 
@@ -73,11 +74,14 @@ def _measure(args, comm, placement, points) -> list[dict]:
         row = measure(trainer, batch, steps=args.steps, warmup=args.warmup)
         # With overlap the all-reduces run during compute, so their own time is not a phase.
         busy = comm.allreduce(trainer.allreduce_busy_s, op=MPI().MAX) / args.steps if overlap else row["comm_s"]
+        # The host's time queueing a step (the slowest rank's), against the step: near 1, the GPU waits for it
+        queue = comm.allreduce(trainer.host_queue_s, op=MPI().MAX) / args.steps if overlap else ""
         row.update(precision=args.precision, overlap=overlap, bucket_mb=mb if overlap else "",
                    buckets=len(trainer.buckets) if overlap else 1,
                    first_layer_slices=args.first_layer_slices if overlap else "", allreduce_s=busy,
                    hidden_share=max(0.0, 1.0 - row["comm_s"] / busy) if overlap and busy else 0.0,
-                   overlap_ctas=hidden.max_ctas if hidden and hidden.used else "")
+                   overlap_ctas=hidden.max_ctas if hidden and hidden.used else "", host_queue_s=queue,
+                   host_share=queue / row["step_s"] if overlap else "")
         rows.append({"sweep": sweep, "width": args.width, "layers": args.layers, **row, "device": placement.gpu_name})
     return rows
 
@@ -140,6 +144,8 @@ def figures(table: list[dict]) -> list[dict]:
         if r.get("overlap") == "True":
             metrics += [("comm_s", r["comm_s"], "s"), ("allreduce_s", r["allreduce_s"], "s"),
                         ("hidden_share", r["hidden_share"], "1"), ("buckets", r["buckets"], "1")]
+            if r.get("host_queue_s"):                     # (since the host's queueing was measured)
+                metrics += [("host_queue_s", r["host_queue_s"], "s"), ("host_share", r["host_share"], "1")]
         rows += [figure("ddp-scaling", v, n, int(r["global_batch"]), "samples", metric, value, unit)
                  for metric, value, unit in metrics if value is not None]
     return rows

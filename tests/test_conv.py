@@ -330,6 +330,26 @@ def test_band_rows_equal_rows_of_the_whole_image():
             np.testing.assert_array_equal(rows, whole[:, :, p.out_rows[0]:p.out_rows[1]])
 
 
+@pytest.mark.parametrize("r, pad, height, size", [(5, 2, 19, 3), (3, 1, 13, 4), (3, 0, 16, 3)])
+def test_winograd_bands_of_whole_tiles_equal_the_whole_image_bitwise(r, pad, height, size):
+    """Bands of whole Winograd tiles, each computed as the executor does (interior, then the rows on either side
+    of it, from a buffer of the band's input rows alone), are bit for bit those rows of the whole image."""
+    x = RNG.uniform(-1, 1, (2, 2, height, 5)).astype(np.float32)
+    wts = gpu.ConvWeights(RNG.uniform(-1, 1, (4, 2, r, r)).astype(np.float32), RNG.uniform(-1, 1, 4))
+    tile = gpu.tile_rows("winograd", r)
+    whole = gpu.conv2d_device(gpu.cuda.to_device(x), wts, 1, pad, method="winograd").copy_to_host()
+    plans = plan_bands(height, r, 1, pad, size, tile)
+    assert [p.out_rows[0] % tile for p in plans] == [0] * size
+    for p in plans:
+        (o0, o1), (j0, j1) = p.out_rows, p.interior
+        assert j0 == j1 == o1 or (j0 - o0) % tile == 0 and ((j1 - o0) % tile == 0 or j1 == o1)
+        band = gpu.cuda.to_device(np.ascontiguousarray(x[:, :, p.have[0]:p.have[1]]))
+        out = gpu.cuda.to_device(np.full((2, 4, o1 - o0, whole.shape[3]), np.nan, np.float32))
+        for a, b in [p.interior, *p.boundary]:
+            gpu.conv_rows_device(band, wts, out, 1, p.pad_top, pad, a - o0, b - o0, method="winograd")
+        np.testing.assert_array_equal(out.copy_to_host(), whole[:, :, o0:o1])
+
+
 @pytest.mark.parametrize("method", ["naive", "gemm"])
 def test_device_band_kernel_equals_full_kernel_bitwise(method):
     """A band computed on its own is bit for bit those rows of the whole image, by every exact method."""
@@ -365,14 +385,15 @@ def test_device_chain_split_pass_gives_the_same_output_and_adds_up():
     assert sum(phases.seconds.values()) <= wall
 
 
-@pytest.mark.parametrize("kernel, stride, pad", [(11, 4, 0), (5, 1, 2), (3, 1, 1), (3, 2, 0), (7, 3, 3),
-                                                 (4, 2, 1), (1, 1, 0), (6, 5, 2)])
-def test_halo_extents_match_brute_force(kernel, stride, pad):
+@pytest.mark.parametrize("kernel, stride, pad, tile", [(11, 4, 0, 1), (5, 1, 2, 1), (3, 1, 1, 1), (3, 2, 0, 1),
+                                                       (7, 3, 3, 1), (4, 2, 1, 1), (1, 1, 0, 1), (6, 5, 2, 1),
+                                                       (5, 1, 2, 4), (3, 1, 1, 2), (5, 1, 0, 4), (3, 1, 1, 3)])
+def test_halo_extents_match_brute_force(kernel, stride, pad, tile):
     for height in range(max(1, kernel - 2 * pad), 40, 3):
         ho = ref.output_size(height, kernel, stride, pad)
-        for size in range(1, min(ho, 7) + 1):
-            for p in plan_bands(height, kernel, stride, pad, size):
-                bf = brute_force_band(height, kernel, stride, pad, size, p.rank)
+        for size in range(1, min(-(-ho // tile), 7) + 1):
+            for p in plan_bands(height, kernel, stride, pad, size, tile):
+                bf = brute_force_band(height, kernel, stride, pad, size, p.rank, tile)
                 assert p.out_rows == bf["out_rows"]
                 assert set(range(*p.have)) == bf["real"]
                 assert p.pad_top + (p.need[1] - p.have[1]) == bf["pad_rows"]
@@ -402,6 +423,23 @@ def test_more_ranks_than_rows_is_a_clear_error():
         check_ranks(3, 4, "c1")
     assert "3 output rows" in str(err.value) and "4 ranks" in str(err.value)
     assert "mpiexec -n 3" in str(err.value)
+
+
+def test_too_few_rows_of_winograd_tiles_name_the_tiles_and_the_fixes():
+    from hpclab.halo import alexnet
+    from hpclab.halo.layers import check_chain
+
+    ops = alexnet.conv_ops("c2", 3, scale=32)             # 5x5 pad 2 (tiles of 4 rows), then max-pool 3x3/2
+    ops[0].method = "winograd"
+    with pytest.raises(ValueError) as err:
+        check_chain(ops, (3, 8, 8), 3)                     # 8 rows: 2 rows of tiles for 3 ranks
+    words = str(err.value)
+    for part in ("8 output rows in 2 rows of Winograd tiles (4 rows each)", "3 ranks", "mpiexec -n 2",
+                 "--method gemm", "an input height of at least 9"):
+        assert part in words, words
+    check_chain(ops, (3, 9, 9), 3)                         # 9 rows: tiles 4 + 4 + 1
+    with pytest.raises(ValueError, match="2 rows of Winograd tiles"):
+        plan_bands(8, 5, 1, 2, 3, 4)                       # the executor's own check, on every rank
 
 
 def test_too_short_a_chain_names_the_least_input_height():
@@ -469,19 +507,19 @@ def test_v5_fallback_note_gives_each_reason_whole():
 # -- the program under mpiexec -------------------------------------------------
 @pytest.mark.mpi
 def test_mpi_two_and_three_ranks_match_serial():
-    """Like with like: the 3-rank run uses the method the 2-rank run used (the default: gemm on a
-    GPU, naive on the simulator). The band code sums in the serial order, so the digests (values
-    to 5 significant digits) are equal whatever the rank count; between methods only a bound holds."""
-    runs, method = {}, []
+    """The default method is the layer's, whatever the rank count (Winograd on a GPU, in bands of whole tiles:
+    12 rows are 3 rows of tiles; naive on the simulator). The band code sums in the serial order, so the digests
+    (values to 5 significant digits) are equal whatever the rank count; between methods only a bound holds."""
+    runs, methods = {}, {}
     for n, extra in ((2, []), (3, ["--version", "v2,v4"])):
-        proc = run_mpi(n, "run", "conv-halo", "--layer", "c2", "--height", "8", "--width", "5", *extra,
-                       *method, "--json", timeout=120)
+        proc = run_mpi(n, "run", "conv-halo", "--layer", "c2", "--height", "12", "--width", "5", *extra,
+                       "--json", timeout=120)
         assert proc.returncode == 0, proc.stderr[-2000:]
         out = last_json(proc)
         assert out["passed"] is True and out["ranks"] == n
         assert out["timings"]["wall_s"] > 0
-        runs[n] = out["result"]["versions"]
-        method = ["--method", out["result"]["method"]]
+        runs[n], methods[n] = out["result"]["versions"], out["result"]["methods"]
+    assert methods[2] == methods[3] == {"c2": "naive" if backend.is_simulator() else "winograd"}
     assert set(runs[2]) == {"v1", "v2", "v3", "v4", "v5"}
     # The answer does not depend on the number of ranks: same digests with 2 and 3 ranks.
     for v in ("v1", "v2", "v3", "v4"):
@@ -489,12 +527,13 @@ def test_mpi_two_and_three_ranks_match_serial():
 
 
 @pytest.mark.mpi
-def test_mpi_gemm_method_matches_serial_on_three_ranks():
-    proc = run_mpi(3, "run", "conv-halo", "--layer", "c2", "--height", "8", "--width", "5", "--version", "v4",
-                   "--method", "gemm", "--json", timeout=90)
+@pytest.mark.parametrize("method", ["gemm", "winograd"])
+def test_mpi_each_method_matches_serial_on_three_ranks(method):
+    proc = run_mpi(3, "run", "conv-halo", "--layer", "c2", "--height", "12", "--width", "5", "--version", "v4",
+                   "--method", method, "--json", timeout=90)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = last_json(proc)
-    assert out["passed"] is True and out["result"]["method"] == "gemm"
+    assert out["passed"] is True and out["result"]["methods"] == {"c2": method}
     assert out["result"]["versions"]["v4"]["digest_matches_twin"] is True
 
 

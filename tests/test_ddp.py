@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -299,11 +300,14 @@ def test_update_per_bucket_gives_the_update_of_the_whole(optimizer, momentum):
         trainer = DDPTrainer(model, world(), "mpi-host", optimizer=optimizer, lr=0.05, momentum=momentum,
                              overlap=overlap, bucket_mb=1e-6, first_layer_slices=slices)
         batch = random_batch(world(), sizes, 8)
+        start = time.perf_counter()
         losses.append([trainer.step(*batch, 8)[0] for _ in range(3)])
+        wall = time.perf_counter() - start
         weights.append(model.parameters_host())
         if overlap:
             assert len(trainer.buckets) == 2 + slices
             assert set(trainer.phases.seconds) == {"compute", "comm", "update"}
+            assert 0 < trainer.host_queue_s < wall        # the host's queueing: a part of the steps' time
     for w, loss in zip(weights[1:], losses[1:]):
         np.testing.assert_array_equal(w, weights[0])
         assert loss == losses[0]

@@ -32,7 +32,7 @@ def measure(trainer: DDPTrainer, global_batch: int, steps: int = 5, warmup: int 
     batch = random_batch(comm, trainer.model.sizes, per)
     for _ in range(warmup):
         trainer.step(*batch, global_batch)
-    trainer.phases, trainer.allreduce_busy_s = Phases(sync=True), 0.0
+    trainer.phases, trainer.allreduce_busy_s, trainer.host_queue_s = Phases(sync=True), 0.0, 0.0
     _, _, slowest = wall(lambda: [trainer.step(*batch, global_batch) for _ in range(steps)], comm)
     step_s = slowest / steps
     ph = {k: v / steps for k, v in trainer.phases.max_over_ranks(comm).items()}

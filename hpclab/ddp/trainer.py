@@ -120,6 +120,7 @@ class DDPTrainer:
             self._backward_done, self._stats_copied = cuda.event(), cuda.event()
             self._stats_host = cuda.pinned_array(EXTRA_SLOTS, model.dtype)   # the summed loss, copied early
             self.allreduce_busy_s = 0.0     # GPU time of the bucket all-reduces, summed over steps
+            self.host_queue_s = 0.0         # the host's time queueing the steps' work, waits left out, summed
             # The last bucket's all-reduce runs after the backward pass, beside nothing: the backend's own.
             if hidden_allreduce and len(self.buckets) > 1:
                 self.hidden_allreduce = hidden_allreduce(self.be)   # collective: here, not in a step
@@ -188,14 +189,18 @@ class DDPTrainer:
         t0 = time.perf_counter()
         loss_scale = self._forward_backward(x_dev, y_dev, idx_dev, global_batch, on_ready=start_ready)
         self._backward_done.record(0)
+        queued = time.perf_counter() - t0 - blocking
         if self.scaler is None:
             self._stats_copied.synchronize()
             loss, correct = self._checked_loss(self._stats_host)
+            tu = time.perf_counter()
             with tl.span("update", "compute"):
                 for b, (_, _, done) in zip(self.buckets, self._events):
                     done.wait(0)                    # the default stream waits for this bucket's sums
                     self._optimizer_step(self.summed, 1.0, b.start, min(b.stop, model.n_params))
                 model.refresh_compute_copy()
+            queued += time.perf_counter() - tu
+        self.host_queue_s += queued
         self._backward_done.synchronize()           # the backward pass, not the all-reduces
         t1 = time.perf_counter()
         cuda.synchronize()

@@ -1,11 +1,12 @@
 """The GPU kernels of an AlexNet block: convolution, max-pooling, local response normalisation.
 
 ``conv2d_kernel`` is the convolution to read: one thread per output value, every input and weight
-read from global memory (the sum is :mod:`hpclab.halo.reference`'s). The faster ``METHODS`` are the
-topic's advanced part: ``conv_gemm`` (the default on a GPU) and ``conv_winograd`` (never the default: a
-value depends on where its tile starts); a tiled direct kernel is measured in ``benchmarks/conv_direct.py``.
-The others sum each output value in an order that does not depend on the band, so a band on one rank is
-bit for bit those rows of the whole.
+read from global memory (the sum is :mod:`hpclab.halo.reference`'s), and the simulator's default. The
+faster ``METHODS`` are the topic's advanced part, the default on a GPU (``default_method``): ``conv_winograd``
+where it applies (stride 1, 3x3 or 5x5), ``conv_gemm`` elsewhere; a tiled direct kernel is measured in
+``benchmarks/conv_direct.py``. Each sums an output value in an order that does not depend on the band
+(Winograd's tiles given bands of whole tiles: :mod:`hpclab.halo.geometry`), so a band on one rank is bit
+for bit those rows of the whole.
 
 Rows: the kernels compute output rows [oh_begin, oh_end) of a band whose input row
 ``oh * stride - pad_top + r`` is local row index; rows outside the band are zero (padding, or
@@ -60,12 +61,26 @@ def conv2d_kernel(x, w, bias, out, stride, pad_top, pad_w, oh_begin, oh_end, rel
         out[n, k, oh, ow] = acc
 
 
-def check_method(method: str | None) -> str:
-    """``method``, or by default the fastest one exact across bands on a GPU, the kernel to read on the simulator."""
-    method = method or ("naive" if backend.is_simulator() else "gemm")
+def default_method(r: int, s: int, stride: int) -> str:
+    """The kernel to read on the simulator; on a GPU the fastest for an r x s layer of this stride: Winograd where
+    it applies, im2col + GEMM elsewhere (benchmarks/HISTORY.md)."""
+    if backend.is_simulator():
+        return "naive"
+    return "gemm" if conv_winograd.supported(r, s, stride) else "winograd"
+
+
+def check_method(method: str | None, r: int = 1, s: int = 1, stride: int = 1) -> str:
+    """``method``, or by default :func:`default_method` for an r x s layer of this stride."""
+    method = method or default_method(r, s, stride)
     if method not in METHODS:
         raise ValueError(f"unknown convolution method {method!r}; choose one of {', '.join(METHODS)}")
     return method
+
+
+def tile_rows(method: str, r: int) -> int:
+    """Output rows ``method`` computes together for an r-row kernel (bands are cut between them): Winograd's
+    m x m tiles, one row otherwise."""
+    return conv_winograd.TILES[r] if method == "winograd" else 1
 
 
 class ConvWeights:
@@ -95,7 +110,7 @@ def conv_rows_device(x, weights: ConvWeights, out, stride: int, pad_top: int, pa
     Winograd scratch."""
     if oh_end <= oh_begin:
         return
-    method = check_method(method)
+    method = check_method(method, weights.r, weights.s, stride)
     if method == "naive":
         blocks, threads = launch_1d(out.shape[0] * weights.k * (oh_end - oh_begin) * out.shape[3])
         conv2d_kernel[blocks, threads, stream](x, weights.w, weights.bias, out, stride, pad_top, pad_w,

@@ -10,8 +10,8 @@ Toom-Cook interpolation at 0, 1, -1, 2, -2, 1/2, -1/2 (the first alpha - 1) and 
 that the formula is exact.
 
 ``TILES`` holds m (for 5x5 layers F(4x4), the fastest: benchmarks/HISTORY.md). A value depends on where its
-tile starts, so bands are not bit for bit the whole image: the halo versions, which compare digests, use the
-plain kernel or GEMM.
+tile starts, so the halo versions cut bands between whole tiles of the image (:mod:`hpclab.halo.geometry`),
+and a band is then bit for bit those rows of the whole.
 """
 from __future__ import annotations
 

@@ -128,7 +128,7 @@ def run_device(ops, x, comm, be=None, overlap: bool = True, phases: Phases | Non
                         stream.synchronize()
                 continue
             with phases("compute"):                # own rows into the working buffer
-                plans = plan_bands(height, *op.window, size)
+                plans = plan_bands(height, *op.window, size, op.tile)
                 p = plans[rank]
                 n, c, _, w = x.shape
                 cout, _, wo = op.out_shape(c, height, w)

@@ -5,6 +5,10 @@ layer with kernel height R, stride s and padding p read input rows [o0*s - p, (o
 clipped to the image [0, H) (rows outside are zero padding). The input is split the same way, so the rows
 a rank reads but does not own, its halo, live on other ranks and are exchanged; rows far enough from the
 band's edge (the interior) need only own rows and are computed while the halo is in flight.
+
+A method that computes output rows in tiles (Winograd: ``tile`` rows at a time) gets bands and an interior
+that start and end on whole tiles of the whole image (all but the image's last), so that every tile is the
+one the whole image would compute, from the same input rows: the same bits whatever the number of ranks.
 """
 from __future__ import annotations
 
@@ -54,19 +58,23 @@ class BandPlan:
         return [r for r in ((o0, j0), (j1, o1)) if r[1] > r[0]]
 
 
-def check_ranks(out_height: int, size: int, what: str, fix: str = "") -> None:
-    """More ranks than output rows: an error that names the rows, ranks and fix."""
-    if out_height < size:
+def check_ranks(out_height: int, size: int, what: str, fix: str = "", tile: int = 1) -> None:
+    """More ranks than output rows (rows of ``tile``-row tiles): an error that names the rows, ranks and fix."""
+    units = -(-out_height // tile)
+    if units < size:
+        rows = f"{out_height} output row{'s' if out_height != 1 else ''}"
+        if tile > 1:
+            rows += f" in {units} row{'s' if units != 1 else ''} of Winograd tiles ({tile} rows each)"
+            fix = f", or --method gemm (method='gemm'), which splits by single rows{fix}"
         raise ValueError(
-            f"{what} has {out_height} output row{'s' if out_height != 1 else ''} but {size} ranks "
-            f"were started: every rank needs at least one output row of the height-wise "
-            f"decomposition. Run with at most {out_height} rank{'s' if out_height != 1 else ''} "
-            f"(mpiexec -n {max(out_height, 1)}){fix}.")
+            f"{what} has {rows} but {size} ranks were started: every rank needs at least one "
+            f"{'row of tiles' if tile > 1 else 'output row'} of the height-wise decomposition. Run with at most "
+            f"{units} rank{'s' if units != 1 else ''} (mpiexec -n {max(units, 1)}){fix}.")
 
 
-def min_input_height(ranks: int, kernel: int, stride: int, pad: int) -> int:
-    """Smallest input height giving at least ``ranks`` output rows."""
-    return max(kernel - 2 * pad, (ranks - 1) * stride + kernel - 2 * pad, 1)
+def min_input_height(rows: int, kernel: int, stride: int, pad: int) -> int:
+    """Smallest input height giving at least ``rows`` output rows."""
+    return max(kernel - 2 * pad, (rows - 1) * stride + kernel - 2 * pad, 1)
 
 
 def _split(start: int, stop: int, height: int, size: int, rank: int) -> tuple[Transfer, ...]:
@@ -76,10 +84,17 @@ def _split(start: int, stop: int, height: int, size: int, rank: int) -> tuple[Tr
     return tuple(s for s in cut if s.rows > 0)
 
 
-def plan_band(height: int, kernel: int, stride: int, pad: int, size: int, rank: int) -> BandPlan:
-    """Rank ``rank``'s band: output rows, own/needed input rows, halo and its owners."""
+def _out_rows(ho: int, size: int, rank: int, tile: int) -> tuple[int, int]:
+    """Rank ``rank``'s output rows: a block of whole ``tile``-row tiles (the last may end inside one)."""
+    u0, u1 = block_range(-(-ho // tile), size, rank)
+    return u0 * tile, min(u1 * tile, ho)
+
+
+def plan_band(height: int, kernel: int, stride: int, pad: int, size: int, rank: int, tile: int = 1) -> BandPlan:
+    """Rank ``rank``'s band: output rows, own/needed input rows, halo and its owners (bands of whole tiles of
+    ``tile`` rows)."""
     ho = output_size(height, kernel, stride, pad)
-    o0, o1 = block_range(ho, size, rank)
+    o0, o1 = _out_rows(ho, size, rank, tile)
     own = block_range(height, size, rank)
     lo, hi = o0 * stride - pad, (o1 - 1) * stride - pad + kernel
     have = (max(lo, 0), min(hi, height))
@@ -91,14 +106,20 @@ def plan_band(height: int, kernel: int, stride: int, pad: int, size: int, rank: 
     # interior is one range; an image edge needs no halo.
     first = o0 if own[0] == 0 else max(o0, -(-(own[0] + pad) // stride))
     last = o1 if own[1] == height else min(o1, (own[1] + pad - kernel) // stride + 1)
+    if tile > 1:            # whole tiles: the first rounded up, the last down unless it ends the band
+        first = o0 + -(-(first - o0) // tile) * tile
+        last = last if last == o1 else o0 + (last - o0) // tile * tile
     interior = (first, last) if last > first else (o1, o1)
     return BandPlan(rank, ho, (o0, o1), own, (lo, hi), have, above, below, interior)
 
 
 @lru_cache(maxsize=256)
-def plan_bands(height: int, kernel: int, stride: int, pad: int, size: int) -> tuple[BandPlan, ...]:
-    """Every rank's band (the same on every rank; cached: a layer asks for it on every call)."""
-    return tuple(plan_band(height, kernel, stride, pad, size, r) for r in range(size))
+def plan_bands(height: int, kernel: int, stride: int, pad: int, size: int, tile: int = 1) -> tuple[BandPlan, ...]:
+    """Every rank's band (the same on every rank; cached: a layer asks for it on every call); an error on
+    every rank where a rank would get no rows."""
+    check_ranks(output_size(height, kernel, stride, pad), size, f"a layer ({kernel}x{kernel}/{stride} pad {pad}, "
+                f"input height {height})", tile=tile)
+    return tuple(plan_band(height, kernel, stride, pad, size, r, tile) for r in range(size))
 
 
 def transfers(plans: list[BandPlan]) -> list[Transfer]:
@@ -119,14 +140,17 @@ def schedule(moves: list[Transfer], size: int):
                 yield offset, pairs
 
 
-def brute_force_band(height: int, kernel: int, stride: int, pad: int, size: int, rank: int) -> dict:
-    """The same facts by enumerating every (output row, kernel row) pair: a check of :func:`plan_band`."""
+def brute_force_band(height: int, kernel: int, stride: int, pad: int, size: int, rank: int, tile: int = 1) -> dict:
+    """The same facts by enumerating every (output row, kernel row) pair: a check of :func:`plan_band` (the
+    interior: the rows of the tiles whose every row reads own rows only)."""
     ho = output_size(height, kernel, stride, pad)
-    o0, o1 = block_range(ho, size, rank)
+    o0, o1 = [t * tile for t in block_range(-(-ho // tile), size, rank)]
+    o1 = min(o1, ho)
     own = set(range(*block_range(height, size, rank)))
     read = {oh * stride - pad + r for oh in range(o0, o1) for r in range(kernel)}
     real = {i for i in read if 0 <= i < height}
     owners = {i: next(r for r in range(size) if i in range(*block_range(height, size, r))) for i in real - own}
-    interior = [oh for oh in range(o0, o1)
-                if {oh * stride - pad + r for r in range(kernel)} & set(range(height)) <= own]
+    inside = lambda oh: {oh * stride - pad + r for r in range(kernel)} & set(range(height)) <= own  # noqa: E731
+    tile_of = lambda oh: range(oh - (oh - o0) % tile, min(oh - (oh - o0) % tile + tile, o1))  # noqa: E731
+    interior = [oh for oh in range(o0, o1) if all(inside(t) for t in tile_of(oh))]
     return {"out_rows": (o0, o1), "real": real, "pad_rows": len(read - real), "owners": owners, "interior": interior}

@@ -13,11 +13,8 @@ from itertools import accumulate
 import numpy as np
 
 from hpclab.halo import reference as ref
-from hpclab.halo.conv import ConvWeights, conv_rows_device, linear_device, maxpool_rows_device
+from hpclab.halo.conv import ConvWeights, check_method, conv_rows_device, linear_device, maxpool_rows_device, tile_rows
 from hpclab.halo.geometry import check_ranks, min_input_height
-
-# The convolution methods whose bands are bit-for-bit those rows of the whole image (Winograd's are not).
-BAND_METHODS = ("naive", "gemm")
 
 
 @dataclass
@@ -28,9 +25,12 @@ class Conv:
     stride: int = 1
     pad: int = 0
     relu: bool = True
-    method: str | None = None     # on the GPU, one of BAND_METHODS; None: the backend's default
+    method: str | None = None     # one of conv.METHODS; None: conv.default_method's for this layer
 
     window = property(lambda self: (self.w.shape[2], self.stride, self.pad))
+    # the method this layer runs, and the output rows it computes together (bands are whole tiles)
+    runs = property(lambda self: check_method(self.method, *self.w.shape[2:], self.stride))
+    tile = property(lambda self: tile_rows(self.runs, self.w.shape[2]))
 
     def out_shape(self, c, h, w):
         return self.w.shape[0], *ref.check_conv((c, h, w), self.w.shape, self.stride, self.pad)
@@ -49,7 +49,7 @@ class Conv:
 
     def device_rows(self, x, out, pad_top, t0, t1, stream, workspace=None):
         conv_rows_device(x, self.weights, out, self.stride, pad_top, self.pad, t0, t1, self.relu, stream,
-                         self.method, workspace)
+                         self.runs, workspace)
 
 
 @dataclass
@@ -59,6 +59,7 @@ class Pool:
     stride: int = 2
 
     window = property(lambda self: (self.size, self.stride, 0))
+    tile = 1
 
     def out_shape(self, c, h, w):
         return c, *ref.check_window(h, w, self.size, self.size, self.stride, 0, what="pooling window")
@@ -122,16 +123,17 @@ def least_height(ops, size: int) -> int:
     need = 1
     for op in reversed(ops):
         if op.window is not None:
-            need = min_input_height(max(need, size), *op.window)
+            need = min_input_height(max(need, (size - 1) * op.tile + 1), *op.window)
     return need
 
 
 def check_chain(ops, in_shape, size: int, what: str = "") -> None:
-    """Every windowed op needs at least one output row per rank: say which does not, and the fix."""
+    """Every windowed op needs at least one output row (one row of its tiles) per rank: say which does not,
+    and the fix."""
     cur = tuple(in_shape)
     for op in ops:
         nxt = op.out_shape(*cur)
-        if op.window is not None and nxt[1] < size:
+        if op.window is not None and -(-nxt[1] // op.tile) < size:
             check_ranks(nxt[1], size, f"{what}{op.name} ({op.describe()}, input height {cur[1]})",
-                        f", or an input height of at least {least_height(ops, size)}")
+                        f", or an input height of at least {least_height(ops, size)}", op.tile)
         cur = nxt

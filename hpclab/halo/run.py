@@ -8,9 +8,9 @@ import numpy as np
 
 from hpclab import backend, budget, comm as hcomm
 from hpclab.halo import alexnet
-from hpclab.halo.conv import METHODS, check_method
+from hpclab.halo.conv import METHODS
 from hpclab.halo.geometry import min_input_height, plan_bands
-from hpclab.halo.layers import BAND_METHODS, Conv, check_chain, shapes
+from hpclab.halo.layers import Conv, check_chain, shapes
 from hpclab.halo.versions import TWIN, VERSIONS, digest, max_rel_error, run_version, with_twins
 from hpclab.options import choice_list, count, seed
 from hpclab.runner import Program, Report
@@ -48,9 +48,9 @@ def add_arguments(parser) -> None:
                         help="exchange halos first, then compute every row (no overlap)")
     parser.add_argument("--repeats", type=count(1, 1000), default=None,
                         help="timed runs per version, median reported (default 3 on a GPU, 1 on the simulator)")
-    parser.add_argument("--method", default="auto", choices=("auto", *BAND_METHODS),
-                        help="GPU convolution: the plain kernel (naive) or im2col + GEMM "
-                             "(auto: gemm on a GPU, naive on the simulator)")
+    parser.add_argument("--method", default="auto", choices=("auto", *METHODS),
+                        help="GPU convolution: the plain kernel (naive), im2col + GEMM or Winograd (auto: on a "
+                             "GPU Winograd where the layer allows it, else gemm; naive on the simulator)")
     parser.add_argument("--progress", action="store_true",
                         help="rank 0 prints a line to stderr as each version starts and ends")
     parser.add_argument("--seed", type=seed(), default=2012)
@@ -94,7 +94,7 @@ def _setup(args, size):
 def _rank_line(placement, ops, shape, size, rank) -> str:
     first = ops[0]
     kernel, stride, pad = first.window
-    p = plan_bands(shape[2], kernel, stride, pad, size)[rank]
+    p = plan_bands(shape[2], kernel, stride, pad, size, first.tile)[rank]
     src = lambda segs: ",".join(str(s.src) for s in segs) or "-"  # noqa: E731
     return (f"{placement.label()} | {first.name}: output rows [{p.out_rows[0]}, {p.out_rows[1]}) of "
             f"{p.out_height} | input rows [{p.have[0]}, {p.have[1]}) own [{p.own[0]}, {p.own[1]}) | "
@@ -127,7 +127,7 @@ def run(args, ctx) -> Report:
                                       warmup=0 if sim or v in ("v1", "v2") else 1)  # compile first
         progress(f"{v.upper()} done, {outcomes[v].wall_s:.4f} s per run")
 
-    method = next((op.method for op in ops if isinstance(op, Conv)), None) or check_method(None)
+    methods = {op.name: op.runs for op in ops if isinstance(op, Conv)}
     # The version whose time is reported as wall_s: the last one asked for.
     primary = "v5" if args.version == ("all",) else args.version[-1]
     p = outcomes[primary]
@@ -165,9 +165,10 @@ def run(args, ctx) -> Report:
         split = ", ".join(f"{k} {x:.4f} s" for k, x in p.phases.items())
         how = "" if sim or primary in ("v1", "v2") else " (separate pass: no overlap, GPU synchronised per phase)"
         report.final.append((f"Time split {primary.upper()}{how}", split))
-        report.final.append(("GPU convolution", f"{method} ({METHODS[method]})"))
+        report.final.append(("GPU convolution", ", ".join(f"{name} {m}" for name, m in methods.items())
+                             + "".join(f"; {m}: {METHODS[m]}" for m in dict.fromkeys(methods.values()))))
         report.result = {"layer": args.layer, "input": list(shape), "output": out_shape, "scale": scale,
-                         "method": method, "simulator_reduced": sim, "overlap": not args.no_overlap,
+                         "method": args.method, "methods": methods, "simulator_reduced": sim, "overlap": not args.no_overlap,
                          "versions": checks, "table": alexnet.layer_table(ops, (c, h, w), n, size, dense),
                          "tolerance": TOLERANCE}
     report.passed = bool(comm.bcast(all(ch["ok"] for ch in checks.values()) if rank == 0 else None, root=0))
