@@ -116,6 +116,7 @@ def run_device(ops, x, comm, be=None, overlap: bool = True, phases: Phases | Non
     # One rank has nothing to wait for between layers: the host queues them all and waits once, at the end
     # (waiting after each layer would leave the GPU idle while Python launches the next).
     queue = size == 1 and not phases.sync
+    in_tile = 1                            # how the rows of x are cut among the ranks: the last layer's tiles
     # Frees deferred: Numba's batched cuMemFree synchronises the whole GPU, which would
     # stall the host mid-layer and undo the overlap.
     with cuda().defer_cleanup():
@@ -128,7 +129,7 @@ def run_device(ops, x, comm, be=None, overlap: bool = True, phases: Phases | Non
                         stream.synchronize()
                 continue
             with phases("compute"):                # own rows into the working buffer
-                plans = plan_bands(height, *op.window, size, op.tile)
+                plans = plan_bands(height, *op.window, size, op.tile, in_tile)
                 p = plans[rank]
                 n, c, _, w = x.shape
                 cout, _, wo = op.out_shape(c, height, w)
@@ -178,7 +179,7 @@ def run_device(ops, x, comm, be=None, overlap: bool = True, phases: Phases | Non
                 else:
                     edge.synchronize()
                     stream.synchronize()
-            x, height = out, p.out_height
+            x, height, in_tile = out, p.out_height, op.tile
         if queue:
             stream.synchronize()
     return x

@@ -9,6 +9,8 @@ band's edge (the interior) need only own rows and are computed while the halo is
 A method that computes output rows in tiles (Winograd: ``tile`` rows at a time) gets bands and an interior
 that start and end on whole tiles of the whole image (all but the image's last), so that every tile is the
 one the whole image would compute, from the same input rows: the same bits whatever the number of ranks.
+A layer's input rows are owned as the layer before cut its output (``in_tile``; the first layer's input as
+``block_range`` cuts it).
 """
 from __future__ import annotations
 
@@ -77,29 +79,30 @@ def min_input_height(rows: int, kernel: int, stride: int, pad: int) -> int:
     return max(kernel - 2 * pad, (rows - 1) * stride + kernel - 2 * pad, 1)
 
 
-def _split(start: int, stop: int, height: int, size: int, rank: int) -> tuple[Transfer, ...]:
+def tile_block(rows: int, size: int, rank: int, tile: int = 1) -> tuple[int, int]:
+    """Rank ``rank``'s block of ``rows`` rows cut into whole ``tile``-row tiles (the last may end inside one)."""
+    u0, u1 = block_range(-(-rows // tile), size, rank)
+    return u0 * tile, min(u1 * tile, rows)
+
+
+def _split(start: int, stop: int, height: int, size: int, rank: int, in_tile: int) -> tuple[Transfer, ...]:
     """Rows [start, stop) that ``rank`` receives, cut where the input band owners change."""
-    bands = [block_range(height, size, r) for r in range(size)]
+    bands = [tile_block(height, size, r, in_tile) for r in range(size)]
     cut = [Transfer(r, rank, max(start, a), min(stop, b)) for r, (a, b) in enumerate(bands)]
     return tuple(s for s in cut if s.rows > 0)
 
 
-def _out_rows(ho: int, size: int, rank: int, tile: int) -> tuple[int, int]:
-    """Rank ``rank``'s output rows: a block of whole ``tile``-row tiles (the last may end inside one)."""
-    u0, u1 = block_range(-(-ho // tile), size, rank)
-    return u0 * tile, min(u1 * tile, ho)
-
-
-def plan_band(height: int, kernel: int, stride: int, pad: int, size: int, rank: int, tile: int = 1) -> BandPlan:
+def plan_band(height: int, kernel: int, stride: int, pad: int, size: int, rank: int, tile: int = 1,
+              in_tile: int = 1) -> BandPlan:
     """Rank ``rank``'s band: output rows, own/needed input rows, halo and its owners (bands of whole tiles of
-    ``tile`` rows)."""
+    ``tile`` rows; the input owned in tiles of ``in_tile``)."""
     ho = output_size(height, kernel, stride, pad)
-    o0, o1 = _out_rows(ho, size, rank, tile)
-    own = block_range(height, size, rank)
+    o0, o1 = tile_block(ho, size, rank, tile)
+    own = tile_block(height, size, rank, in_tile)
     lo, hi = o0 * stride - pad, (o1 - 1) * stride - pad + kernel
     have = (max(lo, 0), min(hi, height))
-    above = _split(have[0], min(have[1], own[0]), height, size, rank)
-    below = _split(max(have[0], own[1]), have[1], height, size, rank)
+    above = _split(have[0], min(have[1], own[0]), height, size, rank, in_tile)
+    below = _split(max(have[0], own[1]), have[1], height, size, rank, in_tile)
 
     # Interior: output rows oh whose input rows [oh*stride - pad, oh*stride - pad + kernel),
     # clipped to the image, lie in own rows. Both bounds are monotone in oh, so the
@@ -114,12 +117,13 @@ def plan_band(height: int, kernel: int, stride: int, pad: int, size: int, rank: 
 
 
 @lru_cache(maxsize=256)
-def plan_bands(height: int, kernel: int, stride: int, pad: int, size: int, tile: int = 1) -> tuple[BandPlan, ...]:
+def plan_bands(height: int, kernel: int, stride: int, pad: int, size: int, tile: int = 1,
+               in_tile: int = 1) -> tuple[BandPlan, ...]:
     """Every rank's band (the same on every rank; cached: a layer asks for it on every call); an error on
     every rank where a rank would get no rows."""
     check_ranks(output_size(height, kernel, stride, pad), size, f"a layer ({kernel}x{kernel}/{stride} pad {pad}, "
                 f"input height {height})", tile=tile)
-    return tuple(plan_band(height, kernel, stride, pad, size, r, tile) for r in range(size))
+    return tuple(plan_band(height, kernel, stride, pad, size, r, tile, in_tile) for r in range(size))
 
 
 def transfers(plans: list[BandPlan]) -> list[Transfer]:
@@ -140,17 +144,23 @@ def schedule(moves: list[Transfer], size: int):
                 yield offset, pairs
 
 
-def brute_force_band(height: int, kernel: int, stride: int, pad: int, size: int, rank: int, tile: int = 1) -> dict:
+def brute_force_band(height: int, kernel: int, stride: int, pad: int, size: int, rank: int, tile: int = 1,
+                     in_tile: int = 1) -> dict:
     """The same facts by enumerating every (output row, kernel row) pair: a check of :func:`plan_band` (the
-    interior: the rows of the tiles whose every row reads own rows only)."""
+    interior: the rows of the tiles whose every row reads own rows only; rows owned as whole tiles listed)."""
+    def whole(n, t):            # each row goes with its tile, each tile to the rank whose block_range holds it
+        return [[i for i in range(n) if i // t in range(*block_range(-(-n // t), size, r))] for r in range(size)]
+
     ho = output_size(height, kernel, stride, pad)
-    o0, o1 = [t * tile for t in block_range(-(-ho // tile), size, rank)]
-    o1 = min(o1, ho)
-    own = set(range(*block_range(height, size, rank)))
+    mine = whole(ho, tile)[rank]
+    o0, o1 = (mine[0], mine[-1] + 1) if mine else (ho, ho)
+    owned = whole(height, in_tile)
+    own = set(owned[rank])
     read = {oh * stride - pad + r for oh in range(o0, o1) for r in range(kernel)}
     real = {i for i in read if 0 <= i < height}
-    owners = {i: next(r for r in range(size) if i in range(*block_range(height, size, r))) for i in real - own}
+    owners = {i: next(r for r in range(size) if i in owned[r]) for i in real - own}
     inside = lambda oh: {oh * stride - pad + r for r in range(kernel)} & set(range(height)) <= own  # noqa: E731
     tile_of = lambda oh: range(oh - (oh - o0) % tile, min(oh - (oh - o0) % tile + tile, o1))  # noqa: E731
     interior = [oh for oh in range(o0, o1) if all(inside(t) for t in tile_of(oh))]
-    return {"out_rows": (o0, o1), "real": real, "pad_rows": len(read - real), "owners": owners, "interior": interior}
+    return {"out_rows": (o0, o1), "real": real, "pad_rows": len(read - real), "owners": owners, "interior": interior,
+            "own": own}
