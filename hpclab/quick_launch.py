@@ -5,11 +5,14 @@ stream object each time, several times the driver's own launch (benchmarks/HISTO
 :class:`Launches` compiles through Numba once for each kind of arguments (dtype, shape, strides, 16-byte
 alignment: all a kernel's choice and its Numba types depend on) and CUDA context, keeps the compiled function
 and launch shape, and packs Numba device arrays itself, word for word as Numba does (``array_words``; a GPU test
-compares the two). Other arguments, and the simulator, take Numba's own launch.
+compares the two), and scalars as the C types Numba gives them (``SCALARS``). Other arguments, and the simulator,
+take Numba's own launch.
 """
 from __future__ import annotations
 
 from itertools import chain
+
+import numpy as np
 
 from hpclab import backend
 
@@ -21,6 +24,9 @@ if QUICK:
     from numba.cuda.cudadrv.driver import _to_core_stream
 
 _default_streams: dict = {}     # CUDA context -> its default stream as the driver launch takes it
+# A scalar argument's type -> what Numba's launch passes (Python float: a C double, int: int64, bool: itself)
+SCALARS = {float: np.float64, int: np.int64, bool: bool, np.float64: np.float64, np.float32: np.float32,
+           np.int64: np.int64, np.int32: np.int32}
 
 
 def array_words(x) -> tuple:
@@ -39,13 +45,16 @@ class Launches:
         self._known: dict = {}
 
     def __call__(self, *arrays, variant=None, stream=0) -> None:
-        context = int(cuCtxGetCurrent()[1]) if QUICK and all(type(x) is DeviceNDArray for x in arrays) else 0
-        if not context:     # the simulator, other arrays, or no context yet (Numba's launch makes one)
+        """Launch on ``arrays``: device arrays, and scalars of the types in ``SCALARS``."""
+        context = int(cuCtxGetCurrent()[1]) if QUICK and all(
+            type(x) is DeviceNDArray or type(x) in SCALARS for x in arrays) else 0
+        if not context:     # the simulator, other arguments, or no context yet (Numba's launch makes one)
             kernel, grid, threads = self._choose(*arrays, variant=variant)
             kernel[grid, threads, stream](*arrays)
             return
-        words = [array_words(x) for x in arrays]
-        key = (variant, context, *((x.dtype, w[5:], w[4] % 16) for x, w in zip(arrays, words)))
+        words = [array_words(x) if type(x) is DeviceNDArray else (SCALARS[type(x)](x),) for x in arrays]
+        key = (variant, context, *((x.dtype, w[5:], w[4] % 16) if type(x) is DeviceNDArray else type(x)
+                                   for x, w in zip(arrays, words)))
         known = self._known.get(key)
         if known is None:
             kernel, grid, threads = self._choose(*arrays, variant=variant)

@@ -19,6 +19,7 @@ from hpclab.backend import cuda as _cuda
 cuda = _cuda()  # before anything of numba loads: the backend is chosen here
 from hpclab.launch import launch_1d  # noqa: E402
 from hpclab.matmul import fast as mm  # noqa: E402
+from hpclab.quick_launch import Launches  # noqa: E402
 from numba import float64, int32  # noqa: E402
 from numba.core.errors import NumbaPerformanceWarning  # noqa: E402
 
@@ -53,6 +54,12 @@ def gemm(a, b, out, trans_a: bool = False, trans_b: bool = False, kernel: str | 
 
 
 # -- elementwise and reductions ------------------------------------------------------
+def _over(kernel, items):
+    """The quick launches (:mod:`hpclab.quick_launch`: a training step starts some twenty of these, and Numba's
+    own launch would keep the host busier than the GPU) of a grid-stride ``kernel`` over ``items(*args)``."""
+    return Launches(lambda *args, variant=None: (kernel, *launch_1d(items(*args))))
+
+
 @cuda.jit
 def bias_act_kernel(z, bias, out, relu):
     """out = z + bias (broadcast over rows), then ReLU if asked; out may be z."""
@@ -80,8 +87,11 @@ def relu_backward_kernel(dy, y, out):
             out[i, j] = 0
 
 
+_relu_backward = _over(relu_backward_kernel, lambda dy, y, out: dy.size)
+
+
 def relu_backward(dy, y, out):
-    relu_backward_kernel[launch_1d(dy.size)](dy, y, out)
+    _relu_backward(dy, y, out)
     return out
 
 
@@ -99,8 +109,11 @@ def col_sum(x, out):
     """Column sums of a 2-D array (bias gradient; per-row losses to a total)."""
     if out.shape[0] != x.shape[1]:
         raise ValueError(f"col_sum: out has {out.shape[0]} entries for {x.shape[1]} columns")
-    col_sum_kernel[launch_1d(x.shape[1])](x, out)
+    _col_sum(x, out)
     return out
+
+
+_col_sum = _over(col_sum_kernel, lambda x, out: x.shape[1])
 
 
 @cuda.jit
@@ -116,8 +129,11 @@ def take_rows_kernel(src, idx, dst):
 def take_rows(src, idx, dst):
     if dst.shape[0] != idx.shape[0] or dst.shape[1] != src.shape[1]:
         raise ValueError(f"take_rows: {idx.shape[0]} indices into {src.shape} do not fill {dst.shape}")
-    take_rows_kernel[launch_1d(dst.size)](src, idx, dst)
+    _take_rows(src, idx, dst)
     return dst
+
+
+_take_rows = _over(take_rows_kernel, lambda src, idx, dst: dst.size)
 
 
 @cuda.jit
@@ -128,8 +144,11 @@ def cast_kernel(src, dst):
 
 def cast(src, dst):
     """dst = src converted to dst's dtype (1-D; float32 master weights -> float16 copy)."""
-    cast_kernel[launch_1d(src.size)](src, dst)
+    _cast(src, dst)
     return dst
+
+
+_cast = _over(cast_kernel, lambda src, dst: src.size)
 
 
 # -- losses ------------------------------------------------------------------------
@@ -209,16 +228,23 @@ def softmax_cross_entropy(logits, labels, dlogits, stats, grad_scale: float, los
     """Softmax cross-entropy of each row against (n, 1) int32 labels: the gradient of ``sum(losses) *
     grad_scale`` into dlogits, per row ``(loss * loss_scale, 1 if right)`` into stats (n, 2). With both
     scales 1/global_batch, stats summed over rows and ranks are the batch's mean loss and accuracy."""
-    blocks = 1 if backend.is_simulator() else min(logits.shape[0], 65535)
-    softmax_xent_kernel[blocks, XENT_THREADS](logits, labels, dlogits, stats, grad_scale, loss_scale)
+    _softmax_xent(logits, labels, dlogits, stats, grad_scale, loss_scale)
     return dlogits
+
+
+# A block per row (one on the simulator), XENT_THREADS threads sharing its classes
+_softmax_xent = Launches(lambda logits, *_, variant=None: (
+    softmax_xent_kernel, 1 if backend.is_simulator() else min(logits.shape[0], 65535), XENT_THREADS))
 
 
 def mean_squared_error(pred, target, dpred, stats, grad_scale: float, loss_scale: float):
     """Squared error per row (summed over outputs), as :func:`softmax_cross_entropy`; PyTorch's ``MSELoss``
     (mean over every element) is ``scale = 1 / (global_batch * outputs)``."""
-    mse_kernel[launch_1d(pred.shape[0])](pred, target, dpred, stats, grad_scale, loss_scale)
+    _mse(pred, target, dpred, stats, grad_scale, loss_scale)
     return dpred
+
+
+_mse = _over(mse_kernel, lambda pred, *_: pred.shape[0])
 
 
 # -- optimisers (flat parameter vectors) ---------------------------------------------
@@ -232,8 +258,11 @@ def sgd_kernel(p, g, v, lr, momentum, grad_scale):
 
 
 def sgd_update(params, grads, velocity, lr: float, momentum: float = 0.0, grad_scale: float = 1.0):
-    sgd_kernel[launch_1d(params.size)](params, grads, velocity, lr, momentum, grad_scale)
+    _sgd(params, grads, velocity, lr, momentum, grad_scale)
     return params
+
+
+_sgd = _over(sgd_kernel, lambda p, *_: p.size)
 
 
 @cuda.jit
@@ -252,8 +281,11 @@ def adam_update(params, grads, m, v, step: int, lr: float, beta1: float = 0.9, b
                 eps: float = 1e-8, grad_scale: float = 1.0):
     """One Adam step; ``step`` counts from 1."""
     corr1, corr2 = 1.0 - beta1 ** step, 1.0 - beta2 ** step
-    adam_kernel[launch_1d(params.size)](params, grads, m, v, lr, beta1, beta2, eps, corr1, corr2, grad_scale)
+    _adam(params, grads, m, v, lr, beta1, beta2, eps, corr1, corr2, grad_scale)
     return params
+
+
+_adam = _over(adam_kernel, lambda p, *_: p.size)
 
 
 @cuda.jit
@@ -274,8 +306,11 @@ def any_nonfinite(x) -> bool:
 def dense_forward(x, w, b, out, relu: bool):
     """out = act(x @ w + b)."""
     gemm(x, w, out)
-    bias_act_kernel[launch_1d(out.size)](out, b, out, relu)
+    _bias_act(out, b, out, relu)
     return out
+
+
+_bias_act = _over(bias_act_kernel, lambda z, bias, out, relu: out.size)
 
 
 def row_slices(x, dw, bounds) -> list:

@@ -121,6 +121,12 @@ class DDPTrainer:
             self._stats_host = cuda.pinned_array(EXTRA_SLOTS, model.dtype)   # the summed loss, copied early
             self.allreduce_busy_s = 0.0     # GPU time of the bucket all-reduces, summed over steps
             self.host_queue_s = 0.0         # the host's time queueing the steps' work, waits left out, summed
+            # Each bucket's views (its gradients, their sums, and what its update reads and writes), made once: a
+            # view of a device array costs the host tens of microseconds, and a step would make thirty
+            n = model.n_params
+            self._views = [(model.bucket[b.start:b.stop], self.summed[b.start:b.stop],
+                            self._update_views(self.summed, b.start, min(b.stop, n))) for b in self.buckets]
+            self._stats_sums = self.summed[n:]
             # The last bucket's all-reduce runs after the backward pass, beside nothing: the backend's own.
             if hidden_allreduce and len(self.buckets) > 1:
                 self.hidden_allreduce = hidden_allreduce(self.be)   # collective: here, not in a step
@@ -161,15 +167,15 @@ class DDPTrainer:
         all-reduce. Phases: ``compute`` until the backward pass is done, ``comm`` the all-reduce time left
         after it (not hidden), ``update`` the rest of the step; ``allreduce_busy_s`` adds up how long the
         all-reduces took."""
-        model, bucket = self.model, self.model.bucket
-        queue = list(zip(self.buckets, self._events))
+        model = self.model
+        queue = list(zip(self.buckets, self._events, self._views))
         blocking = 0.0             # seconds in all-reduces that ran to completion (MPI backends)
         tl = self.timeline or T.OFF
 
         def start_ready(layer: int, start: int) -> None:
             nonlocal blocking
             while queue and queue[0][0].start >= start:
-                b, (written, begun, done) = queue.pop(0)
+                b, (written, begun, done), (grads, sums, _) = queue.pop(0)
                 written.record(0)                   # after the kernels that wrote this bucket...
                 written.wait(self.comm_stream)      # ...which the comm stream now waits for
                 begun.record(self.comm_stream)
@@ -177,11 +183,11 @@ class DDPTrainer:
                 with tl.span(f"all-reduce {b.name}", "comm", self.comm_stream, "comm stream"):
                     # b.start 0: the last bucket, which nothing hides
                     enqueue = self.hidden_allreduce if b.start and self.hidden_allreduce else self.be.allreduce_enqueue
-                    if not enqueue(bucket[b.start:b.stop], self.summed[b.start:b.stop], self.comm_stream):
+                    if not enqueue(grads, sums, self.comm_stream):
                         blocking += time.perf_counter() - t0
                 done.record(self.comm_stream)
                 if b.stop > model.n_params:         # the loss slots: to the host while the backward goes on
-                    self.summed[model.n_params:].copy_to_host(self._stats_host, stream=self.comm_stream)
+                    self._stats_sums.copy_to_host(self._stats_host, stream=self.comm_stream)
                     self._stats_copied.record(self.comm_stream)
 
         # Timed by hand: a Phases block synchronises the whole device, the comm stream too.
@@ -195,9 +201,9 @@ class DDPTrainer:
             loss, correct = self._checked_loss(self._stats_host)
             tu = time.perf_counter()
             with tl.span("update", "compute"):
-                for b, (_, _, done) in zip(self.buckets, self._events):
+                for (_, _, done), (_, _, views) in zip(self._events, self._views):
                     done.wait(0)                    # the default stream waits for this bucket's sums
-                    self._optimizer_step(self.summed, 1.0, b.start, min(b.stop, model.n_params))
+                    self._optimizer_step(views, 1.0)
                 model.refresh_compute_copy()
             queued += time.perf_counter() - tu
         self.host_queue_s += queued
@@ -227,13 +233,17 @@ class DDPTrainer:
             raise RankError("training", dict.fromkeys(range(self.comm.size), why), self.comm.size)
         return loss, correct
 
-    def _optimizer_step(self, grads, grad_scale: float, lo: int = 0, hi: int | None = None) -> None:
-        """The update of parameters [lo, hi) from their summed gradients (elementwise: any range)."""
-        params, state = self.model.params[lo:hi], [s[lo:hi] for s in self.state]
+    def _update_views(self, grads, lo: int, hi: int) -> tuple:
+        """(parameters, summed gradients, optimiser state...) [lo, hi): what an update of that range reads and
+        writes (elementwise: any range)."""
+        return (self.model.params[lo:hi], grads[lo:hi], *(s[lo:hi] for s in self.state))
+
+    def _optimizer_step(self, views: tuple, grad_scale: float) -> None:
+        """The update of the parameters in ``views`` (:meth:`_update_views`) from their summed gradients."""
         if self.optimizer == "sgd":
-            K.sgd_update(params, grads[lo:hi], state[0], self.lr, self.momentum, grad_scale)
+            K.sgd_update(*views, self.lr, self.momentum, grad_scale)
         else:
-            K.adam_update(params, grads[lo:hi], state[0], state[1], self.steps + 1, self.lr, grad_scale=grad_scale)
+            K.adam_update(*views, self.steps + 1, self.lr, grad_scale=grad_scale)
 
     def _update(self, summed, loss_scale: float) -> tuple[float, float]:
         """Loss, correct predictions and the optimiser step from the summed bucket."""
@@ -245,7 +255,7 @@ class DDPTrainer:
             if self.scaler:
                 self.scaler.update(overflow)
             if not overflow:                # an overflowing step is skipped
-                self._optimizer_step(grads, 1.0 / loss_scale, 0, model.n_params)
+                self._optimizer_step(self._update_views(grads, 0, model.n_params), 1.0 / loss_scale)
                 model.refresh_compute_copy()
         self.steps += 1
         return loss, correct
