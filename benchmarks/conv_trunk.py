@@ -83,10 +83,12 @@ def _torch_layers(torch, ops) -> list:
 
 
 def trunk_figures(d: dict) -> list[dict]:
-    """Ours and cuDNN FP32: seconds per pass, images/s (ours against cuDNN's: the target's ratio), error."""
+    """Ours and cuDNN FP32: seconds per pass, images/s (ours against cuDNN's: the target's ratio), error, and each
+    layer's seconds back to back (metric ``<layer>_seconds``)."""
     batch, base = d["shape"][0], d.get("cudnn_fp32", {})
     rows = []
-    for variant, m in ((f"ours-{d['method']}", d["ours"]), ("cudnn-fp32", base)):
+    for variant, m, per_layer in ((f"ours-{d['method']}", d["ours"], "ours_seconds"),
+                                  ("cudnn-fp32", base, "cudnn_fp32_seconds")):
         if not m:
             continue
         fig = functools.partial(figure, "conv-trunk", variant, 1, batch, "images")
@@ -94,6 +96,7 @@ def trunk_figures(d: dict) -> list[dict]:
         rows += [fig(metric, m[metric], "images/s", "cudnn-fp32", variant != "cudnn-fp32" and base.get(metric))
                  for metric in ("images_per_s", "latency_images_per_s")]
         rows.append(fig("error", m["max_rel_error_vs_float64"], "1"))
+        rows += [fig(f"{layer['layer']}_seconds", layer[per_layer], "s") for layer in d.get("layers", ()) if per_layer in layer]
     return rows
 
 

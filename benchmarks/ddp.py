@@ -44,7 +44,7 @@ FIELDS = ["sweep", "gpus", "width", "layers", "parameters", "global_batch", "per
           "compute_s", "comm_s", "update_s", "comm_share", "allreduce_s", "hidden_share", "host_queue_s",
           "host_share", "device"]
 # Efficiency targets at 4 GPUs: (sweep, overlapped) -> minimum.
-TARGETS = {("weak", False): 0.85, ("strong", True): 0.75, ("weak", True): 0.95}
+TARGETS = {("weak", False): 0.85, ("strong", True): 0.80, ("weak", True): 0.95}
 
 
 def _setup():
@@ -171,7 +171,7 @@ def summarize(path: str) -> int:
         print(f"{kind} scaling ({'global batch fixed' if kind == 'strong' else 'per-GPU batch fixed'}), "
               f"{int(base['parameters']) / 1e6:.1f} M parameters, comm {pts[-1]['comm']}, {how}:")
         print(f"  {'GPUs':>4} {'batch':>6} {'step ms':>8} {'samples/s':>10} {'speedup':>8} "
-              f"{'efficiency':>10} {'comm share':>10} {'hidden':>7}")
+              f"{'efficiency':>10} {'comm share':>10} {'hidden':>7}" + ("  host queueing" if overlap else ""))
         for r in pts:
             n = int(r["gpus"])
             speedup, eff = speedups([1, n], [float(base["step_s"]), float(r["step_s"])], kind)[-1]
@@ -179,9 +179,11 @@ def summarize(path: str) -> int:
                 verdicts.append(f"{kind}{' overlapped' if overlap else ''} >= {TARGETS[kind, overlap]}: "
                                 f"{'met' if eff >= TARGETS[kind, overlap] else 'NOT met'} ({eff:.2f})")
             hidden = f"{100 * float(r['hidden_share']):6.1f}%" if overlap and r.get("hidden_share") else "      -"
+            host = (f"  {1e3 * float(r['host_queue_s']):.2f} ms, {100 * float(r['host_share']):.0f} % of the step"
+                    if overlap and r.get("host_queue_s") else "")
             print(f"  {n:>4} {r['global_batch']:>6} {1e3 * float(r['step_s']):>8.2f} "
                   f"{float(r['samples_per_s']):>10.0f} {speedup:>8.2f} {eff:>10.2f} "
-                  f"{100 * float(r['comm_share']):>9.1f}% {hidden}")
+                  f"{100 * float(r['comm_share']):>9.1f}% {hidden}{host}")
     print("targets at 4 GPUs:", "; ".join(verdicts) if verdicts else "no 4-GPU point measured")
     print(json.dumps({"topic": "ddp", "device_name": table[0].get("device", ""), "figures": figures(table)}))
     return 0

@@ -58,15 +58,17 @@ def axpb(x, out, a, b, c, negate):
 
 
 def test_scalars_are_passed_as_numbas_launch_passes_them():
-    """Python floats, ints and bools and NumPy scalars beside arrays: the same results as NumPy's, by the packed
-    path on a GPU (one compiled entry per kind of scalar)."""
+    """Python floats, ints and bools and NumPy scalars beside arrays: bit for bit what Numba's own launch computes
+    (a GPU fuses a * x + b: NumPy's within a rounding), by the packed path on a GPU (one compiled entry)."""
     launches = Launches(lambda x, out, *scalars, variant=None: (axpb, -(-out.size // 64), 64))
     x = np.random.default_rng(1).standard_normal(100)
-    dx, out = cuda.to_device(x), cuda.device_array(100)
+    dx, out, numbas = cuda.to_device(x), cuda.device_array(100), cuda.device_array(100)
     for a, b, c, negate in [(2.5, 3, np.float32(0.25), False), (-1.5, -7, np.float32(2.0), True)]:
         launches(dx, out, a, b, c, negate)
+        axpb[2, 64](dx, numbas, a, b, c, negate)
+        np.testing.assert_array_equal(out.copy_to_host(), numbas.copy_to_host())
         want = a * x + b + np.float64(c)
-        np.testing.assert_array_equal(out.copy_to_host(), -want if negate else want)
+        np.testing.assert_allclose(out.copy_to_host(), -want if negate else want, rtol=1e-14, atol=1e-14)
     if backend.name() == "gpu":
         assert len(launches._known) == 1, launches._known.keys()
 

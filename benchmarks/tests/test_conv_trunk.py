@@ -90,10 +90,14 @@ def test_trunk_figures_ratio_is_cudnn_seconds_over_ours():
 
     run = lambda s, lat, err: {"seconds": s, "latency_seconds": lat, "images_per_s": 4 / s,  # noqa: E731
                                "latency_images_per_s": 4 / lat, "max_rel_error_vs_float64": err}
+    layers = [{"layer": "c1", "ours_seconds": 1.5, "cudnn_fp32_seconds": 0.5}, {"layer": "pool1", "ours_seconds": 0.5}]
     rows = trunk_figures({"shape": [4, 3, 227, 227], "method": "gemm", "ours": run(2.0, 3.0, 1e-6),
-                          "cudnn_fp32": run(1.0, 1.2, 2e-7)})
+                          "cudnn_fp32": run(1.0, 1.2, 2e-7), "layers": layers})
     ratios = {(r["variant"], r["metric"]): r["ratio"] for r in rows}
     assert ratios[("ours-gemm", "images_per_s")] == pytest.approx(1.0 / 2.0)      # the target's ratio
     assert ratios[("ours-gemm", "latency_images_per_s")] == pytest.approx(1.2 / 3.0)
     assert ratios[("ours-gemm", "seconds")] == "" and ratios[("cudnn-fp32", "images_per_s")] == ""
-    assert len(rows) == 10
+    per_layer = {(r["variant"], r["metric"]): r["value"] for r in rows if r["metric"].startswith(("c1", "pool1"))}
+    assert per_layer == {("ours-gemm", "c1_seconds"): 1.5, ("ours-gemm", "pool1_seconds"): 0.5,
+                         ("cudnn-fp32", "c1_seconds"): 0.5}       # each layer's, where it was timed
+    assert len(rows) == 13
