@@ -96,7 +96,8 @@ def trunk_figures(d: dict) -> list[dict]:
         rows += [fig(metric, m[metric], "images/s", "cudnn-fp32", variant != "cudnn-fp32" and base.get(metric))
                  for metric in ("images_per_s", "latency_images_per_s")]
         rows.append(fig("error", m["max_rel_error_vs_float64"], "1"))
-        rows += [fig(f"{layer['layer']}_seconds", layer[per_layer], "s") for layer in d.get("layers", ()) if per_layer in layer]
+        rows += [fig(f"{layer['layer']}_seconds", layer[per_layer], "s")
+                 for layer in d.get("layers", ()) if per_layer in layer]
     return rows
 
 

@@ -168,7 +168,8 @@ def run(args, ctx) -> Report:
         report.final.append(("GPU convolution", ", ".join(f"{name} {m}" for name, m in methods.items())
                              + "".join(f"; {m}: {METHODS[m]}" for m in dict.fromkeys(methods.values()))))
         report.result = {"layer": args.layer, "input": list(shape), "output": out_shape, "scale": scale,
-                         "method": args.method, "methods": methods, "simulator_reduced": sim, "overlap": not args.no_overlap,
+                         "method": args.method, "methods": methods, "simulator_reduced": sim,
+                         "overlap": not args.no_overlap,
                          "versions": checks, "table": alexnet.layer_table(ops, (c, h, w), n, size, dense),
                          "tolerance": TOLERANCE}
     report.passed = bool(comm.bcast(all(ch["ok"] for ch in checks.values()) if rank == 0 else None, root=0))
