@@ -87,12 +87,12 @@ def relu_backward_kernel(dy, y, out):
             out[i, j] = 0
 
 
-_relu_backward = _over(relu_backward_kernel, lambda dy, y, out: dy.size)
-
-
 def relu_backward(dy, y, out):
     _relu_backward(dy, y, out)
     return out
+
+
+_relu_backward = _over(relu_backward_kernel, lambda dy, y, out: dy.size)
 
 
 @cuda.jit

@@ -69,7 +69,7 @@ def default_method(r: int, s: int, stride: int) -> str:
     return "gemm" if conv_winograd.supported(r, s, stride) else "winograd"
 
 
-def check_method(method: str | None, r: int = 1, s: int = 1, stride: int = 1) -> str:
+def check_method(method: str | None, r: int, s: int, stride: int) -> str:
     """``method``, or by default :func:`default_method` for an r x s layer of this stride."""
     method = method or default_method(r, s, stride)
     if method not in METHODS:
