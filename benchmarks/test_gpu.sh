@@ -4,6 +4,8 @@
 #   make test-gpu                                  (the project's .venv)
 #   source benchmarks/offline_env.sh; make test-gpu PYTHON_RUN=python3   (GPU node, no network)
 #   PYTHON_RUN=python3 bash benchmarks/test_gpu.sh [extra pytest arguments]
+#   HPCLAB_GPU_SHARD=1/2 make test-gpu ...; HPCLAB_GPU_SHARD=2/2 make test-gpu ...
+#                                                  (the suite in parts, for jobs with a short time limit)
 #
 # The same tests and notebooks as `make test`, with HPCLAB_BACKEND=gpu: kernels, MPI programs
 # (through $HPCLAB_MPIEXEC, else $MPIRUN, else mpiexec) and every notebook on GPU engines,
@@ -20,6 +22,13 @@ fi
 if [ "${NGPU:-0}" -lt 1 ]; then
     echo "make test-gpu needs NVIDIA GPUs and nvidia-smi lists none here; 'make test' runs the" \
          "same suite on Numba's CUDA simulator." >&2
+    exit 2
+fi
+# HPCLAB_GPU_SHARD=i/n runs part i of n: the notebooks in part 1, the test files dealt out in turn from part 2.
+SHARD=${HPCLAB_GPU_SHARD:-1/1}
+PART=${SHARD%/*} PARTS=${SHARD#*/}
+if ! [[ "$PART" =~ ^[0-9]+$ && "$PARTS" =~ ^[0-9]+$ ]] || [ "$PART" -lt 1 ] || [ "$PART" -gt "$PARTS" ]; then
+    echo "HPCLAB_GPU_SHARD must be i/n with 1 <= i <= n (e.g. 1/2, then 2/2); got '$SHARD'" >&2
     exit 2
 fi
 export HPCLAB_BACKEND=gpu NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
@@ -53,15 +62,20 @@ set -m   # background jobs keep SIGINT, so a stopped run still prints pytest's s
 LOGS=$(mktemp -d)
 START=$SECONDS
 trap 'kill -INT $(jobs -p) 2>/dev/null; wait' INT TERM
-"$PY" -m pytest "${COMMON[@]}" notebooks solutions "$@" > "$LOGS/notebooks.log" 2>&1 &
+if [ "$PART" = 1 ]; then
+    "$PY" -m pytest "${COMMON[@]}" notebooks solutions "$@" > "$LOGS/notebooks.log" 2>&1 &
+fi
 SLOWEST="tests/test_cluster.py tests/test_conv.py tests/test_ddp.py tests/test_pi.py tests/test_comm.py
          tests/test_matmul.py tests/test_bad_input.py"
+TURN=0
 for f in $SLOWEST $(ls tests/test_*.py | grep -vxF -f <(printf '%s\n' $SLOWEST)); do
+    TURN=$(( TURN + 1 ))
+    [ $(( TURN % PARTS + 1 )) = "$PART" ] || continue
     while [ "$(jobs -rp | wc -l)" -ge 3 ]; do sleep 0.5; done
     "$PY" -m pytest "${COMMON[@]}" "$f" "$@" > "$LOGS/$(basename "$f" .py).log" 2>&1 &
 done
 wait
-"$PY" - "$LOGS" "$(( SECONDS - START ))" <<'PY'
+"$PY" - "$LOGS" "$(( SECONDS - START ))" "$SHARD" <<'PY'
 """One summary of the pytest runs: counts, each failure's log, skips by reason."""
 import re
 import sys
@@ -84,7 +98,8 @@ for log in bad:
 for reason, n in skips.most_common():
     print(f"SKIPPED [{n}] {reason}")
 summary = ", ".join(f"{n} {k}" for k, n in sorted(totals.items()))
-print(f"make test-gpu: {summary or 'no results'} in {seconds} s ({len(logs)} pytest runs"
+part = "" if sys.argv[3] == "1/1" else f" (part {sys.argv[3]})"
+print(f"make test-gpu{part}: {summary or 'no results'} in {seconds} s ({len(logs)} pytest runs"
       f"{'; failing: ' + ', '.join(b.stem for b in bad) if bad else ''})")
 sys.exit(1 if bad else 0)
 PY
