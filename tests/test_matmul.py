@@ -201,34 +201,46 @@ def test_half_inputs_into_a_half_out_and_a_transposed_fast_configuration():
     assert_product(c, a, b)
 
 
-# Split-K (a dense layer's products at a small per-GPU batch): two blocks per tile of C, each adding its
-# slice of K's partial sums into c. Slices that end mid-tile, a slice with one tile, every transpose.
+# Split-K: the blocks of slice z write their partial sums into layer z of a workspace, added in order.
+# Slices that end mid-tile, a slice with one tile, more slices than tiles of K, every transpose.
 @pytest.mark.parametrize("trans", [(False, False), (True, False), (False, True)])
-@pytest.mark.parametrize("k", [4, 9, 37])
-def test_split_k_matches_numpy_and_gives_the_same_bits_each_time(trans, k):
+@pytest.mark.parametrize("k, split", [(4, 2), (9, 2), (37, 2), (37, 3), (37, 64)])
+def test_split_k_matches_numpy_and_gives_the_same_bits_each_time(trans, k, split):
     a, b = operands(21, k, 18, np.float32, seed=7)
     da = mm.cuda.to_device(np.ascontiguousarray(a.T) if trans[0] else a)
     db = mm.cuda.to_device(np.ascontiguousarray(b.T) if trans[1] else b)
     runs = []
     for _ in range(2):
-        c = mm.cuda.to_device(np.full((21, 18), np.nan, np.float32))   # zeroed by the launch, not by us
-        mm.launch("fast", da, db, c, trans_a=trans[0], trans_b=trans[1], split=2)
+        c = mm.cuda.to_device(np.full((21, 18), np.nan, np.float32))   # every element written by the launch
+        mm.launch("fast", da, db, c, trans_a=trans[0], trans_b=trans[1], split=split)
         runs.append(c.copy_to_host())
     assert_product(runs[0], a, b)
     assert runs[0].tobytes() == runs[1].tobytes()
 
 
-def test_split_k_is_chosen_for_grids_that_leave_sms_idle_only():
+def test_split_k_slices_add_in_order_and_two_give_the_unsplit_sum_of_halves():
+    """Two slices: C = (first half's sum) + (second half's sum), each half summed by the unsplit kernel."""
+    cfg = mm.fast_config(np.float32)
+    k = 8 * cfg.bk                                            # two slices of four tiles each
+    a, b = operands(19, k, 23, np.float32, seed=3)
+    c = mm.cuda.device_array((19, 23), np.float32)
+    mm.launch("fast", mm.cuda.to_device(a), mm.cuda.to_device(b), c, split=2)
+    halves = [mm.matmul(a[:, h * k // 2:(h + 1) * k // 2], b[h * k // 2:(h + 1) * k // 2], "fast") for h in (0, 1)]
+    assert c.copy_to_host().tobytes() == (halves[0] + halves[1]).tobytes()
+
+
+def test_split_k_is_planned_for_grids_that_leave_sms_idle_only():
     cfg = mm.FAST_CONFIG[np.dtype(np.float32)]
     if SIM:       # the simulator has no SMs to fill: never split there
-        assert mm.split_for(1, 1 << 12, cfg, np.float32, np.float32) == 1
+        assert mm.split_for(64, 64, 1 << 14, mm.fast_config(np.float32), np.float32, np.float32) == 1
         return
     sms = split_k.current_sms()
-    assert mm.split_for(sms, 4096, cfg, np.float32, np.float32) == 2
-    assert mm.split_for(sms + 1, 4096, cfg, np.float32, np.float32) == 1
-    assert mm.split_for(sms, 64, cfg, np.float32, np.float32) == 1         # too shallow to share
-    assert mm.split_for(sms, 4096, cfg, np.float64, np.float64) == 1       # float32 only
-    assert mm.split_for(sms, 4096, cfg, np.float16, np.float16) == 1
+    assert mm.split_for(333, 777, 9000, cfg, np.float32, np.float32) > 2      # 21 tiles of C, deep K
+    assert mm.split_for(512, 4096, 4096, cfg, np.float32, np.float32) == 2    # a dense layer at 512 a GPU
+    assert mm.split_for(8192, 8192, 4096, cfg, np.float32, np.float32) == 1   # the grid fills the GPU
+    assert mm.split_for(128, 128 * sms, 64, cfg, np.float32, np.float32) == 1  # too shallow to share
+    assert mm.split_for(333, 777, 9000, cfg, np.float64, np.float64) == 1     # float32 only
+    assert mm.split_for(333, 777, 9000, cfg, np.float16, np.float16) == 1
 
 
 @pytest.mark.parametrize("kernel", mm.KERNELS)

@@ -5,7 +5,8 @@ TM + TN shared values for TM * TN fused multiply-adds. A's tiles are stored tran
 both operands are read along rows; shared tiles are padded against bank conflicts and double-buffered,
 the next tile prefetched into registers while the current one is used. float16 inputs are multiplied
 and accumulated in float32; ``trans_a`` reads ``a.T`` in place (a dense layer's backward pass). A
-product whose grid would not fill the GPU is split along K (:func:`split_for`).
+float32 product whose grid would not fill the GPU is split along K as :mod:`.split_k` plans it
+(:func:`split_for`).
 
 ``matmul(a, b, kernel=...)`` runs any of the four kernels on NumPy arrays (returns NumPy) or device
 arrays (returns a device array); naive and tiled read a transposed operand through ``x.T``.
@@ -24,7 +25,6 @@ cuda = _cuda()  # decides GPU or simulator before numba reads its configuration
 
 import numba  # noqa: E402 - after the backend choice (numba reads NUMBA_ENABLE_CUDASIM on import)
 
-from hpclab.launch import launch_1d  # noqa: E402
 from hpclab.matmul import naive, split_k, tiled, warp  # noqa: E402
 from hpclab.quick_launch import Launches  # noqa: E402
 
@@ -51,6 +51,10 @@ class FastConfig:
     @property
     def threads(self) -> int:
         return (self.bm // self.tm) * (self.bn // self.tn)
+
+    def blocks_per_sm(self, split: bool = False) -> int:
+        """The blocks an SM holds at a time, for :mod:`.split_k`'s model: 512 threads (up to 128 registers each)."""
+        return max(1, 512 // self.threads)
 
     def label(self) -> str:
         return f"{self.bm}x{self.bn}x{self.bk} / {self.tm}x{self.tn} vec{self.vec} pad{self.pad}"
@@ -93,8 +97,8 @@ def acc_dtype(dtype) -> np.dtype:
 @lru_cache(maxsize=None)
 def fast_kernel(dtype, config: FastConfig, trans_a: bool = False, trans_b: bool = False, split: int = 1):
     """The register-blocked kernel for one input dtype, tile shape and pair of transposes (compiled
-    on first launch). ``split`` > 1 (split-K): ``blockIdx.z`` picks one of ``split`` slices of K, and each
-    block adds its partial sums into c atomically (c must be zero before)."""
+    on first launch). ``split`` > 1 (split-K): its third argument is a split x M x N workspace, and block z
+    (``blockIdx.z``) writes the partial sums over the z-th of ``split`` slices of K into layer z."""
     bad = config.problems(trans_a)
     if bad:
         raise ValueError(f"fast kernel configuration {config.label()} cannot be built: {'; '.join(bad)}")
@@ -249,10 +253,13 @@ def fast_kernel(dtype, config: FastConfig, trans_a: bool = False, trans_b: bool 
                 for j in range(ntn):
                     cc = col0 + b_thread + B_OFF[j]
                     if cc < N:
-                        if SPLIT > ONE:
-                            cuda.atomic.add(c, (r, cc), acc[i, j])
-                        else:
-                            c[r, cc] = acc[i, j]
+                        c[r, cc] = acc[i, j]
+
+    if split > 1:
+        @cuda.jit(fastmath=True)
+        def fast_split(a, b, w):
+            product(a, b, w[cuda.blockIdx.z])
+        return fast_split
 
     @cuda.jit(fastmath=True)
     def fast(a, b, c):
@@ -266,51 +273,50 @@ def fast_config(dtype) -> FastConfig:
     return SIM_FAST_CONFIG if backend.is_simulator() else FAST_CONFIG[acc_dtype(dtype)]
 
 
-def split_for(blocks: int, k: int, cfg: FastConfig, dtype, out_dtype) -> int:
-    """How many slices of K the fast kernel splits a product into: 2 when its grid has no more blocks than the
-    GPU has SMs (a dense layer's products at a small per-GPU batch: most of each SM would idle) and K is deep
-    enough to share; else 1. Two slices only, float32 only: two partial sums added to zero in either order
-    give the same bits, so the result does not depend on which block finishes first."""
-    if backend.is_simulator() or np.dtype(dtype) != np.float32 or np.dtype(out_dtype) != np.float32:
+def split_for(m: int, n: int, k: int, cfg: FastConfig, dtype, out_dtype) -> int:
+    """How many slices of K the fast kernel splits an m x n x k product into: :mod:`.split_k`'s plan for
+    ``cfg``'s tiles on this GPU (1 where the grid fills the GPU; on the simulator, always 1); float32 only (the
+    slices' sums go through a float32 workspace, added in a fixed order: the same bits on every run)."""
+    if np.dtype(dtype) != np.float32 or np.dtype(out_dtype) != np.float32:
         return 1
-    return 2 if blocks <= split_k.current_sms() and k >= 16 * cfg.bk else 1
+    return split_k.planned(m, n, k, (cfg,))[1]
 
 
 def auto_split(a, c, trans_a: bool = False, cfg: FastConfig | None = None) -> int:
     """:func:`split_for`'s choice for the fast kernel computing c = op(a) @ ...: products computed in row
     slices pass the whole product's choice, so that each slice gives the bits the whole would."""
     cfg = cfg or fast_config(a.dtype)
-    blocks = -(-c.shape[1] // cfg.bn) * -(-c.shape[0] // cfg.bm)
-    return split_for(blocks, a.shape[0] if trans_a else a.shape[1], cfg, a.dtype, c.dtype)
-
-
-@cuda.jit
-def zero_kernel(c):
-    for e in range(cuda.grid(1), c.size, cuda.gridsize(1)):
-        c[e // c.shape[1], e % c.shape[1]] = 0
+    return split_for(c.shape[0], c.shape[1], a.shape[0] if trans_a else a.shape[1], cfg, a.dtype, c.dtype)
 
 
 def _choose_fast(a, b, c, variant):
-    """(kernel, grid, threads) of the fast kernel; ``variant``: (config, trans_a, trans_b, slices of K)."""
+    """(kernel, grid, threads) of the fast kernel (with split-K, c is the slices' 3-d workspace); ``variant``:
+    (config, trans_a, trans_b, slices of K)."""
     cfg, trans_a, trans_b, split = variant
-    grid = ((c.shape[1] + cfg.bn - 1) // cfg.bn, (c.shape[0] + cfg.bm - 1) // cfg.bm) + ((split,) if split > 1 else ())
+    m, n = tuple(c.shape)[-2:]          # (the simulator's shapes take no negative index)
+    grid = (-(-n // cfg.bn), -(-m // cfg.bm)) + ((split,) if split > 1 else ())
     return fast_kernel(np.dtype(a.dtype), cfg, trans_a, trans_b, split=split), grid, cfg.threads
 
 
 _fast_launches = Launches(_choose_fast)
-_zero_launches = Launches(lambda c, variant=None: (zero_kernel, *launch_1d(c.size)))   # before each split product
 
 
 def launch(kernel: str, a, b, c, config=None,
            trans_a: bool = False, trans_b: bool = False, split: int | None = None) -> None:
     """c (M x N) = op(a) @ op(b) on device arrays, op(a) being a (M x K) or, with trans_a, a.T (a stored
-    K x M), likewise b; no checks. ``split`` (fast kernel): slices of K, None = :func:`split_for`'s choice."""
+    K x M), likewise b; no checks. ``split`` (fast kernel, float32): at most that many slices of K, None =
+    :func:`split_for`'s choice; the slices' partial sums are added in order 0, 1, ... (:mod:`.split_k`)."""
     if kernel == "fast":
         cfg = config or fast_config(np.dtype(a.dtype))
         split = auto_split(a, c, trans_a, cfg) if split is None else split
         if split > 1:
-            _zero_launches(c)
-        _fast_launches(a, b, c, variant=(cfg, bool(trans_a), bool(trans_b), split))
+            split = split_k.slices(a.shape[0] if trans_a else a.shape[1], cfg.bk, split)[0]
+        if split == 1:
+            _fast_launches(a, b, c, variant=(cfg, bool(trans_a), bool(trans_b), 1))
+            return
+        w = split_k.workspace(split, c.shape[0], c.shape[1])
+        _fast_launches(a, b, w, variant=(cfg, bool(trans_a), bool(trans_b), split))
+        split_k.add(w, c)
     elif kernel == "warp":
         warp.launch(a, b, c, config if isinstance(config, warp.WarpConfig) else None)
     else:
