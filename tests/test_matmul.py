@@ -229,6 +229,16 @@ def test_split_k_slices_add_in_order_and_two_give_the_unsplit_sum_of_halves():
     assert c.copy_to_host().tobytes() == (halves[0] + halves[1]).tobytes()
 
 
+def test_split_k_workspace_views_are_made_once_and_grow_with_the_product(monkeypatch):
+    monkeypatch.setattr(split_k, "_workspaces", {})               # no buffer yet, whatever ran before
+    first = split_k.workspace(3, 5, 7, stream=0)
+    assert tuple(first.shape) == (3, 5, 7) and split_k.workspace(3, 5, 7, stream=0) is first
+    other = split_k.workspace(2, 5, 7, stream=0)                  # fits the buffer: a second view of it
+    assert tuple(other.shape) == (2, 5, 7) and split_k.workspace(3, 5, 7, stream=0) is first
+    big = split_k.workspace(4, 50, 70, stream=0)                  # does not fit: a new buffer, new views
+    assert tuple(big.shape) == (4, 50, 70) and split_k.workspace(3, 5, 7, stream=0) is not first
+
+
 def test_split_k_is_planned_for_grids_that_leave_sms_idle_only():
     cfg = mm.FAST_CONFIG[np.dtype(np.float32)]
     if SIM:       # the simulator has no SMs to fill: never split there

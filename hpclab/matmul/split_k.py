@@ -102,7 +102,9 @@ def add_layers(w, c):
 
 # add(w, c, stream=...): c = the sum of w's layers, in order
 add = Launches(lambda w, c, variant=None: (add_layers, *launch_1d(c.shape[0] * c.shape[1])))
-_workspaces: dict = {}      # (device, stream) -> a float32 device buffer, grown as needed
+# (device, stream) -> (a float32 device buffer, grown as needed; its S x M x N views, each made once, as the DDP
+# trainer makes its views once: a device-array view costs the host time on every launch, benchmarks/HISTORY.md)
+_workspaces: dict = {}
 
 
 def workspace(split: int, m: int, n: int, stream=0):
@@ -110,10 +112,14 @@ def workspace(split: int, m: int, n: int, stream=0):
     and stream (products on one stream run one after another; another stream gets its own)."""
     key = (_device_id(), stream or 0)
     need = split * m * n
-    buf = _workspaces.get(key)
+    buf, views = _workspaces.get(key, (None, None))
     if buf is None or buf.size < need:
-        buf = _workspaces[key] = cuda.device_array(need, dtype=np.float32)
-    return buf[:need].reshape((split, m, n))
+        buf, views = cuda.device_array(need, dtype=np.float32), {}
+        _workspaces[key] = (buf, views)
+    view = views.get((split, m, n))
+    if view is None:
+        view = views[(split, m, n)] = buf[:need].reshape((split, m, n))
+    return view
 
 
 @lru_cache(maxsize=4096)
