@@ -229,6 +229,18 @@ def test_split_k_slices_add_in_order_and_two_give_the_unsplit_sum_of_halves():
     assert c.copy_to_host().tobytes() == (halves[0] + halves[1]).tobytes()
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float16])
+def test_split_k_leaves_other_dtypes_whole(dtype):
+    """The slices' workspace is float32: a float64 (or float16-in) product asked to split runs unsplit."""
+    a, b = operands(21, 37, 18, dtype, seed=5)
+    da, db = mm.cuda.to_device(a), mm.cuda.to_device(b)
+    split, whole = (mm.cuda.device_array((21, 18), dtype) for _ in range(2))
+    mm.launch("fast", da, db, split, split=4)
+    mm.launch("fast", da, db, whole, split=1)
+    assert split.copy_to_host().tobytes() == whole.copy_to_host().tobytes()
+    assert_product(split.copy_to_host(), a, b)
+
+
 def test_split_k_workspace_views_are_made_once_and_grow_with_the_product(monkeypatch):
     monkeypatch.setattr(split_k, "_workspaces", {})               # no buffer yet, whatever ran before
     first = split_k.workspace(3, 5, 7, stream=0)

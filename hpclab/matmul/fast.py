@@ -304,13 +304,16 @@ _fast_launches = Launches(_choose_fast)
 def launch(kernel: str, a, b, c, config=None,
            trans_a: bool = False, trans_b: bool = False, split: int | None = None) -> None:
     """c (M x N) = op(a) @ op(b) on device arrays, op(a) being a (M x K) or, with trans_a, a.T (a stored
-    K x M), likewise b; no checks. ``split`` (fast kernel, float32): at most that many slices of K, None =
-    :func:`split_for`'s choice; the slices' partial sums are added in order 0, 1, ... (:mod:`.split_k`)."""
+    K x M), likewise b; no checks. ``split`` (fast kernel, float32 in and out; other dtypes are not split): at
+    most that many slices of K, None = :func:`split_for`'s choice; the slices' partial sums are added in order
+    0, 1, ... (:mod:`.split_k`)."""
     if kernel == "fast":
         cfg = config or fast_config(np.dtype(a.dtype))
         split = auto_split(a, c, trans_a, cfg) if split is None else split
-        if split > 1:
+        if split > 1 and np.dtype(a.dtype) == np.float32 and np.dtype(c.dtype) == np.float32:
             split = split_k.slices(a.shape[0] if trans_a else a.shape[1], cfg.bk, split)[0]
+        else:       # the workspace is float32: another dtype's product is not split
+            split = 1
         if split == 1:
             _fast_launches(a, b, c, variant=(cfg, bool(trans_a), bool(trans_b), 1))
             return
