@@ -66,7 +66,8 @@ def default_method(r: int, s: int, stride: int) -> str:
     it applies, im2col + GEMM elsewhere (benchmarks/HISTORY.md)."""
     if backend.is_simulator():
         return "naive"
-    return "gemm" if conv_winograd.supported(r, s, stride) else "winograd"
+    why_not = conv_winograd.supported(r, s, stride)         # None: Winograd applies
+    return "winograd" if why_not is None else "gemm"
 
 
 def check_method(method: str | None, r: int, s: int, stride: int) -> str:
