@@ -567,3 +567,11 @@ def test_mpi_bad_version_is_reported_on_every_rank():
     proc = run_mpi(2, "run", "conv-halo", "--version", "v7", timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.count("argument --version: unknown version v7") == 1, proc.stderr
+
+
+def test_the_default_method_on_a_gpu_is_winograd_where_it_applies_else_gemm(monkeypatch):
+    monkeypatch.setattr(gpu.backend, "is_simulator", lambda: False)
+    assert [gpu.default_method(r, r, s) for r, s in ((3, 1), (5, 1), (11, 4), (3, 2), (7, 1))] == \
+        ["winograd", "winograd", "gemm", "gemm", "gemm"]
+    monkeypatch.setattr(gpu.backend, "is_simulator", lambda: True)
+    assert gpu.default_method(3, 3, 1) == "naive"
