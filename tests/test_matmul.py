@@ -150,6 +150,23 @@ def test_warp_kernel_reads_a_b_that_is_not_in_16_byte_runs():
     assert_product(c, a, b[:, 1:])
 
 
+@pytest.mark.parametrize("split", [1, 3])
+def test_warp_kernel_reads_16_byte_rows_that_end_inside_a_run(split):
+    """B's rows start on 16-byte boundaries but its width is not a multiple of 4: whole runs are read 16 bytes at a
+    time, the last one value by value, never past N (the simulator checks every index), whole and split."""
+    from hpclab.backend import cuda
+    from hpclab.matmul.wide import aligned
+
+    cfg = warp.CONFIG
+    m, k, n = cfg.bm + 3, 3 * cfg.bk + 5, cfg.bn + 5
+    a, b = operands(m, k, n + 3, np.float32, seed=6)
+    db = cuda().to_device(b)[:, :n]
+    assert aligned(db)
+    c = cuda().device_array((m, n), np.float32)
+    warp.launch(cuda().to_device(a), db, c, split=split)
+    assert_product(c.copy_to_host(), a, b[:, :n])
+
+
 def test_warp_configurations_that_cannot_be_built_are_named():
     with pytest.raises(ValueError, match="32 lanes"):
         warp.warp_kernel(warp.WarpConfig(128, 128, 16, 64, 64, 2, 2))
