@@ -152,8 +152,8 @@ def test_warp_kernel_reads_a_b_that_is_not_in_16_byte_runs():
 
 @pytest.mark.parametrize("split", [1, 3])
 def test_warp_kernel_reads_16_byte_rows_that_end_inside_a_run(split):
-    """B's rows start on 16-byte boundaries but its width is not a multiple of 4: whole runs are read 16 bytes at a
-    time, the last one value by value, never past N (the simulator checks every index), whole and split."""
+    """B's rows start on 16-byte boundaries but its width is not a multiple of 4: on a GPU whole runs are read 16 bytes
+    at a time, the last one value by value, never past N (the simulator checks every index), whole and split."""
     from hpclab.backend import cuda
     from hpclab.matmul.wide import aligned
 
