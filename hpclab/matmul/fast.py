@@ -310,16 +310,11 @@ def launch(kernel: str, a, b, c, config=None,
     if kernel == "fast":
         cfg = config or fast_config(np.dtype(a.dtype))
         split = auto_split(a, c, trans_a, cfg) if split is None else split
-        if split > 1 and np.dtype(a.dtype) == np.float32 and np.dtype(c.dtype) == np.float32:
+        if np.dtype(a.dtype) != np.float32 or np.dtype(c.dtype) != np.float32:
+            split = 1       # the workspace is float32: another dtype's product is not split
+        elif split > 1:
             split = split_k.slices(a.shape[0] if trans_a else a.shape[1], cfg.bk, split)[0]
-        else:       # the workspace is float32: another dtype's product is not split
-            split = 1
-        if split == 1:
-            _fast_launches(a, b, c, variant=(cfg, bool(trans_a), bool(trans_b), 1))
-            return
-        w = split_k.workspace(split, c.shape[0], c.shape[1])
-        _fast_launches(a, b, w, variant=(cfg, bool(trans_a), bool(trans_b), split))
-        split_k.add(w, c)
+        split_k.launch(_fast_launches, a, b, c, (cfg, bool(trans_a), bool(trans_b), split))
     elif kernel == "warp":
         warp.launch(a, b, c, config if isinstance(config, warp.WarpConfig) else None)
     else:

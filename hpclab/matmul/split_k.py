@@ -122,6 +122,19 @@ def workspace(split: int, m: int, n: int, stream=0):
     return view
 
 
+def launch(launches, a, b, c, variant: tuple, stream=0) -> None:
+    """c = a @ b by ``launches`` (a kernel family's :class:`Launches`; ``variant`` names the kernel and ends in its
+    slices of K): into c itself for one slice; else into this stream's workspace, a layer a slice, whose layers are
+    then added into c."""
+    split = variant[-1]
+    if split == 1:
+        launches(a, b, c, variant=variant, stream=stream)
+        return
+    w = workspace(split, c.shape[0], c.shape[1], stream)
+    launches(a, b, w, variant=variant, stream=stream)
+    add(w, c, stream=stream)
+
+
 @lru_cache(maxsize=4096)
 def planned(m: int, n: int, k: int, configs: tuple) -> tuple[object, int]:
     """:func:`plan` on this GPU, once per shape (a launch must cost the host microseconds, and a plan made on

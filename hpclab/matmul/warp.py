@@ -311,9 +311,4 @@ def launch(a, b, c, cfg: WarpConfig | None = None, stream=0, split: int | None =
     else:
         cfg = cfg or config_for(k)
         split = split_k.slices(k, cfg.bk, split)[0]
-    if split == 1:
-        _launches(a, b, c, variant=(cfg, 1), stream=stream)
-        return
-    w = split_k.workspace(split, m, n, stream)
-    _launches(a, b, w, variant=(cfg, split), stream=stream)
-    split_k.add(w, c, stream=stream)
+    split_k.launch(_launches, a, b, c, (cfg, split), stream)
