@@ -167,6 +167,38 @@ def test_warp_kernel_reads_16_byte_rows_that_end_inside_a_run(split):
     assert_product(c.copy_to_host(), a, b[:, :n])
 
 
+# C's last row and column of blocks shifted back to end at its edge: the overlapping outputs are computed twice, in
+# the same order, so C is bit for bit what the build that tests every load gives (which the shift replaces wherever
+# C is at least a tile each way); whole, with a ragged last tile of k, and in slices of K.
+# Sizes in the tiles of this backend's warp.CONFIG: (rows, k, columns) as (tiles, extra), and the slices of K.
+@pytest.mark.parametrize("rows, depth, cols, split", [((2, 6), (5, 0), (3, 4), 1), ((2, 6), (5, 3), (1, 9), 1),
+                                                      ((1, 13), (25, 3), (1, 4), 3)])
+def test_shifted_edge_tiles_give_the_bits_of_tested_loads(rows, depth, cols, split):
+    from hpclab.backend import cuda
+    from hpclab.matmul.wide import aligned
+
+    cfg = warp.CONFIG
+    m, k, n = (t * size + extra for (t, extra), size in zip((rows, depth, cols), (cfg.bm, cfg.bk, cfg.bn)))
+    a, b = operands(m, k, n, np.float32, seed=m + n)
+    da, db = cuda().to_device(a), cuda().to_device(b)
+    c = cuda().device_array((m, n), np.float32)
+    warp.launch(da, db, c, cfg, split=split)
+    slices = split_k.slices(k, cfg.bk, split)[0]
+    w = cuda().device_array((slices, m, n), np.float32)
+    assert warp.kernel_for(da, db, w if slices > 1 else c, cfg, slices > 1) is warp.warp_kernel(
+        cfg, False, aligned(db), False, slices > 1, shift=True, tail=bool(k % cfg.bk))
+    tested = warp.warp_kernel(cfg, True, aligned(db), False, slices > 1)
+    grid = (-(-n // cfg.bn), -(-m // cfg.bm)) + ((slices,) if slices > 1 else ())
+    ref = cuda().device_array((m, n), np.float32)
+    if slices > 1:
+        tested[grid, cfg.threads](da, db, w)
+        split_k.add(w, ref)
+    else:
+        tested[grid, cfg.threads](da, db, ref)
+    assert_product(c.copy_to_host(), a, b)
+    assert c.copy_to_host().tobytes() == ref.copy_to_host().tobytes()
+
+
 def test_warp_configurations_that_cannot_be_built_are_named():
     with pytest.raises(ValueError, match="32 lanes"):
         warp.warp_kernel(warp.WarpConfig(128, 128, 16, 64, 64, 2, 2))

@@ -30,6 +30,7 @@ FIXED_K = 32             # a block's fixed costs, in steps of k
 SATURATE = 384           # threads an SM needs resident to run the kernel at full rate (fewer: in proportion)
 BYTES_PER_S = 3e12       # the workspace's traffic (below the HBM's 3.4-4.8 TB/s: a sum of layers streams)
 LAUNCH_S = 5e-6          # the second kernel's start
+FOUR_WARPS = 0.94        # the rate of blocks of four warps against eight (more copying and barriers per product)
 FULL_WAVES = 3           # a grid this many times the GPU's blocks at a time is left whole
 MIN_SLICE = 256          # no slice of K shallower than this: its fixed costs would dominate
 MAX_SPLIT = 64
@@ -49,7 +50,7 @@ def seconds(m: int, n: int, k: int, cfg, split: int, sms: int) -> float:
     blocks = -(-m // cfg.bm) * -(-n // cfg.bn) * split
     most = -(-blocks // sms)                                # the blocks of the busiest SM, one after another
     resident = min(most, cfg.blocks_per_sm(split > 1))      # at a time (the kernel's launch bounds)
-    rate = FMA_PER_SM * min(1.0, resident * cfg.threads / SATURATE)
+    rate = FMA_PER_SM * min(1.0, resident * cfg.threads / SATURATE) * (1.0 if cfg.threads >= 256 else FOUR_WARPS)
     t = most * cfg.bm * cfg.bn * (min(depth, k) + FIXED_K) / rate
     if split > 1:
         t += (2 * split + 1) * m * n * 4 / BYTES_PER_S + LAUNCH_S

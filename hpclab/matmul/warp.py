@@ -5,8 +5,11 @@ form an LM x LN grid; each lane owns MI x NI sub-tiles of 4 x 4 outputs, LM * 4 
 apart, so at every step of k a warp reads few distinct shared words (mostly broadcasts), four per 16-byte
 load. Also unlike ``fast``:
 
-- Any M, N, K (float32, untransposed), bounds checked at the edges only: a block tests once whether its
-  tile lies inside C, and each tile of k whether it is whole; sizes that divide the tiles need no test.
+- Any M, N, K (float32, untransposed). Where C's sizes do not divide the tiles, the last row and column of
+  blocks are shifted back to end at C's edge (their tiles overlap their neighbours', whose outputs they compute
+  again, bit for bit the same), so every block runs the loop of whole tiles; only C smaller than a tile (or B's
+  rows in runs that the shift would split) takes the build that tests each load's bounds. A K that does not
+  divide the tiles costs one test a tile of k.
 - B's tile is copied four columns at a time, one 16-byte global load and shared store (:mod:`.wide`);
   A's, stored transposed, value by value (benchmarks/HISTORY.md says why).
 - A step's products in serpentine order (every other row backwards), so consecutive FFMAs share an operand.
@@ -81,8 +84,8 @@ class WarpConfig:
             out.append(f"{nt} threads per block is more than 1024")
         if nt % self.bk or self.bm % (nt // self.bk):
             out.append("the A tile (bm x bk) must split into whole rows of threads")
-        if nt % (self.bn // 4) or self.bk % (nt // (self.bn // 4)):
-            out.append("the B tile (bk x bn), in runs of 4, must split into whole rows of threads")
+        if any(nt % (self.bn // unit) or self.bk % (nt // (self.bn // unit)) for unit in (4, 1)):
+            out.append("the B tile (bk x bn), in runs of 4 or value by value, must split into whole rows of threads")
         if self.bk not in (4, 8, 12, 16):
             out.append("bk must be 4, 8, 12 or 16 (the kernel writes out a tile's steps of k, four at a time)")
         return out
@@ -117,29 +120,34 @@ def plan(m: int, n: int, k: int) -> tuple[WarpConfig, int]:
 
 @lru_cache(maxsize=None)
 def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True, batched: bool = False,
-                split: bool = False):
-    """The float32 kernel for one tile shape, for any sizes (``edges``), B read in 16-byte ``runs``; ``batched``:
-    c[z] = a[z] @ b[z] for 3-d arrays, z = blockIdx.z; ``split``: w[z] = the product over the z-th of
-    w.shape[0] slices of K (2-d a and b, 3-d w)."""
+                split: bool = False, shift: bool = False, tail: bool = False):
+    """The float32 kernel for one tile shape: ``edges``, any sizes (every load at C's edge tested); ``shift``, C at
+    least a tile in each direction but not a multiple of it (the last blocks shifted back inside); ``tail``, a K
+    that ends inside a tile of k; B read in 16-byte ``runs``; ``batched``: c[z] = a[z] @ b[z] for 3-d arrays,
+    z = blockIdx.z; ``split``: w[z] = the product over the z-th of w.shape[0] slices of K (2-d a and b, 3-d w)."""
     bad = cfg.problems()
     if bad:
         raise ValueError(f"warp kernel configuration {cfg.label()} cannot be built: {'; '.join(bad)}")
     U = np.uint64   # unsigned indices need no negative-index guard (see fast.py)
+    ZERO, ONE, TWO, THREE, FOUR = U(0), U(1), U(2), U(3), U(4)
     BM, BN, BK, WM, WN, NT = (U(x) for x in (cfg.bm, cfg.bn, cfg.bk, cfg.wm, cfg.wn, cfg.threads))
     LN = U(cfg.lanes[1])
     SA, SB = BM + U(cfg.pad), BN + U(cfg.pad)          # shared row lengths (A is stored k-major)
-    B_RUNS = BN // U(4)                                # B's tile rows copied in runs of 4
-    A_STEP, B_STEP = NT // BK, NT // B_RUNS            # tile rows one copying pass covers
-    A_N, B_N = cfg.bm * cfg.bk // cfg.threads, cfg.bk * cfg.bn // 4 // cfg.threads  # values, runs per thread
-    B_HELD = 4 * B_N
+    # B's tile is copied in units of 4 values (a 16-byte load) with ``runs``, else of one: thread t copies units
+    # t, t + NT, ... of the tile in row-major order, so a warp's loads and shared stores are of adjacent units
+    # (four 4-byte loads of a run each were 16 bytes apart across the warp: four times the memory transactions)
+    B_UNIT = 4 if runs else 1
+    B_ROW = BN // U(B_UNIT)                            # units in a row of B's tile
+    A_STEP, B_STEP = NT // BK, NT // B_ROW             # tile rows one copying pass covers
+    A_N, B_N = cfg.bm * cfg.bk // cfg.threads, cfg.bk * cfg.bn // B_UNIT // cfg.threads  # values, units per thread
+    B_HELD = B_UNIT * B_N
     MI, NI, TM, TN = cfg.mi, cfg.ni, 4 * cfg.mi, 4 * cfg.ni
     A_SUB, B_SUB = U(4 * cfg.lanes[0]), U(4 * cfg.lanes[1])    # sub-tiles of one lane, this far apart
     A_SHARED, B_SHARED = 2 * cfg.bk * (cfg.bm + cfg.pad), 2 * cfg.bk * (cfg.bn + cfg.pad)  # plain ints: array sizes
     # Unsigned too: Numba types uint64 * int as int64, and a signed shared index gets a negative-index test
     # (16 x 8 outputs per lane: 256 compares and selects, scalar shared loads instead of 16-byte ones).
     A_BUF, B_BUF = U(A_SHARED // 2), U(B_SHARED // 2)
-    ZERO, ONE, TWO, THREE, FOUR = U(0), U(1), U(2), U(3), U(4)
-    EDGES, RUNS = bool(edges), bool(runs)
+    EDGES, RUNS, SHIFT, TAIL = bool(edges), bool(runs), bool(shift), bool(tail) or bool(edges)
     # An edge tile's whole runs of B in 16-byte loads too; not in blocks of 128 threads, whose 128 registers
     # it would overflow into local memory (measured: 240-280 bytes a thread)
     WIDE_EDGE = RUNS and cfg.threads >= 256
@@ -171,24 +179,26 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
 
     @cuda.jit(device=True)
     def fetch_edge(a, b, k0, K, row0, col0, a_r, a_k, b_k, b_c, a_next, b_next):
-        """A tile at an edge: global -> registers, zeros outside a and b (and past k = K)."""
+        """A tile at an edge: global -> registers, zeros past k = K (and, in the ``edges`` build, outside a and b;
+        without it the tile's rows and columns lie inside, and those tests vanish when Numba compiles)."""
         M, N = uint64(a.shape[0]), uint64(b.shape[1])
         for s in range(A_N):
             r, kk = row0 + a_r + U(s) * A_STEP, k0 + a_k
-            a_next[s] = a[r, kk] if r < M and kk < K else float32(0)
+            a_next[s] = a[r, kk] if (not EDGES or r < M) and kk < K else float32(0)
         for s in range(B_N):
             kk, cc = k0 + b_k + U(s) * B_STEP, col0 + b_c
-            if WIDE_EDGE and kk < K and cc + THREE < N:    # a whole run: still one 16-byte load
+            if WIDE_EDGE and kk < K and (not EDGES or cc + THREE < N):    # a whole run: still one 16-byte load
                 b_next[4 * s], b_next[4 * s + 1], b_next[4 * s + 2], b_next[4 * s + 3] = load4(b, kk, cc)
             else:
-                for j in range(4):
-                    b_next[4 * s + j] = b[kk, cc + U(j)] if kk < K and cc + U(j) < N else float32(0)
+                for j in range(B_UNIT):
+                    b_next[B_UNIT * s + j] = (b[kk, cc + U(j)] if kk < K and (not EDGES or cc + U(j) < N)
+                                              else float32(0))
 
-    # The edge tests take registers, and blocks of fewer than 256 threads are meant to share an SM: ask for
-    # cfg.blocks_per_sm() blocks per SM still (512 threads of 128 registers; three blocks for a split kernel).
+    # The edge tests and the shift take registers, and blocks of fewer than 256 threads are meant to share an SM:
+    # ask for cfg.blocks_per_sm() blocks per SM still (512 threads of 128 registers; three for a split kernel).
     small = cfg.threads < 256
     bounds = ({"launch_bounds": (cfg.threads, cfg.blocks_per_sm(split))}
-              if (edges or small) and backend.name() == "gpu" else {})
+              if (TAIL or SHIFT or small) and backend.name() == "gpu" else {})
 
     @cuda.jit(device=True, fastmath=True)
     def block_tile(a, b, c, k_lo, K):
@@ -196,12 +206,14 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
         M, N = uint64(a.shape[0]), uint64(b.shape[1])
         tid = uint64(cuda.threadIdx.x)
         row0, col0 = uint64(cuda.blockIdx.y) * BM, uint64(cuda.blockIdx.x) * BN
+        if SHIFT:         # the last tiles end at C's edge (M >= BM, N >= BN: kernel_for's test)
+            row0, col0 = min(row0, M - BM), min(col0, N - BN)
         warp, lane = tid // U(32), tid % U(32)
         # This lane's first row and column inside the block tile.
         m0 = (warp // (BN // WN)) * WM + (lane // LN) * FOUR
         n0 = (warp % (BN // WN)) * WN + (lane % LN) * FOUR
         a_k, a_r = tid % BK, tid // BK                 # what this thread copies (coalesced along k / n)
-        b_c, b_k = (tid % B_RUNS) * FOUR, tid // B_RUNS
+        b_c, b_k = (tid % B_ROW) * U(B_UNIT), tid // B_ROW
         As = cuda.shared.array(A_SHARED, float32, alignment=16)   # As[buf, k, m] = A[row0 + m, k0 + k]
         Bs = cuda.shared.array(B_SHARED, float32, alignment=16)   # Bs[buf, k, n] = B[k0 + k, col0 + n]
         acc = cuda.local.array((TM, TN), float32)
@@ -212,12 +224,13 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
         for i in range(TM):
             for j in range(TN):
                 acc[i, j] = 0
-        # Without ``edges`` the sizes divide the tiles: every tile is whole and these tests vanish.
-        inside = not EDGES or (row0 + BM <= M and col0 + BN <= N)
+        # Without ``edges`` every block's tile lies inside C, and without ``tail`` every tile of k is whole:
+        # these tests vanish when Numba compiles.
+        outside = EDGES and not (row0 + BM <= M and col0 + BN <= N)
         tiles = (K - k_lo + BK - ONE) // BK
         for t in range(ZERO, tiles + ONE):
             cur, nxt, more, k0 = t % U(2), ONE - t % U(2), t < tiles, k_lo + t * BK
-            if more and EDGES and not (inside and k0 + BK <= K):
+            if more and TAIL and (outside or k0 + BK > K):
                 fetch_edge(a, b, k0, K, row0, col0, a_r, a_k, b_k, b_c, a_next, b_next)
             elif more:        # tile t: global -> registers; the loads are in flight during the products
                 for s in range(A_N):
@@ -228,8 +241,7 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
                         b_next[4 * s], b_next[4 * s + 1], b_next[4 * s + 2], b_next[4 * s + 3] = \
                             load4(b, k_b, col0 + b_c)
                     else:
-                        for j in range(4):
-                            b_next[4 * s + j] = b[k_b, col0 + b_c + U(j)]
+                        b_next[s] = b[k_b, col0 + b_c]
             if t > ZERO:      # tile t - 1 is in shared buffer `cur`: multiply it
                 a_base, b_base = cur * A_BUF + m0, cur * B_BUF + n0
                 # The tile's steps of k written out, four at a time (BK is a constant: the
@@ -246,8 +258,11 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
                 for s in range(A_N):
                     As[nxt * A_BUF + a_k * SA + a_r + U(s) * A_STEP] = a_next[s]
                 for s in range(B_N):
-                    store4(Bs, nxt * B_BUF + (b_k + U(s) * B_STEP) * SB + b_c,
-                           b_next[4 * s], b_next[4 * s + 1], b_next[4 * s + 2], b_next[4 * s + 3])
+                    at = nxt * B_BUF + (b_k + U(s) * B_STEP) * SB + b_c
+                    if RUNS:
+                        store4(Bs, at, b_next[4 * s], b_next[4 * s + 1], b_next[4 * s + 2], b_next[4 * s + 3])
+                    else:
+                        Bs[at] = b_next[s]
             cuda.syncthreads()
         for s in range(MI):
             for i in range(4):
@@ -281,11 +296,16 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
 
 
 def kernel_for(a, b, c, cfg: WarpConfig = CONFIG, split: bool = False):
-    """The kernel ``launch`` runs: edge tests if the sizes do not divide the tiles, B in 16-byte runs if it can
-    (3-d c: the batched kernel, or with ``split`` the slices' partial sums)."""
+    """The kernel ``launch`` runs: B in 16-byte runs if it can; C's sizes that do not divide the tiles by shifted
+    tiles, or where C is smaller than a tile (or a shifted column of runs would not start a run) by tested loads;
+    a K that does not divide them by a tested last tile (3-d c: the batched kernel, or with ``split`` the slices'
+    partial sums)."""
     (m, n), k = tuple(c.shape)[-2:], tuple(a.shape)[-1]     # (the simulator's shapes take no negative index)
-    edges = bool(m % cfg.bm or n % cfg.bn or k % cfg.bk)
-    return warp_kernel(cfg, edges, aligned(b), len(c.shape) == 3 and not split, split)
+    runs = aligned(b)
+    ragged = bool(m % cfg.bm or n % cfg.bn)
+    edges = ragged and (m < cfg.bm or n < cfg.bn or (runs and n % 4 > 0))
+    return warp_kernel(cfg, edges, runs, len(c.shape) == 3 and not split, split, shift=ragged and not edges,
+                       tail=bool(k % cfg.bk))
 
 
 def _choose(a, b, c, variant: tuple[WarpConfig, int]):
