@@ -10,8 +10,9 @@ load. Also unlike ``fast``:
   again, bit for bit the same), so every block runs the loop of whole tiles; only C smaller than a tile (or B's
   rows in runs that the shift would split) takes the build that tests each load's bounds. A K that does not
   divide the tiles costs one test a tile of k.
-- B's tile is copied four columns at a time, one 16-byte global load and shared store (:mod:`.wide`);
-  A's, stored transposed, value by value (benchmarks/HISTORY.md says why).
+- B's tile is copied four columns at a time, one 16-byte global load and shared store (:mod:`.wide`), where
+  B's rows start on 16-byte boundaries; else value by value, each of a warp's loads on adjacent words. A's,
+  stored transposed, value by value (benchmarks/HISTORY.md says why).
 - A step's products in serpentine order (every other row backwards), so consecutive FFMAs share an operand.
 
 ``warp_kernel(WarpConfig)`` builds it. ``launch`` picks the tile shape and, for a product whose tiles of C are
