@@ -199,6 +199,14 @@ def test_shifted_edge_tiles_give_the_bits_of_tested_loads(rows, depth, cols, spl
     assert c.copy_to_host().tobytes() == ref.copy_to_host().tobytes()
 
 
+def test_a_kernel_asked_for_in_different_words_is_built_once():
+    """The bench reads the registers and SASS of the fast kernel the launch compiled: the same object, whether the
+    defaults are spelled out or not."""
+    cfg = mm.fast_config(np.float32)
+    assert mm.fast_kernel(np.float32, cfg) is mm.fast_kernel(np.dtype(np.float32), cfg, False, False, split=1)
+    assert mm.fast_kernel(np.float32, cfg, split=2) is not mm.fast_kernel(np.float32, cfg)
+
+
 def test_warp_configurations_that_cannot_be_built_are_named():
     with pytest.raises(ValueError, match="32 lanes"):
         warp.warp_kernel(warp.WarpConfig(128, 128, 16, 64, 64, 2, 2))

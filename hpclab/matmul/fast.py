@@ -94,11 +94,17 @@ def acc_dtype(dtype) -> np.dtype:
     return np.dtype(np.float32) if np.dtype(dtype) == HALF else np.dtype(dtype)
 
 
-@lru_cache(maxsize=None)
 def fast_kernel(dtype, config: FastConfig, trans_a: bool = False, trans_b: bool = False, split: int = 1):
     """The register-blocked kernel for one input dtype, tile shape and pair of transposes (compiled
     on first launch). ``split`` > 1 (split-K): its third argument is a split x M x N workspace, and block z
     (``blockIdx.z``) writes the partial sums over the z-th of ``split`` slices of K into layer z."""
+    # one build for each kernel however it is asked for (defaults given or not): the launch's, the GEMM
+    # convolution's and the one whose resources the bench reads are then the same compiled kernel
+    return _fast_kernel(np.dtype(dtype), config, bool(trans_a), bool(trans_b), int(split))
+
+
+@lru_cache(maxsize=None)
+def _fast_kernel(dtype, config: FastConfig, trans_a: bool, trans_b: bool, split: int):
     bad = config.problems(trans_a)
     if bad:
         raise ValueError(f"fast kernel configuration {config.label()} cannot be built: {'; '.join(bad)}")
