@@ -233,7 +233,7 @@ def main(argv=None) -> int:
                 err = check(c)
                 row.update(seconds=t, tflops=flop / t / 1e12, max_rel_error=err, correct=err <= TOLERANCE)
                 compiled = (warp.kernel_for(a, b, c, cfg[0], cfg[1] > 1) if kernel == "warp" else
-                            mm.fast_kernel(f32, cfg, False, False) if kernel == "fast" else
+                            mm.fast_kernel(f32, cfg, split=mm.auto_split(a, c, cfg=cfg)) if kernel == "fast" else
                             naive.naive_kernel if kernel == "naive" else tiled.tiled_kernel)
                 threads = (cfg[0] if kernel == "warp" else cfg).threads if cfg else (
                     naive.BLOCK ** 2 if kernel == "naive" else tiled.TILE ** 2)
