@@ -1,6 +1,6 @@
 """``python -m benchmarks matmul``: the Numba kernels against cuBLAS, in one run, on one GPU.
 
-    python -m benchmarks matmul --sizes 4096,8192,4095,3000x5000x700 [--json] [--out FILE]
+    python -m benchmarks matmul --sizes 4096,8192,4095,3000x5000x700 [--layouts nn,tn,nt] [--json] [--out FILE]
 
 For each size (float32; N is an N x N x N product, MxNxK an M x K by K x N one): the naive kernel
 (the smallest product only, up to 4096: it is slow), the tiled kernel, candidate tile shapes of
@@ -8,7 +8,10 @@ the fast and warp kernels, and cuBLAS SGEMM through CuPy when it imports. Report
 ratio to cuBLAS (timed in turns with each kernel, kernel, cuBLAS, kernel, ...: a kernel timed
 minutes after cuBLAS may meet other clocks) and to the FP32 peak, a correctness check against
 cuBLAS (or NumPy), and per configuration the registers, shared and local memory (spills) and the
-occupancy that follows. On the simulator it runs tiny sizes: the figures say nothing about speed.
+occupancy that follows. ``--layouts tn,nt`` also times each size with A (tn) or B (nt) stored transposed and
+read in place, as a dense layer's backward products are (the fast and warp kernels and cuBLAS only; such a
+shape's key ends in its layout: ``4096x4096x512-tn``). On the simulator it runs tiny sizes: the figures say
+nothing about speed.
 """
 from __future__ import annotations
 
@@ -56,6 +59,16 @@ def _sizes(text: str) -> tuple:
 
 
 GPU_SIZES = ((4096,) * 3, (8192,) * 3, (4095,) * 3, (3000, 5000, 700))
+LAYOUTS = ("nn", "tn", "nt", "tt")     # op(A) op(B): n as stored, t read transposed in place
+
+
+def _layouts(text: str) -> tuple:
+    items = tuple(dict.fromkeys(x.strip().lower() for x in str(text).split(",")))
+    bad = [x for x in items if x not in LAYOUTS]
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown layout {', '.join(map(repr, bad))}; "
+                                         f"choose from {', '.join(LAYOUTS)}")
+    return items
 
 
 def sm_limits(cuda) -> dict:
@@ -147,6 +160,8 @@ def main(argv=None) -> int:
     p.add_argument("--no-sweep", action="store_true", help="only the default fast configuration")
     p.add_argument("--splits", type=count_list(1, 1024, example="1,2,4,8"), default=None,
                    help="also run the warp kernel's three tile shapes with K in these many slices")
+    p.add_argument("--layouts", type=_layouts, default=("nn",),
+                   help="comma-separated operand layouts to time: nn (default), tn (A stored transposed), nt, tt")
     p.add_argument("--json", action="store_true", help="print one JSON line at the end")
     p.add_argument("--out", default=None, help="also write the JSON to this file")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
@@ -180,21 +195,27 @@ def main(argv=None) -> int:
               "default_fast_config": default.label(), "default_warp_config": warp.CONFIG.label(),   # per size below
               "sizes": {}, "shapes": {}}   # square sizes (N), other shapes (MxNxK)
     smallest = min(sizes, key=lambda s: s[0] * s[1] * s[2])
-    for m, n, k in sizes:
+    for (m, n, k), layout in ((size, layout) for size in sizes for layout in args.layouts):
         rng, a_h, b_h, a, b, c = operands(cuda, m, n, k)
+        ta, tb = layout[0] == "t", layout[1] == "t"
+        if ta:       # the same product with A (B) stored transposed: op(a) = a.T
+            a = cuda.to_device(np.ascontiguousarray(a_h.T))
+        if tb:
+            b = cuda.to_device(np.ascontiguousarray(b_h.T))
         chosen, split = warp.plan(m, n, k)     # what launch() runs at this shape: the default row
         # (tile shape, slices of K) of each warp row: the plan's, each swept shape with the plan's slicing for it,
         # and with --splits each of the three tile shapes launch() chooses from at those slice counts
         warp_rows = [(chosen, split)] + [split_k.planned(m, n, k, (cfg,)) for cfg in warp_sweep if cfg != chosen]
         warp_rows += [(cfg, split_k.slices(k, cfg.bk, s)[0]) for cfg in dict.fromkeys([warp.CONFIG, warp.SHALLOW, warp.SHORT])
                       for s in args.splits or ()]
-        warp_rows = list(dict.fromkeys(warp_rows))
+        warp_rows = list(dict.fromkeys(warp_rows)) if layout == "nn" else [(chosen, split)]
         planned = warp_label(chosen, split)
         flop = mm.flops(m, k, n)
         reps = args.repeats or (2 if sim else (20 if flop <= mm.flops(4096, 4096, 4096) else 10))
         rows, reference, cublas_fn = [], None, None
         if cp is not None:
             a_cp, b_cp = cp.asarray(a), cp.asarray(b)
+            a_cp, b_cp = a_cp.T if ta else a_cp, b_cp.T if tb else b_cp      # transposed views: cuBLAS's op flags
             reference = out_cp = cp.empty((m, n), dtype=cp.float32)
             cublas_fn = lambda: cp.matmul(a_cp, b_cp, out=out_cp)  # noqa: E731
             t = median_time(cublas_fn, repeats=reps, warmup=2)
@@ -213,18 +234,20 @@ def main(argv=None) -> int:
             return float(np.abs(got - ref_rows).max() / np.abs(ref_rows).max())
 
         plan = []
-        if max(m, n, k) <= NAIVE_MAX and (m, n, k) == smallest:
+        if max(m, n, k) <= NAIVE_MAX and (m, n, k) == smallest and layout == "nn":
             plan.append(("naive", None, max(1, min(reps, 2))))
-        plan.append(("tiled", None, max(1, min(reps, 3))))
-        plan += [("fast", cfg, reps) for cfg in configs] + [("warp", cfg, reps) for cfg in warp_rows]
+        if layout == "nn":
+            plan.append(("tiled", None, max(1, min(reps, 3))))
+        plan += [("fast", cfg, reps) for cfg in (configs if layout == "nn" else [default])]
+        plan += [("warp", cfg, reps) for cfg in warp_rows]
         for kernel, cfg, r in plan:
             row = {"kernel": kernel, "config": warp_label(*cfg) if kernel == "warp" else cfg.label() if cfg else
                    (f"{tiled.TILE}x{tiled.TILE} tiles" if kernel == "tiled" else "one output per thread")}
             try:
                 if kernel == "warp":
-                    fn = lambda: warp.launch(a, b, c, cfg[0], split=cfg[1])  # noqa: E731
+                    fn = lambda: warp.launch(a, b, c, cfg[0], split=cfg[1], trans_a=ta, trans_b=tb)  # noqa: E731
                 else:
-                    fn = lambda: mm.launch(kernel, a, b, c, config=cfg)  # noqa: E731
+                    fn = lambda: mm.launch(kernel, a, b, c, config=cfg, trans_a=ta, trans_b=tb)  # noqa: E731
                 if cublas_fn is None:
                     t = median_time(fn, repeats=r, warmup=1)
                 else:   # cuBLAS in turns with the kernel: the ratio compares like clocks with like
@@ -232,13 +255,14 @@ def main(argv=None) -> int:
                     row["cublas_tflops"] = flop / t_ref / 1e12
                 err = check(c)
                 row.update(seconds=t, tflops=flop / t / 1e12, max_rel_error=err, correct=err <= TOLERANCE)
-                compiled = (warp.kernel_for(a, b, c, cfg[0], cfg[1] > 1) if kernel == "warp" else
-                            mm.fast_kernel(f32, cfg, split=mm.auto_split(a, c, cfg=cfg)) if kernel == "fast" else
+                fast_split = mm.auto_split(a, c, ta, cfg) if kernel == "fast" else 1
+                compiled = (warp.kernel_for(a, b, c, cfg[0], cfg[1] > 1, ta, tb) if kernel == "warp" else
+                            mm.fast_kernel(f32, cfg, ta, tb, split=fast_split) if kernel == "fast" else
                             naive.naive_kernel if kernel == "naive" else tiled.tiled_kernel)
                 threads = (cfg[0] if kernel == "warp" else cfg).threads if cfg else (
                     naive.BLOCK ** 2 if kernel == "naive" else tiled.TILE ** 2)
                 row.update(resources(compiled, threads, dev))
-                if cfg in (default, (chosen, split)) and (m, n, k) == sizes[0]:
+                if cfg in (default, (chosen, split)) and (m, n, k) == sizes[0] and layout == "nn":
                     row["sass"] = sass_counts(compiled)
             except Exception as exc:  # noqa: BLE001 - one bad configuration must not end the sweep
                 row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
@@ -259,8 +283,8 @@ def main(argv=None) -> int:
                             f"best_{kernel}_vs_cublas": best[kernel] and best[kernel].get("vs_cublas"),
                             f"default_{kernel}_vs_cublas": next((r.get("vs_cublas") for r in mine
                                                                  if r["config"] == label), None)})
-        key = str(n) if m == n == k else f"{m}x{n}x{k}"
-        record["sizes" if m == n == k else "shapes"][key] = summary
+        key = (str(n) if m == n == k else f"{m}x{n}x{k}") if layout == "nn" else f"{m}x{n}x{k}-{layout}"
+        record["sizes" if key.isdigit() else "shapes"][key] = summary
         print_table(key, rows, best)
         del a, b, c
     wrong = [(n, r["kernel"], r["config"]) for n, s in {**record["sizes"], **record["shapes"]}.items()

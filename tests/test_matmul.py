@@ -199,6 +199,39 @@ def test_shifted_edge_tiles_give_the_bits_of_tested_loads(rows, depth, cols, spl
     assert c.copy_to_host().tobytes() == ref.copy_to_host().tobytes()
 
 
+# An operand stored transposed (a as K x M, b as N x K: a dense layer's backward products) is read in place, along
+# its stored rows: the same sums in the same order as the untransposed product, so the same bits; small C (tested
+# loads), C shifted at its edges with a ragged last tile of k, whole tiles, and in slices of K.
+@pytest.mark.parametrize("config", WARP_CONFIGS)
+@pytest.mark.parametrize("trans", [(True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("rows, depth, cols, split", [((0, 19), (1, 3), (0, 21), 1), ((2, 3), (3, 5), (1, 7), 1),
+                                                      ((1, 0), (2, 0), (2, 0), 1), ((1, 5), (4, 2), (1, 3), 3)])
+def test_warp_kernel_reads_transposed_operands_in_place_bit_for_bit(config, trans, rows, depth, cols, split):
+    from hpclab.backend import cuda
+
+    m, k, n = (t * size + extra for (t, extra), size in zip((rows, depth, cols), (config.bm, config.bk, config.bn)))
+    a, b = operands(m, k, n, np.float32, seed=m + 3 * n)
+    plain = cuda().device_array((m, n), np.float32)
+    warp.launch(cuda().to_device(a), cuda().to_device(b), plain, config, split=split)
+    got = cuda().device_array((m, n), np.float32)
+    warp.launch(cuda().to_device(np.ascontiguousarray(a.T) if trans[0] else a),
+                cuda().to_device(np.ascontiguousarray(b.T) if trans[1] else b), got, config, split=split,
+                trans_a=trans[0], trans_b=trans[1])
+    assert_product(got.copy_to_host(), a, b)
+    assert got.copy_to_host().tobytes() == plain.copy_to_host().tobytes()
+
+
+def test_warp_kernel_names_a_tile_shape_that_cannot_read_a_transposed_operand():
+    cfg = warp.WarpConfig(128, 16, 16, 64, 16, 2, 1)   # 64 threads: fewer than a row of A^T's 128-wide tile
+    assert cfg.problems() == [] and cfg.problems(trans_b=True) == []
+    with pytest.raises(ValueError, match="transposed A"):
+        warp.warp_kernel(cfg, trans_a=True)
+    with pytest.raises(ValueError, match="transposed B is read value by value"):
+        warp.warp_kernel(warp.CONFIG, runs=True, trans_b=True)
+    with pytest.raises(ValueError, match="batched product"):
+        warp.warp_kernel(warp.CONFIG, batched=True, trans_a=True)
+
+
 def test_a_kernel_asked_for_in_different_words_is_built_once():
     """The bench reads the registers and SASS of the fast kernel the launch compiled: the same object, whether the
     defaults are spelled out or not."""
@@ -227,12 +260,12 @@ def test_the_kernels_a_notebook_shows_are_plain():
     assert tiled.TILE == (16 if SIM else 32)          # 32 x 32 on a GPU: the recorded 15.4 % of cuBLAS
 
 
-# Transposed operands are read in place by the fast kernel (a stored K x M, b
-# stored N x K), as a dense layer's backward pass needs, and through x.T by the
+# Transposed operands are read in place by the fast and warp kernels (a stored
+# K x M, b stored N x K), as a dense layer's backward pass needs, and through x.T by the
 # naive and tiled ones; float16 inputs are multiplied in float32 by the fast kernel.
 @pytest.mark.parametrize("trans", [(True, False), (False, True), (True, True)])
 @pytest.mark.parametrize("kernel, dtype", [(k, d) for k in mm.KERNELS for d in (np.float32, np.float64)]
-                         + [("fast", np.float16)])
+                         + [("fast", np.float16), ("warp", np.float32)])
 def test_transposed_and_half_operands_match_numpy(kernel, dtype, trans):
     a, b = operands(19, 13, 21, dtype, seed=4)
     a_in = np.ascontiguousarray(a.T) if trans[0] else a

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hpclab.matmul import fast as mm
+from hpclab.matmul import fast as mm, warp
 from hpclab.ddp import mlp as K
 from hpclab.ddp import reference as R
 
@@ -35,10 +35,32 @@ def test_gemm_matches_numpy(kernel, dtype, tol, trans):
     np.testing.assert_allclose(out, expected, rtol=tol, atol=tol * 10)
 
 
-def test_the_layers_multiply_with_the_fast_kernel_except_on_the_simulator():
+def test_the_layers_multiply_float32_with_the_warp_kernel_except_on_the_simulator():
     sim = K.backend.is_simulator()
-    assert K.gemm_kernel(np.float32) == K.gemm_kernel(np.float64) == ("naive" if sim else "fast")
+    assert K.gemm_kernel(np.float32) == ("naive" if sim else "warp")
+    assert K.gemm_kernel(np.float64) == ("naive" if sim else "fast")
     assert K.gemm_kernel(np.float16) == "fast"          # float16 is multiplied in float32 there
+
+
+def test_a_weight_gradient_in_row_slices_has_the_bits_of_the_whole_product(monkeypatch):
+    """dw = x^T dz in slices of dw's rows by the warp kernel: each slice takes the whole product's tile shape and
+    slices of K (on a GPU a deep K is split, and a slice's own plan would split it otherwise), so every element gets
+    the bits the one product gives it."""
+    sim = K.backend.is_simulator()
+    monkeypatch.setattr(K, "gemm_kernel", lambda dtype: "warp")
+    n, d, h = (40, 33, 37) if sim else (9000, 333, 777)
+    x, dz = (dev(rng.uniform(-1, 1, shape).astype(np.float32)) for shape in ((n, d), (n, h)))
+    whole, sliced = (K.cuda.device_array((d, h), np.float32) for _ in range(2))
+    K.gemm(x, dz, whole, trans_a=True)
+    seen = []
+    K.weight_gradient_in_slices(x, dz, sliced, K.row_slices(x, sliced, [0, 11, 22, d]), seen.append)
+    assert seen == [22, 11, 0]
+    assert sliced.copy_to_host().tobytes() == whole.copy_to_host().tobytes()
+    np.testing.assert_allclose(whole.copy_to_host(), x.copy_to_host().T.astype(np.float64) @ dz.copy_to_host(),
+                               rtol=0, atol=1e-4 * np.sqrt(n))
+    if not sim:     # the case the plan is passed for: K split, and a slice's own plan another split
+        assert mm.plan("warp", x, whole, trans_a=True)[1] > 1
+        assert warp.plan(11, h, n) != warp.plan(d, h, n)
 
 
 def test_gemm_rejects_mismatched_shapes_and_dtypes():

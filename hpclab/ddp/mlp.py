@@ -34,22 +34,27 @@ WIDEN = np.float32(0)
 
 # -- matrix multiply ----------------------------------------------------------------
 def gemm_kernel(dtype) -> str:
-    """The fast matmul kernel, except on the simulator for float32 and float64: there each barrier is a round
-    of Python thread switches and the naive kernel trains 5 to 20 times faster (float16 needs the fast one)."""
-    return "naive" if backend.is_simulator() and np.dtype(dtype) != mm.HALF else "fast"
+    """The warp kernel for float32 on a GPU, the fast one for float16 and float64; on the simulator the naive
+    one for float32 and float64: there each barrier is a round of Python thread switches and the naive kernel
+    trains 5 to 20 times faster (float16 needs the fast one)."""
+    if np.dtype(dtype) == mm.HALF:
+        return "fast"
+    if backend.is_simulator():
+        return "naive"
+    return "warp" if np.dtype(dtype) == np.float32 else "fast"
 
 
 def gemm(a, b, out, trans_a: bool = False, trans_b: bool = False, kernel: str | None = None,
-         split: int | None = None):
+         split: int | None = None, config=None):
     """out = op(a) @ op(b) on the device; returns out. a and b share a dtype; float16 is multiplied in
     float32 and stored as out's (float16 or float32). Shapes are checked: a wrong layer size is an error.
-    ``split``: the fast kernel's slices of K (None: its own choice)."""
+    ``config``, ``split``: the kernel's tile shape and slices of K (None: its own choice)."""
     kernel = kernel or gemm_kernel(a.dtype)
     M, _, N, dtype = mm.check_operands(a, b, kernel, trans_a, trans_b)
     if tuple(out.shape) != (M, N) or np.dtype(out.dtype) not in (dtype, mm.acc_dtype(dtype)):
         raise ValueError(f"out is {'x'.join(map(str, out.shape))} {np.dtype(out.dtype)} for {dtype} operands; "
                          f"use {M}x{N} {mm.acc_dtype(dtype)}{' or float16' if dtype == mm.HALF else ''}")
-    mm.launch(kernel, a, b, out, trans_a=trans_a, trans_b=trans_b, split=split)
+    mm.launch(kernel, a, b, out, config=config, trans_a=trans_a, trans_b=trans_b, split=split)
     return out
 
 
@@ -325,9 +330,9 @@ def weight_gradient_in_slices(x, dz, dw, slices, on_slice):
     r0:r1 of x (a strided view) with the whole product's slices of K, so every element gets the bits that one
     product would give it."""
     kernel = gemm_kernel(x.dtype)
-    split = mm.auto_split(x, dw, trans_a=True) if kernel == "fast" else None
+    config, split = mm.plan(kernel, x, dw, trans_a=True)
     for r0, x_cols, dw_rows in slices:
-        gemm(x_cols, dz, dw_rows, trans_a=True, kernel=kernel, split=split)
+        gemm(x_cols, dz, dw_rows, trans_a=True, kernel=kernel, split=split, config=config)
         on_slice(r0)
     return dw
 

@@ -1,11 +1,11 @@
-"""Convolution as a matrix product: im2col + the register-blocked GEMM.
+"""Convolution as a matrix product: im2col + the warp-tiled GEMM.
 
 For output rows [t0, t1) of a band and a group of images, the input patches are unrolled into a matrix,
 ``col[(c, r, s), (n, t, q)] = x[n, c, t*stride - pad_top + r, q*stride - pad_w + s]`` (zero outside the
-band or the image), so the convolution is one product W[K, C*R*S] @ col by ``hpclab.matmul.fast``'s
-kernel; a small kernel adds the bias, applies ReLU and writes the (N, K, Ho, Wo) output. The buffers cost
-4 (C*R*S + K) bytes per output pixel, so a layer runs in chunks of images (or rows of one image) under
-``max_bytes()``. Every output is the same dot product summed in the same order whatever its chunk or band:
+band or the image), so the convolution is one product W[K, C*R*S] @ col by ``hpclab.matmul.warp``'s
+kernel (K in one slice); a small kernel adds the bias, applies ReLU and writes the (N, K, Ho, Wo) output. The
+buffers cost 4 (C*R*S + K) bytes per output pixel, so a layer runs in chunks of images (or rows of one image)
+under ``max_bytes()``. Every output is the same dot product summed in the same order whatever its chunk or band:
 a band computed on one rank is bit for bit those rows of the whole image.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 
 from hpclab import backend, launch
 from hpclab.backend import cuda as _cuda
-from hpclab.matmul import fast as mm
+from hpclab.matmul import warp
 
 cuda = _cuda()
 from numba import float32  # noqa: E402
@@ -125,8 +125,6 @@ def conv_rows_gemm(x, wmat, bias, out, r: int, s: int, stride: int, pad_top: int
     k, crs = wmat.shape
     wo = out.shape[3]
     ws = workspace or WORKSPACE
-    cfg = mm.fast_config(np.float32)
-    gemm = mm.fast_kernel(np.dtype(np.float32), cfg)
     for n0, nb, r0, rows in chunks(n, oh_end - oh_begin, wo, 4 * (crs + k), max_bytes()):
         t0 = oh_begin + r0
         cols = nb * rows * wo
@@ -134,7 +132,6 @@ def conv_rows_gemm(x, wmat, bias, out, r: int, s: int, stride: int, pad_top: int
         mat = ws.array("mat", (k, cols))
         blocks, threads = launch.launch_2d(crs, cols)
         _im2col_kernel[blocks, threads, stream](x, col, n0, t0, rows, stride, pad_top, pad_w, r, s, wo)
-        grid = (-(-cols // cfg.bn), -(-k // cfg.bm))
-        gemm[grid, cfg.threads, stream](wmat, col, mat)
+        warp.launch(wmat, col, mat, stream=stream, split=1)     # one slice: the same sums in every chunk
         blocks, threads = launch.launch_2d(k, cols)
         _scatter_kernel[blocks, threads, stream](mat, bias, out, n0, t0, rows, bool(relu))

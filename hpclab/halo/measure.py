@@ -6,7 +6,7 @@ import numpy as np
 
 from hpclab import backend, roofline
 from hpclab.halo import conv as kc
-from hpclab.matmul import fast
+from hpclab.matmul import warp
 from hpclab.timing import median_time
 
 
@@ -27,7 +27,7 @@ def conv_traffic(method: str, n: int, c: int, h: int, k: int, r: int, pad: int) 
     if method == "naive":
         return flops, 4.0 * flops, "no reuse"
     if method == "gemm":
-        cfg = fast.fast_config(np.float32)
+        cfg = warp.config_for(crs)
         tiles = roofline.gemm_count(k, pq, crs, cfg.bm, cfg.bn)[1]
         return flops, 8.0 * crs * pq + tiles + 8.0 * k * pq, "im2col + tiles"
     return flops, 4.0 * (n * c * h * h + k * crs + k * pq), "each array once"

@@ -29,7 +29,7 @@ from hpclab.matmul import naive, split_k, tiled, warp  # noqa: E402
 from hpclab.quick_launch import Launches  # noqa: E402
 
 KERNELS = ("naive", "tiled", "fast")  # any shape and dtype: what programs and training choose from
-LADDER = KERNELS + ("warp",)           # and the warp-tiled rung: float32, untransposed
+LADDER = KERNELS + ("warp",)           # and the warp-tiled rung: float32
 HALF = np.dtype(np.float16)       # accepted as input by the fast kernel: accumulated in float32
 
 
@@ -295,6 +295,17 @@ def auto_split(a, c, trans_a: bool = False, cfg: FastConfig | None = None) -> in
     return split_for(c.shape[0], c.shape[1], a.shape[0] if trans_a else a.shape[1], cfg, a.dtype, c.dtype)
 
 
+def plan(kernel: str, a, c, trans_a: bool = False) -> tuple:
+    """(config, slices of K) ``launch`` would choose for c = op(a) @ ... by ``kernel`` (None, None for the naive and
+    tiled kernels): a product computed in row slices passes the whole product's to each, for its bits."""
+    if kernel == "fast":
+        cfg = fast_config(a.dtype)
+        return cfg, auto_split(a, c, trans_a, cfg)
+    if kernel == "warp":
+        return warp.plan(c.shape[0], c.shape[1], a.shape[0] if trans_a else a.shape[1])
+    return None, None
+
+
 def _choose_fast(a, b, c, variant):
     """(kernel, grid, threads) of the fast kernel (with split-K, c is the slices' 3-d workspace); ``variant``:
     (config, trans_a, trans_b, slices of K)."""
@@ -310,9 +321,9 @@ _fast_launches = Launches(_choose_fast)
 def launch(kernel: str, a, b, c, config=None,
            trans_a: bool = False, trans_b: bool = False, split: int | None = None) -> None:
     """c (M x N) = op(a) @ op(b) on device arrays, op(a) being a (M x K) or, with trans_a, a.T (a stored
-    K x M), likewise b; no checks. ``split`` (fast kernel, float32 in and out; other dtypes are not split): at
-    most that many slices of K, None = :func:`split_for`'s choice; the slices' partial sums are added in order
-    0, 1, ... (:mod:`.split_k`)."""
+    K x M), likewise b; no checks. ``split`` (fast and warp kernels, float32 in and out; other dtypes are not
+    split): at most that many slices of K, None = the kernel's own plan (:func:`split_for`, ``warp.plan``); the
+    slices' partial sums are added in order 0, 1, ... (:mod:`.split_k`)."""
     if kernel == "fast":
         cfg = config or fast_config(np.dtype(a.dtype))
         split = auto_split(a, c, trans_a, cfg) if split is None else split
@@ -322,7 +333,8 @@ def launch(kernel: str, a, b, c, config=None,
             split = split_k.slices(a.shape[0] if trans_a else a.shape[1], cfg.bk, split)[0]
         split_k.launch(_fast_launches, a, b, c, (cfg, bool(trans_a), bool(trans_b), split))
     elif kernel == "warp":
-        warp.launch(a, b, c, config if isinstance(config, warp.WarpConfig) else None)
+        warp.launch(a, b, c, config if isinstance(config, warp.WarpConfig) else None, split=split,
+                    trans_a=trans_a, trans_b=trans_b)
     else:
         {"naive": naive, "tiled": tiled}[kernel].launch(a.T if trans_a else a, b.T if trans_b else b, c)
 
@@ -364,9 +376,8 @@ def check_operands(a, b, kernel: str = "naive", trans_a: bool = False, trans_b: 
     if np.dtype(a.dtype) == HALF and kernel != "fast":
         raise ValueError(f"the {kernel} kernel multiplies float32 or float64; float16 inputs are multiplied "
                          f"in float32 by kernel='fast' (or convert them with .astype(np.float32))")
-    if kernel == "warp" and (np.dtype(a.dtype) != np.float32 or trans_a or trans_b):
-        raise ValueError(f"the warp kernel multiplies float32 a @ b only (got {np.dtype(a.dtype)}"
-                         f"{', a transposed operand' if trans_a or trans_b else ''}); use kernel='fast'")
+    if kernel == "warp" and np.dtype(a.dtype) != np.float32:
+        raise ValueError(f"the warp kernel multiplies float32 only (got {np.dtype(a.dtype)}); use kernel='fast'")
     return M, K, N, np.dtype(a.dtype)
 
 

@@ -5,14 +5,16 @@ form an LM x LN grid; each lane owns MI x NI sub-tiles of 4 x 4 outputs, LM * 4 
 apart, so at every step of k a warp reads few distinct shared words (mostly broadcasts), four per 16-byte
 load. Also unlike ``fast``:
 
-- Any M, N, K (float32, untransposed). Where C's sizes do not divide the tiles, the last row and column of
+- Any M, N, K (float32), either operand read transposed in place (``trans_a``: a stored K x M; the MLP's
+  backward products). Where C's sizes do not divide the tiles, the last row and column of
   blocks are shifted back to end at C's edge (their tiles overlap their neighbours', whose outputs they compute
   again, bit for bit the same), so every block runs the loop of whole tiles; only C smaller than a tile (or B's
   rows in runs that the shift would split) takes the build that tests each load's bounds. A K that does not
   divide the tiles costs one test a tile of k.
 - B's tile is copied four columns at a time, one 16-byte global load and shared store (:mod:`.wide`), where
   B's rows start on 16-byte boundaries; else value by value, each of a warp's loads on adjacent words. A's,
-  stored transposed, value by value (benchmarks/HISTORY.md says why).
+  stored transposed, value by value (benchmarks/HISTORY.md says why). An operand stored transposed is copied
+  along its stored rows, as the other operand is (coalesced either way).
 - A step's products in serpentine order (every other row backwards), so consecutive FFMAs share an operand.
 
 ``warp_kernel(WarpConfig)`` builds it. ``launch`` picks the tile shape and, for a product whose tiles of C are
@@ -72,8 +74,8 @@ class WarpConfig:
         per = max(1, 512 // self.threads)
         return 3 if split and per == 4 else per
 
-    def problems(self) -> list[str]:
-        """Why this configuration cannot be built (empty when it can)."""
+    def problems(self, trans_a: bool = False, trans_b: bool = False) -> list[str]:
+        """Why this configuration cannot be built (empty when it can), with operands read transposed or not."""
         lm, ln = self.lanes
         if self.wm % (4 * self.mi) or self.wn % (4 * self.ni) or lm * ln != 32:
             return ["a warp tile must hold 32 lanes of mi x ni 4 x 4 sub-tiles"]
@@ -87,6 +89,11 @@ class WarpConfig:
             out.append("the A tile (bm x bk) must split into whole rows of threads")
         if any(nt % (self.bn // unit) or self.bk % (nt // (self.bn // unit)) for unit in (4, 1)):
             out.append("the B tile (bk x bn), in runs of 4 or value by value, must split into whole rows of threads")
+        # a transposed operand is copied along its stored rows: whole rows of the tile's m (n) per copying pass
+        if trans_a and (nt % self.bm or self.bk % (nt // self.bm)):
+            out.append("with a transposed A the threads must be a whole number of bm-wide rows dividing bk")
+        if trans_b and (nt % self.bk or self.bn % (nt // self.bk)):
+            out.append("with a transposed B the threads must split into whole columns of bk")
         if self.bk not in (4, 8, 12, 16):
             out.append("bk must be 4, 8, 12 or 16 (the kernel writes out a tile's steps of k, four at a time)")
         return out
@@ -119,27 +126,45 @@ def plan(m: int, n: int, k: int) -> tuple[WarpConfig, int]:
     return split_k.planned(m, n, k, (config_for(k), *dict.fromkeys(ties + [SHALLOW])))
 
 
-@lru_cache(maxsize=None)
 def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True, batched: bool = False,
-                split: bool = False, shift: bool = False, tail: bool = False):
+                split: bool = False, shift: bool = False, tail: bool = False, trans_a: bool = False,
+                trans_b: bool = False):
     """The float32 kernel for one tile shape: ``edges``, any sizes (every load at C's edge tested); ``shift``, C at
     least a tile in each direction but not a multiple of it (the last blocks shifted back inside); ``tail``, a K
     that ends inside a tile of k; B read in 16-byte ``runs``; ``batched``: c[z] = a[z] @ b[z] for 3-d arrays,
-    z = blockIdx.z; ``split``: w[z] = the product over the z-th of w.shape[0] slices of K (2-d a and b, 3-d w)."""
-    bad = cfg.problems()
+    z = blockIdx.z; ``split``: w[z] = the product over the z-th of w.shape[0] slices of K (2-d a and b, 3-d w);
+    ``trans_a`` (``trans_b``): the 2-d a (b) is stored transposed, K x M (N x K), and read so in place."""
+    # one build for each kernel however it is asked for (as fast.fast_kernel)
+    return _warp_kernel(cfg, *(bool(x) for x in (edges, runs, batched, split, shift, tail, trans_a, trans_b)))
+
+
+@lru_cache(maxsize=None)
+def _warp_kernel(cfg: WarpConfig, edges: bool, runs: bool, batched: bool, split: bool, shift: bool, tail: bool,
+                 trans_a: bool, trans_b: bool):
+    bad = cfg.problems(trans_a, trans_b)
+    if batched and (trans_a or trans_b):
+        bad.append("a batched product reads its operands untransposed")
+    if trans_b and runs:
+        bad.append("a transposed B is read value by value, not in 16-byte runs")
     if bad:
         raise ValueError(f"warp kernel configuration {cfg.label()} cannot be built: {'; '.join(bad)}")
+    TA, TB = trans_a, trans_b
     U = np.uint64   # unsigned indices need no negative-index guard (see fast.py)
     ZERO, ONE, TWO, THREE, FOUR = U(0), U(1), U(2), U(3), U(4)
     BM, BN, BK, WM, WN, NT = (U(x) for x in (cfg.bm, cfg.bn, cfg.bk, cfg.wm, cfg.wn, cfg.threads))
     LN = U(cfg.lanes[1])
     SA, SB = BM + U(cfg.pad), BN + U(cfg.pad)          # shared row lengths (A is stored k-major)
-    # B's tile is copied in units of 4 values (a 16-byte load) with ``runs``, else of one: thread t copies units
-    # t, t + NT, ... of the tile in row-major order, so a warp's loads and shared stores are of adjacent units
-    # (four 4-byte loads of a run each were 16 bytes apart across the warp: four times the memory transactions)
+    # Each operand's tile is copied along its stored rows, consecutive threads on consecutive words: A (B^T)
+    # along k, A^T (B) along m (n). B's tile in units of 4 values (a 16-byte load) with ``runs``, else of one:
+    # thread t copies units t, t + NT, ... of the tile in row-major order, so a warp's loads and shared stores
+    # are of adjacent units (four 4-byte loads of a run each were 16 bytes apart across the warp: four times the
+    # memory transactions)
     B_UNIT = 4 if runs else 1
     B_ROW = BN // U(B_UNIT)                            # units in a row of B's tile
-    A_STEP, B_STEP = NT // BK, NT // B_ROW             # tile rows one copying pass covers
+    # One copying pass of all threads covers A_DR rows and A_DK steps of k of A's tile (one of them zero), and
+    # B_DK steps of k and B_DC columns of B's.
+    A_DR, A_DK = (ZERO, NT // BM) if TA else (NT // BK, ZERO)
+    B_DK, B_DC = (ZERO, NT // BK) if TB else (NT // B_ROW, ZERO)
     A_N, B_N = cfg.bm * cfg.bk // cfg.threads, cfg.bk * cfg.bn // B_UNIT // cfg.threads  # values, units per thread
     B_HELD = B_UNIT * B_N
     MI, NI, TM, TN = cfg.mi, cfg.ni, 4 * cfg.mi, 4 * cfg.ni
@@ -148,7 +173,7 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
     # Unsigned too: Numba types uint64 * int as int64, and a signed shared index gets a negative-index test
     # (16 x 8 outputs per lane: 256 compares and selects, scalar shared loads instead of 16-byte ones).
     A_BUF, B_BUF = U(A_SHARED // 2), U(B_SHARED // 2)
-    EDGES, RUNS, SHIFT, TAIL = bool(edges), bool(runs), bool(shift), bool(tail) or bool(edges)
+    EDGES, RUNS, SHIFT, TAIL = edges, runs, shift, tail or edges
     # An edge tile's whole runs of B in 16-byte loads too; not in blocks of 128 threads, whose 128 registers
     # it would overflow into local memory (measured: 240-280 bytes a thread)
     WIDE_EDGE = RUNS and cfg.threads >= 256
@@ -179,21 +204,20 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
         multiply_step(As, Bs, a_at + THREE * SA, b_at + THREE * SB, a_frag, b_frag, acc)
 
     @cuda.jit(device=True)
-    def fetch_edge(a, b, k0, K, row0, col0, a_r, a_k, b_k, b_c, a_next, b_next):
+    def fetch_edge(a, b, k0, K, M, N, row0, col0, a_r, a_k, b_k, b_c, a_next, b_next):
         """A tile at an edge: global -> registers, zeros past k = K (and, in the ``edges`` build, outside a and b;
         without it the tile's rows and columns lie inside, and those tests vanish when Numba compiles)."""
-        M, N = uint64(a.shape[0]), uint64(b.shape[1])
         for s in range(A_N):
-            r, kk = row0 + a_r + U(s) * A_STEP, k0 + a_k
-            a_next[s] = a[r, kk] if (not EDGES or r < M) and kk < K else float32(0)
+            r, kk = row0 + a_r + U(s) * A_DR, k0 + a_k + U(s) * A_DK
+            a_next[s] = (a[kk, r] if TA else a[r, kk]) if (not EDGES or r < M) and kk < K else float32(0)
         for s in range(B_N):
-            kk, cc = k0 + b_k + U(s) * B_STEP, col0 + b_c
+            kk, cc = k0 + b_k + U(s) * B_DK, col0 + b_c + U(s) * B_DC
             if WIDE_EDGE and kk < K and (not EDGES or cc + THREE < N):    # a whole run: still one 16-byte load
                 b_next[4 * s], b_next[4 * s + 1], b_next[4 * s + 2], b_next[4 * s + 3] = load4(b, kk, cc)
             else:
                 for j in range(B_UNIT):
-                    b_next[B_UNIT * s + j] = (b[kk, cc + U(j)] if kk < K and (not EDGES or cc + U(j) < N)
-                                              else float32(0))
+                    b_next[B_UNIT * s + j] = ((b[cc, kk] if TB else b[kk, cc + U(j)])
+                                              if kk < K and (not EDGES or cc + U(j) < N) else float32(0))
 
     # The edge tests and the shift take registers, and blocks of fewer than 256 threads are meant to share an SM:
     # ask for cfg.blocks_per_sm() blocks per SM still (512 threads of 128 registers; three for a split kernel).
@@ -203,8 +227,8 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
 
     @cuda.jit(device=True, fastmath=True)
     def block_tile(a, b, c, k_lo, K):
-        """This block's tile of c = a[:, k_lo:K] @ b[k_lo:K] (2-d arrays; k_lo a multiple of BK)."""
-        M, N = uint64(a.shape[0]), uint64(b.shape[1])
+        """This block's tile of c = op(a)[:, k_lo:K] @ op(b)[k_lo:K] (2-d arrays; k_lo a multiple of BK)."""
+        M, N = uint64(c.shape[0]), uint64(c.shape[1])
         tid = uint64(cuda.threadIdx.x)
         row0, col0 = uint64(cuda.blockIdx.y) * BM, uint64(cuda.blockIdx.x) * BN
         if SHIFT:         # the last tiles end at C's edge (M >= BM, N >= BN: kernel_for's test)
@@ -213,8 +237,9 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
         # This lane's first row and column inside the block tile.
         m0 = (warp // (BN // WN)) * WM + (lane // LN) * FOUR
         n0 = (warp % (BN // WN)) * WN + (lane % LN) * FOUR
-        a_k, a_r = tid % BK, tid // BK                 # what this thread copies (coalesced along k / n)
-        b_c, b_k = (tid % B_ROW) * U(B_UNIT), tid // B_ROW
+        # what this thread copies first (coalesced along the stored rows); pass s adds s * (A_DR, A_DK), ...
+        a_r, a_k = (tid % BM, tid // BM) if TA else (tid // BK, tid % BK)
+        b_c, b_k = (tid // BK, tid % BK) if TB else ((tid % B_ROW) * U(B_UNIT), tid // B_ROW)
         As = cuda.shared.array(A_SHARED, float32, alignment=16)   # As[buf, k, m] = A[row0 + m, k0 + k]
         Bs = cuda.shared.array(B_SHARED, float32, alignment=16)   # Bs[buf, k, n] = B[k0 + k, col0 + n]
         acc = cuda.local.array((TM, TN), float32)
@@ -232,17 +257,17 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
         for t in range(ZERO, tiles + ONE):
             cur, nxt, more, k0 = t % U(2), ONE - t % U(2), t < tiles, k_lo + t * BK
             if more and TAIL and (outside or k0 + BK > K):
-                fetch_edge(a, b, k0, K, row0, col0, a_r, a_k, b_k, b_c, a_next, b_next)
+                fetch_edge(a, b, k0, K, M, N, row0, col0, a_r, a_k, b_k, b_c, a_next, b_next)
             elif more:        # tile t: global -> registers; the loads are in flight during the products
                 for s in range(A_N):
-                    a_next[s] = a[row0 + a_r + U(s) * A_STEP, k0 + a_k]
+                    r, kk = row0 + a_r + U(s) * A_DR, k0 + a_k + U(s) * A_DK
+                    a_next[s] = a[kk, r] if TA else a[r, kk]
                 for s in range(B_N):
-                    k_b = k0 + b_k + U(s) * B_STEP
+                    k_b, cc = k0 + b_k + U(s) * B_DK, col0 + b_c + U(s) * B_DC
                     if RUNS:
-                        b_next[4 * s], b_next[4 * s + 1], b_next[4 * s + 2], b_next[4 * s + 3] = \
-                            load4(b, k_b, col0 + b_c)
+                        b_next[4 * s], b_next[4 * s + 1], b_next[4 * s + 2], b_next[4 * s + 3] = load4(b, k_b, cc)
                     else:
-                        b_next[s] = b[k_b, col0 + b_c]
+                        b_next[s] = b[cc, k_b] if TB else b[k_b, cc]
             if t > ZERO:      # tile t - 1 is in shared buffer `cur`: multiply it
                 a_base, b_base = cur * A_BUF + m0, cur * B_BUF + n0
                 # The tile's steps of k written out, four at a time (BK is a constant: the
@@ -257,9 +282,9 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
                     multiply_four(As, Bs, a_base + U(12) * SA, b_base + U(12) * SB, a_frag, b_frag, acc)
             if more:          # registers -> the other buffer (last read before the previous barrier)
                 for s in range(A_N):
-                    As[nxt * A_BUF + a_k * SA + a_r + U(s) * A_STEP] = a_next[s]
+                    As[nxt * A_BUF + (a_k + U(s) * A_DK) * SA + a_r + U(s) * A_DR] = a_next[s]
                 for s in range(B_N):
-                    at = nxt * B_BUF + (b_k + U(s) * B_STEP) * SB + b_c
+                    at = nxt * B_BUF + (b_k + U(s) * B_DK) * SB + b_c + U(s) * B_DC
                     if RUNS:
                         store4(Bs, at, b_next[4 * s], b_next[4 * s + 1], b_next[4 * s + 2], b_next[4 * s + 3])
                     else:
@@ -277,7 +302,7 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
         @cuda.jit(fastmath=True, **bounds)
         def warp_tiled_split(a, b, w):
             # whole tiles of k per slice, as split_k.slices counts them
-            z, K, S = uint64(cuda.blockIdx.z), uint64(a.shape[1]), uint64(w.shape[0])
+            z, K, S = uint64(cuda.blockIdx.z), uint64(a.shape[0] if TA else a.shape[1]), uint64(w.shape[0])
             depth = ((K + BK - ONE) // BK + S - ONE) // S * BK
             k0 = min(K, z * depth)
             block_tile(a, b, w[z], k0, min(K, k0 + depth))
@@ -292,39 +317,43 @@ def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True
 
     @cuda.jit(fastmath=True, **bounds)
     def warp_tiled(a, b, c):
-        block_tile(a, b, c, ZERO, uint64(a.shape[1]))
+        block_tile(a, b, c, ZERO, uint64(a.shape[0] if TA else a.shape[1]))
     return warp_tiled
 
 
-def kernel_for(a, b, c, cfg: WarpConfig = CONFIG, split: bool = False):
+def kernel_for(a, b, c, cfg: WarpConfig = CONFIG, split: bool = False, trans_a: bool = False,
+               trans_b: bool = False):
     """The kernel ``launch`` runs: B in 16-byte runs if it can; C's sizes that do not divide the tiles by shifted
     tiles, or where C is smaller than a tile (or a shifted column of runs would not start a run) by tested loads;
     a K that does not divide them by a tested last tile (3-d c: the batched kernel, or with ``split`` the slices'
     partial sums)."""
-    (m, n), k = tuple(c.shape)[-2:], tuple(a.shape)[-1]     # (the simulator's shapes take no negative index)
-    runs = aligned(b)
+    (m, n), k = tuple(c.shape)[-2:], tuple(a.shape)[-2 if trans_a else -1]  # (the simulator takes no negative index)
+    runs = not trans_b and aligned(b)
     ragged = bool(m % cfg.bm or n % cfg.bn)
     edges = ragged and (m < cfg.bm or n < cfg.bn or (runs and n % 4 > 0))
     return warp_kernel(cfg, edges, runs, len(c.shape) == 3 and not split, split, shift=ragged and not edges,
-                       tail=bool(k % cfg.bk) and not edges)     # (the edges build tests k too: one build, not two)
+                       tail=bool(k % cfg.bk) and not edges,     # (the edges build tests k too: one build, not two)
+                       trans_a=trans_a, trans_b=trans_b)
 
 
-def _choose(a, b, c, variant: tuple[WarpConfig, int]):
-    """(kernel, grid, threads) of c = a @ b (a batch: 3-d; slices of K: c the 3-d workspace) in ``variant``'s
-    (tile shape, slices)."""
-    cfg, split = variant
+def _choose(a, b, c, variant: tuple[WarpConfig, bool, bool, int]):
+    """(kernel, grid, threads) of c = op(a) @ op(b) (a batch: 3-d; slices of K: c the 3-d workspace) in
+    ``variant``'s (tile shape, trans_a, trans_b, slices)."""
+    cfg, trans_a, trans_b, split = variant
     shape = tuple(c.shape)
     grid = (-(-shape[-1] // cfg.bn), -(-shape[-2] // cfg.bm)) + shape[:-2]
-    return kernel_for(a, b, c, cfg, split > 1), grid, cfg.threads
+    return kernel_for(a, b, c, cfg, split > 1, trans_a, trans_b), grid, cfg.threads
 
 
 _launches = Launches(_choose)
 
 
-def launch(a, b, c, cfg: WarpConfig | None = None, stream=0, split: int | None = None) -> None:
-    """c = a @ b on float32 device arrays of any sizes (no checks); 3-d arrays: c[z] = a[z] @ b[z] for every z.
-    A 2-d product's tile shape and slices of K are :func:`plan`'s unless given (``split``: at most that many)."""
-    (m, n), k = tuple(c.shape)[-2:], tuple(a.shape)[-1]
+def launch(a, b, c, cfg: WarpConfig | None = None, stream=0, split: int | None = None,
+           trans_a: bool = False, trans_b: bool = False) -> None:
+    """c = op(a) @ op(b) on float32 device arrays of any sizes (no checks), op(a) = a.T with ``trans_a`` (a stored
+    K x M; likewise b); 3-d arrays: c[z] = a[z] @ b[z] for every z. A 2-d product's tile shape and slices of K are
+    :func:`plan`'s unless given (``split``: at most that many)."""
+    (m, n), k = tuple(c.shape)[-2:], tuple(a.shape)[-2 if trans_a else -1]
     if len(c.shape) == 3:
         cfg, split = cfg or config_for(k), 1
     elif split is None:
@@ -332,4 +361,4 @@ def launch(a, b, c, cfg: WarpConfig | None = None, stream=0, split: int | None =
     else:
         cfg = cfg or config_for(k)
         split = split_k.slices(k, cfg.bk, split)[0]
-    split_k.launch(_launches, a, b, c, (cfg, split), stream)
+    split_k.launch(_launches, a, b, c, (cfg, bool(trans_a), bool(trans_b), split), stream)
