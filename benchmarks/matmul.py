@@ -205,10 +205,11 @@ def main(argv=None) -> int:
         chosen, split = warp.plan(m, n, k)     # what launch() runs at this shape: the default row
         # (tile shape, slices of K) of each warp row: the plan's, each swept shape with the plan's slicing for it,
         # and with --splits each of the three tile shapes launch() chooses from at those slice counts
-        warp_rows = [(chosen, split)] + [split_k.planned(m, n, k, (cfg,)) for cfg in warp_sweep if cfg != chosen]
+        warp_rows = [(chosen, split)] + [split_k.planned(m, n, k, (cfg,)) for cfg in warp_sweep
+                                         if cfg != chosen and layout == "nn"]
         warp_rows += [(cfg, split_k.slices(k, cfg.bk, s)[0]) for cfg in dict.fromkeys([warp.CONFIG, warp.SHALLOW, warp.SHORT])
                       for s in args.splits or ()]
-        warp_rows = list(dict.fromkeys(warp_rows)) if layout == "nn" else [(chosen, split)]
+        warp_rows = list(dict.fromkeys(warp_rows))
         planned = warp_label(chosen, split)
         flop = mm.flops(m, k, n)
         reps = args.repeats or (2 if sim else (20 if flop <= mm.flops(4096, 4096, 4096) else 10))

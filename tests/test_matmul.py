@@ -133,6 +133,8 @@ def test_warp_launch_plans_on_this_backend():
         assert (cfg, split) == (warp.CONFIG, 1)
     else:
         assert split > 1
+        cfg, split = warp.plan(96, 96800, 363)     # AlexNet's C1 by GEMM: a tile C fills, not one that tests every load
+        assert cfg.bm <= 96 and split == 1
 
 
 def test_warp_kernel_refuses_what_it_cannot_multiply():

@@ -132,6 +132,7 @@ def conv_rows_gemm(x, wmat, bias, out, r: int, s: int, stride: int, pad_top: int
         mat = ws.array("mat", (k, cols))
         blocks, threads = launch.launch_2d(crs, cols)
         _im2col_kernel[blocks, threads, stream](x, col, n0, t0, rows, stride, pad_top, pad_w, r, s, wo)
-        warp.launch(wmat, col, mat, stream=stream, split=1)     # one slice: the same sums in every chunk
+        # the planned tile shape, K in one slice: the same sums in every chunk and band
+        warp.launch(wmat, col, mat, warp.plan(k, cols, crs)[0], stream=stream, split=1)
         blocks, threads = launch.launch_2d(k, cols)
         _scatter_kernel[blocks, threads, stream](mat, bias, out, n0, t0, rows, bool(relu))

@@ -123,7 +123,11 @@ def plan(m: int, n: int, k: int) -> tuple[WarpConfig, int]:
     # order: 256-thread blocks for deep products, and 64 x 128 before 128 x 64 (faster on every shape of the
     # H200 sweep that did not have N <= 64)
     ties = [SHORT, CONFIG] if k < SHALLOW_K else [CONFIG, SHORT]
-    return split_k.planned(m, n, k, (config_for(k), *dict.fromkeys(ties + [SHALLOW])))
+    shapes = (config_for(k), *dict.fromkeys(ties + [SHALLOW]))
+    # where C is smaller than the first shape's tile (every load would be tested: the edges build) but not than
+    # another's, only the shapes it fills each way (AlexNet's C1 by GEMM: 96 rows, 64 x 128 tiles shifted)
+    fits = tuple(cfg for cfg in shapes if m >= cfg.bm and n >= cfg.bn)
+    return split_k.planned(m, n, k, shapes if shapes[0] in fits or not fits else fits)
 
 
 def warp_kernel(cfg: WarpConfig = CONFIG, edges: bool = False, runs: bool = True, batched: bool = False,
