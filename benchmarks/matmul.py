@@ -202,7 +202,7 @@ def main(argv=None) -> int:
             a = cuda.to_device(np.ascontiguousarray(a_h.T))
         if tb:
             b = cuda.to_device(np.ascontiguousarray(b_h.T))
-        chosen, split = warp.plan(m, n, k)     # what launch() runs at this shape: the default row
+        chosen, split = warp.plan(m, n, k, ta or tb)     # what launch() runs at this shape: the default row
         # (tile shape, slices of K) of each warp row: the plan's, each swept shape with the plan's slicing for it,
         # and with --splits each of the three tile shapes launch() chooses from at those slice counts
         warp_rows = [(chosen, split)] + [split_k.planned(m, n, k, (cfg,)) for cfg in warp_sweep

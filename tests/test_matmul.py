@@ -135,6 +135,8 @@ def test_warp_launch_plans_on_this_backend():
         assert split > 1
         cfg, split = warp.plan(96, 96800, 363)     # AlexNet's C1 by GEMM: a tile C fills, not one that tests every load
         assert cfg.bm <= 96 and split == 1
+        # a shallow product with an operand read transposed: 64 x 128 blocks (128 x 64 untransposed)
+        assert warp.plan(8191, 4097, 1000, True) == (warp.SHORT, 1) and warp.plan(8191, 4097, 1000)[0] == warp.SHALLOW
 
 
 def test_warp_kernel_refuses_what_it_cannot_multiply():

@@ -60,7 +60,7 @@ def test_a_weight_gradient_in_row_slices_has_the_bits_of_the_whole_product(monke
                                rtol=0, atol=1e-4 * np.sqrt(n))
     if not sim:     # the case the plan is passed for: K split, and a slice's own plan another split
         assert mm.plan("warp", x, whole, trans_a=True)[1] > 1
-        assert warp.plan(11, h, n) != warp.plan(d, h, n)
+        assert warp.plan(11, h, n, True) != warp.plan(d, h, n, True)
 
 
 def test_gemm_rejects_mismatched_shapes_and_dtypes():

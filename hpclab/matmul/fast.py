@@ -302,7 +302,7 @@ def plan(kernel: str, a, c, trans_a: bool = False) -> tuple:
         cfg = fast_config(a.dtype)
         return cfg, auto_split(a, c, trans_a, cfg)
     if kernel == "warp":
-        return warp.plan(c.shape[0], c.shape[1], a.shape[0] if trans_a else a.shape[1])
+        return warp.plan(c.shape[0], c.shape[1], a.shape[0] if trans_a else a.shape[1], bool(trans_a))
     return None, None
 
 

@@ -111,19 +111,23 @@ SHALLOW_K = 1024
 SHORT = WarpConfig(64, 128, 16, 32, 64, 2, 2) if backend.name() == "gpu" else CONFIG
 
 
-def config_for(k: int) -> WarpConfig:
-    """The tile shape a batched product over k terms uses (and a 2-d one's first candidate)."""
-    return SHALLOW if k < SHALLOW_K else CONFIG
+def config_for(k: int, transposed: bool = False) -> WarpConfig:
+    """The tile shape a batched product over k terms uses (and a 2-d one's first candidate); with an operand read
+    transposed, 64 x 128 rather than 128 x 64 blocks for a shallow product (a transposed A's 128-row tile would take
+    16 copying passes of 128 threads; measured 5-14 % faster at 3000 x 5000 x 700 and 8191 x 4097 x 1000 in either
+    transposed layout on an H200, run transposed-tiles in benchmarks/results/h200_matmul.csv)."""
+    return (SHORT if transposed else SHALLOW) if k < SHALLOW_K else CONFIG
 
 
 @lru_cache(maxsize=4096)
-def plan(m: int, n: int, k: int) -> tuple[WarpConfig, int]:
-    """(tile shape, slices of K) for a 2-d m x k by k x n product: :func:`split_k.plan` on this GPU."""
+def plan(m: int, n: int, k: int, transposed: bool = False) -> tuple[WarpConfig, int]:
+    """(tile shape, slices of K) for a 2-d m x k by k x n product (``transposed``: an operand read transposed):
+    :func:`split_k.plan` on this GPU."""
     # config_for's shape where its grid fills the GPU; else the model's choice, where it ties in the measured
     # order: 256-thread blocks for deep products, and 64 x 128 before 128 x 64 (faster on every shape of the
     # H200 sweep that did not have N <= 64)
     ties = [SHORT, CONFIG] if k < SHALLOW_K else [CONFIG, SHORT]
-    shapes = (config_for(k), *dict.fromkeys(ties + [SHALLOW]))
+    shapes = (config_for(k, transposed), *dict.fromkeys(ties + [SHALLOW]))
     # where C is smaller than the first shape's tile (every load would be tested: the edges build) but not than
     # another's, only the shapes it fills each way (AlexNet's C1 by GEMM: 96 rows, 64 x 128 tiles shifted)
     fits = tuple(cfg for cfg in shapes if m >= cfg.bm and n >= cfg.bn)
@@ -361,8 +365,8 @@ def launch(a, b, c, cfg: WarpConfig | None = None, stream=0, split: int | None =
     if len(c.shape) == 3:
         cfg, split = cfg or config_for(k), 1
     elif split is None:
-        cfg, split = split_k.planned(m, n, k, (cfg,)) if cfg else plan(m, n, k)
+        cfg, split = split_k.planned(m, n, k, (cfg,)) if cfg else plan(m, n, k, bool(trans_a or trans_b))
     else:
-        cfg = cfg or config_for(k)
+        cfg = cfg or config_for(k, bool(trans_a or trans_b))
         split = split_k.slices(k, cfg.bk, split)[0]
     split_k.launch(_launches, a, b, c, (cfg, bool(trans_a), bool(trans_b), split), stream)
