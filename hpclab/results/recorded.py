@@ -2,7 +2,7 @@
 
 ``data/recorded.csv`` holds the rows of the curated tables in ``benchmarks/results/`` that the notebooks, the
 README, docs/results.md and benchmarks/HISTORY.md quote or plot (``benchmarks/curate.py`` writes it), with a
-``table`` column naming the table. :func:`keyed` names each figure ``program/variant/run/<gpus>gpu/<size>/metric`` (run = the machine,
+``table`` column naming the table and without the runs' notes (they stay in the curated tables). :func:`keyed` names each figure ``program/variant/run/<gpus>gpu/<size>/metric`` (run = the machine,
 h200x4, or machine-name for a named run) and adds the ratio of a figure measured against a baseline in the
 same run (``.../vs_cublas`` for a throughput, ``.../METRIC_vs_BASELINE`` otherwise). The workshop's A100
 timings (``data/fasrc_a100.csv``) come in the same form, keyed ``a100/<exercise>/<gpus>gpu/wall_s``.
@@ -22,7 +22,8 @@ RUN_NAMES = {"h200": "1× H200", "h200x2": "2× H200 (NVLink)", "h200x4": "4× H
 
 
 THROUGHPUT = {"tflops", "busbw", "rate"}          # their ratio to a baseline is "vs_BASELINE"
-# The one row format of a measured figure: benchmarks' JSON "figures", the curated tables, data/recorded.csv.
+# The one row format of a measured figure: benchmarks' JSON "figures", the curated tables, data/recorded.csv
+# (which leaves out the note).
 FIELDS = ["date", "run", "device", "gpus", "program", "variant", "size", "size_unit", "metric", "value", "unit",
           "baseline", "baseline_value", "ratio", "command", "note"]
 
@@ -47,7 +48,7 @@ def keyed(rows) -> list[dict]:
         stem = "/".join(p for p in (r["program"], r["variant"], run, f"{r['gpus']}gpu", r["size"]) if p)
         base = {"topic": topic, "program": r["program"], "variant": r["variant"], "run": run, "date": r["date"],
                 "device": r["device"], "gpus": int(r["gpus"]), "size": int(r["size"]) if r["size"] else None,
-                "size_unit": r["size_unit"], "command": r["command"], "note": r["note"],
+                "size_unit": r["size_unit"], "command": r["command"], "note": r.get("note", ""),
                 "source": f"benchmarks/results/{r['table']}.csv"}
         out.append({"key": f"{stem}/{r['metric']}", **base, "metric": r["metric"], "value": float(r["value"]),
                     "unit": r["unit"]})
