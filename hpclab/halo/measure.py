@@ -27,7 +27,7 @@ def conv_traffic(method: str, n: int, c: int, h: int, k: int, r: int, pad: int) 
     if method == "naive":
         return flops, 4.0 * flops, "no reuse"
     if method == "gemm":
-        cfg = warp.config_for(crs)
+        cfg = warp.plan(k, pq, crs)[0]          # the tile shape conv_gemm multiplies in
         tiles = roofline.gemm_count(k, pq, crs, cfg.bm, cfg.bn)[1]
         return flops, 8.0 * crs * pq + tiles + 8.0 * k * pq, "im2col + tiles"
     return flops, 4.0 * (n * c * h * h + k * crs + k * pq), "each array once"
