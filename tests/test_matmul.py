@@ -171,6 +171,11 @@ def test_warp_kernel_reads_16_byte_rows_that_end_inside_a_run(split):
     assert_product(c.copy_to_host(), a, b[:, :n])
 
 
+def in_tiles(cfg, rows, depth, cols):
+    """(M, K, N) given as (tiles, extra) of ``cfg``'s bm, bk and bn."""
+    return tuple(t * size + extra for (t, extra), size in zip((rows, depth, cols), (cfg.bm, cfg.bk, cfg.bn)))
+
+
 # C's last row and column of blocks shifted back to end at its edge: the overlapping outputs are computed twice, in
 # the same order, so C is bit for bit what the build that tests every load gives (which the shift replaces wherever
 # C is at least a tile each way); whole, with a ragged last tile of k, and in slices of K.
@@ -182,7 +187,7 @@ def test_shifted_edge_tiles_give_the_bits_of_tested_loads(rows, depth, cols, spl
     from hpclab.matmul.wide import aligned
 
     cfg = warp.CONFIG
-    m, k, n = (t * size + extra for (t, extra), size in zip((rows, depth, cols), (cfg.bm, cfg.bk, cfg.bn)))
+    m, k, n = in_tiles(cfg, rows, depth, cols)
     a, b = operands(m, k, n, np.float32, seed=m + n)
     da, db = cuda().to_device(a), cuda().to_device(b)
     c = cuda().device_array((m, n), np.float32)
@@ -213,7 +218,7 @@ def test_shifted_edge_tiles_give_the_bits_of_tested_loads(rows, depth, cols, spl
 def test_warp_kernel_reads_transposed_operands_in_place_bit_for_bit(config, trans, rows, depth, cols, split):
     from hpclab.backend import cuda
 
-    m, k, n = (t * size + extra for (t, extra), size in zip((rows, depth, cols), (config.bm, config.bk, config.bn)))
+    m, k, n = in_tiles(config, rows, depth, cols)
     a, b = operands(m, k, n, np.float32, seed=m + 3 * n)
     plain = cuda().device_array((m, n), np.float32)
     warp.launch(cuda().to_device(a), cuda().to_device(b), plain, config, split=split)
