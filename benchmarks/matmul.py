@@ -1,6 +1,7 @@
 """``python -m benchmarks matmul``: the Numba kernels against cuBLAS, in one run, on one GPU.
 
     python -m benchmarks matmul --sizes 4096,8192,4095,3000x5000x700 [--layouts nn,tn,nt] [--json] [--out FILE]
+    python -m benchmarks matmul --no-sweep --random 24 --seed 1      (24 shapes drawn at random)
 
 For each size (float32; N is an N x N x N product, MxNxK an M x K by K x N one): the naive kernel
 (the smallest product only, up to 4096: it is slow), the tiled kernel, candidate tile shapes of
@@ -10,7 +11,8 @@ minutes after cuBLAS may meet other clocks) and to the FP32 peak, a correctness 
 cuBLAS (or NumPy), and per configuration the registers, shared and local memory (spills) and the
 occupancy that follows. ``--layouts tn,nt`` also times each size with A (tn) or B (nt) stored transposed and
 read in place, as a dense layer's backward products are (the fast and warp kernels and cuBLAS only; such a
-shape's key ends in its layout: ``4096x4096x512-tn``). On the simulator it runs tiny sizes: the figures say
+shape's key ends in its layout: ``4096x4096x512-tn``). ``--random 24`` adds 24 shapes drawn at random (each side
+log-uniform from 8 to 65536, 2^30 <= M*N*K <= 2^35; ``--seed`` picks them): "any shape", not chosen ones. On the simulator it runs tiny sizes: the figures say
 nothing about speed.
 """
 from __future__ import annotations
@@ -35,10 +37,11 @@ from hpclab.timing import median_time, median_times
 CANDIDATES = [(128, 128, 8, 8, 8, 4, 4), (128, 128, 16, 8, 8, 4, 4), (128, 128, 8, 8, 8, 1, 4),
               (128, 128, 8, 8, 8, 4, 0), (64, 128, 8, 8, 8, 4, 4), (128, 64, 8, 8, 4, 4, 4), (64, 64, 8, 4, 4, 4, 4),
               (128, 128, 16, 8, 8, 1, 4)]
-# ... and (bm, bn, bk, wm, wn, mi, ni[, pad]) of the warp-tiled one (half-size blocks of four warps last).
+# ... and (bm, bn, bk, wm, wn, mi, ni[, pad]) of the warp-tiled one (blocks of four warps last, the narrow C's at the end).
 WARP_CANDIDATES = [(128, 128, 16, 32, 64, 2, 2), (128, 128, 16, 64, 32, 2, 2), (128, 128, 16, 32, 64, 2, 2, 0),
                    (128, 128, 16, 32, 64, 2, 2, 8), (128, 128, 8, 32, 64, 2, 2), (128, 256, 16, 64, 64, 4, 2),
-                   (64, 128, 16, 32, 64, 2, 2), (128, 64, 16, 32, 64, 2, 2)]
+                   (64, 128, 16, 32, 64, 2, 2), (128, 64, 16, 32, 64, 2, 2), (256, 32, 16, 64, 32, 2, 2),
+                   (32, 128, 16, 32, 32, 1, 2)]
 TOLERANCE = 1e-4          # max |C - cuBLAS| / max |cuBLAS| accepted for float32
 NAIVE_MAX = 4096          # the largest N the naive kernel runs at (it is slow)
 
@@ -59,6 +62,19 @@ def _sizes(text: str) -> tuple:
 
 
 GPU_SIZES = ((4096,) * 3, (8192,) * 3, (4095,) * 3, (3000, 5000, 700))
+# --random draws M, N, K log-uniformly from these sides, keeping products of at least 2^30 multiply-adds (the
+# target's "any shape") and at most 2^35 (seconds a shape); on the simulator, sides a slow interpreter can run.
+RANDOM_RANGE = {"gpu": (8, 65536, 2 ** 30, 2 ** 35), "simulator": (1, 40, 1, 2 ** 12)}
+
+
+def random_shapes(count: int, seed: int, lo: int, hi: int, least: int, most: int) -> list[tuple[int, int, int]]:
+    """``count`` shapes (M, N, K), each side log-uniform in [lo, hi], kept when least <= M*N*K <= most."""
+    rng, shapes = np.random.default_rng(seed), []
+    while len(shapes) < count:
+        m, n, k = (int(x) for x in np.exp(rng.uniform(np.log(lo), np.log(hi + 1), 3)))
+        if least <= m * n * k <= most:
+            shapes.append((m, n, k))
+    return shapes
 LAYOUTS = ("nn", "tn", "nt", "tt")     # op(A) op(B): n as stored, t read transposed in place
 
 
@@ -162,6 +178,10 @@ def main(argv=None) -> int:
                    help="also run the warp kernel's three tile shapes with K in these many slices")
     p.add_argument("--layouts", type=_layouts, default=("nn",),
                    help="comma-separated operand layouts to time: nn (default), tn (A stored transposed), nt, tt")
+    p.add_argument("--random", type=count(0, 1000), default=0,
+                   help="also time this many shapes drawn at random: each side log-uniform from 8 to 65536, "
+                        "2^30 <= M*N*K <= 2^35 (on the simulator, tiny ones)")
+    p.add_argument("--seed", type=count(0, 2 ** 32 - 1), default=0, help="seed of --random's shapes (default 0)")
     p.add_argument("--json", action="store_true", help="print one JSON line at the end")
     p.add_argument("--out", default=None, help="also write the JSON to this file")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
@@ -170,7 +190,9 @@ def main(argv=None) -> int:
 
     cuda = mm.cuda
     sim = backend.is_simulator()
-    sizes = list(args.sizes or ([(32,) * 3, (33, 20, 17)] if sim else GPU_SIZES))
+    drawn = random_shapes(args.random, args.seed, *RANDOM_RANGE["simulator" if sim else "gpu"])
+    sizes = list(args.sizes or ([] if drawn else [(32,) * 3, (33, 20, 17)] if sim else GPU_SIZES))
+    sizes += [s for s in drawn if s not in sizes]
     dev = device_info(cuda) | ({} if sim else sm_limits(cuda))
     cp = None
     if not sim:
@@ -193,6 +215,7 @@ def main(argv=None) -> int:
               "command": "python -m benchmarks matmul " + " ".join(sys.argv[1:] if argv is None else argv),
               "backend": backend.name(), "device": dev, "device_name": dev["name"],
               "default_fast_config": default.label(), "default_warp_config": warp.CONFIG.label(),   # per size below
+              "random_shapes": [f"{m}x{n}x{k}" for m, n, k in drawn],
               "sizes": {}, "shapes": {}}   # square sizes (N), other shapes (MxNxK)
     smallest = min(sizes, key=lambda s: s[0] * s[1] * s[2])
     for (m, n, k), layout in ((size, layout) for size in sizes for layout in args.layouts):

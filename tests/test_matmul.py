@@ -137,6 +137,9 @@ def test_warp_launch_plans_on_this_backend():
         assert cfg.bm <= 96 and split == 1
         # a shallow product with an operand read transposed: 64 x 128 blocks (128 x 64 untransposed)
         assert warp.plan(8191, 4097, 1000, True) == (warp.SHORT, 1) and warp.plan(8191, 4097, 1000)[0] == warp.SHALLOW
+        # a narrow C, untransposed: the narrow tile shapes (random shapes the 64-wide ones ran at 66-75 % of cuBLAS)
+        assert warp.plan(14328, 14, 13600)[0] == warp.THIN and warp.plan(30, 12900, 3776)[0] == warp.FLAT
+        assert warp.plan(14328, 14, 13600, True)[0] != warp.THIN and warp.plan(12000, 64, 12000)[0] != warp.THIN
 
 
 def test_warp_kernel_refuses_what_it_cannot_multiply():
@@ -228,6 +231,29 @@ def test_warp_kernel_reads_transposed_operands_in_place_bit_for_bit(config, tran
                 trans_a=trans[0], trans_b=trans[1])
     assert_product(got.copy_to_host(), a, b)
     assert got.copy_to_host().tobytes() == plain.copy_to_host().tobytes()
+
+
+# A narrow C's tile shapes, as on a GPU (lanes 8 x 4, which no other shape has; 4 x 8 outputs a lane in the second):
+# C narrower than a tile (tested loads), shifted edges with a ragged last tile of k, and slices of K, each with the bits
+# of another shape's 16-deep tiles (every output sums the same products in the same order).
+THIN, FLAT = warp.WarpConfig(256, 32, 16, 64, 32, 2, 2), warp.WarpConfig(32, 128, 16, 32, 32, 1, 2)
+DEEP16 = warp.WarpConfig(32, 32, 16, 16, 32, 1, 1)
+
+
+@pytest.mark.parametrize("config, m, k, n, split", [(THIN, 300, 37, 14, 1), (THIN, 270, 35, 45, 1), (THIN, 256, 64, 32, 3),
+                                                    (FLAT, 30, 37, 200, 1), (FLAT, 45, 35, 140, 1), (FLAT, 32, 64, 128, 3)])
+def test_narrow_tile_shapes_match_numpy_with_the_bits_of_other_tiles(config, m, k, n, split):
+    from hpclab.backend import cuda
+
+    if not SIM:
+        assert (config, warp.THIN, warp.FLAT) in ((THIN, THIN, FLAT), (FLAT, THIN, FLAT))   # the shapes plan() takes
+    a, b = operands(m, k, n, np.float32, seed=m + 7 * n)
+    da, db = cuda().to_device(a), cuda().to_device(b)
+    got, ref = (cuda().device_array((m, n), np.float32) for _ in range(2))
+    warp.launch(da, db, got, config, split=split)
+    warp.launch(da, db, ref, DEEP16, split=split)
+    assert_product(got.copy_to_host(), a, b)
+    assert got.copy_to_host().tobytes() == ref.copy_to_host().tobytes()
 
 
 def test_warp_kernel_names_a_tile_shape_that_cannot_read_a_transposed_operand():

@@ -14,6 +14,7 @@ BENCH = [
     (["pi", "--seconds", "nan"], "argument --seconds: 'nan' is not a finite number"),
     (["matmul", "--sizes", "64,"], "argument --sizes: '64,' has an empty item"),
     (["matmul", "--layouts", "nn,nx"], "argument --layouts: unknown layout 'nx'; choose from nn, tn, nt, tt"),
+    (["matmul", "--random", "-1"], "argument --random: -1 is out of range"),
     (["allreduce", "--sizes", "abc"], "argument --sizes: 'abc' is not a message size"),
     (["allreduce", "--sizes", "1K,"], "argument --sizes: '1K,' has an empty item"),
     (["conv", "scaling", "--height", "0"], "argument --height: 0 is out of range"),

@@ -3,6 +3,8 @@ recorded under their own key (on the simulator the times say nothing; the checks
 import json
 
 from benchmarks.__main__ import main
+from benchmarks.matmul import RANDOM_RANGE, random_shapes
+from hpclab.backend import is_simulator
 
 
 def test_matmul_bench_times_and_checks_each_layout(tmp_path, capsys):
@@ -17,3 +19,21 @@ def test_matmul_bench_times_and_checks_each_layout(tmp_path, capsys):
     variants = {f["variant"] for f in record["figures"]}
     assert {"warp-at-33x20x17-tn", "fast-at-33x20x17-nt"} <= variants
     assert "33x20x17-tn" in capsys.readouterr().out
+
+
+def test_random_shapes_are_reproducible_and_within_the_range():
+    lo, hi, least, most = RANDOM_RANGE["gpu"]
+    shapes = random_shapes(50, 7, lo, hi, least, most)
+    assert shapes == random_shapes(50, 7, lo, hi, least, most) != random_shapes(50, 8, lo, hi, least, most)
+    assert all(lo <= side <= hi for shape in shapes for side in shape)
+    assert all(least <= m * n * k <= most for m, n, k in shapes)
+    assert min(min(s) for s in shapes) < 64 < max(max(s) for s in shapes)     # narrow sides are drawn too
+
+
+def test_matmul_bench_times_random_shapes(tmp_path):
+    out = tmp_path / "mm.json"
+    assert main(["matmul", "--random", "2", "--seed", "3", "--no-sweep", "--repeats", "1", "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    drawn = ["x".join(map(str, s)) for s in random_shapes(2, 3, *RANDOM_RANGE["simulator" if is_simulator() else "gpu"])]
+    assert record["random_shapes"] == drawn and record["all_correct"]
+    assert set(drawn) <= set(record["shapes"]) | set(record["sizes"])

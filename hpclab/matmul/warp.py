@@ -109,6 +109,12 @@ SHALLOW_K = 1024
 # Blocks of 64 x 128 (four warps): for an output of 64 rows a 128-row tile would compute half zeros, and :func:`plan`
 # takes them where its model finds the shapes of four warps alike.
 SHORT = WarpConfig(64, 128, 16, 32, 64, 2, 2) if backend.name() == "gpu" else CONFIG
+# For a narrow C (fewer than 64 columns, or rows), untransposed: blocks of 256 x 32 (four warps of 64 x 32) and of
+# 32 x 128 (four warps of 32 x 32, 4 x 8 per lane), where a 64-wide tile would compute up to four times the outputs
+# (on an H200, 14328 x 14 x 13600: 78 % of cuBLAS against 66 % in 128 x 64 tiles; 30 x 12900 x 3776: 128 % against
+# 85 % in 64 x 128 tiles; runs random-1 and random-before-1 in benchmarks/results/h200_matmul.csv).
+THIN = WarpConfig(256, 32, 16, 64, 32, 2, 2) if backend.name() == "gpu" else CONFIG
+FLAT = WarpConfig(32, 128, 16, 32, 32, 1, 2) if backend.name() == "gpu" else CONFIG
 
 
 def config_for(k: int, transposed: bool = False) -> WarpConfig:
@@ -127,7 +133,9 @@ def plan(m: int, n: int, k: int, transposed: bool = False) -> tuple[WarpConfig, 
     # order: 256-thread blocks for deep products, and 64 x 128 before 128 x 64 (faster on every shape of the
     # H200 sweep that did not have N <= 64)
     ties = [SHORT, CONFIG] if k < SHALLOW_K else [CONFIG, SHORT]
-    shapes = (config_for(k, transposed), *dict.fromkeys(ties + [SHALLOW]))
+    # a narrow C's tile first (its grid, when it fills the GPU, taken whole) and last among the model's ties
+    narrow = [] if transposed else [cfg for cfg, side in ((THIN, n), (FLAT, m)) if side < SHALLOW.bn]
+    shapes = (*narrow[:1], config_for(k, transposed), *dict.fromkeys(ties + [SHALLOW] + narrow))
     # where C is smaller than the first shape's tile (every load would be tested: the edges build) but not than
     # another's, only the shapes it fills each way (AlexNet's C1 by GEMM: 96 rows, 64 x 128 tiles shifted)
     fits = tuple(cfg for cfg in shapes if m >= cfg.bm and n >= cfg.bn)
