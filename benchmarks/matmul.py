@@ -12,8 +12,8 @@ cuBLAS (or NumPy), and per configuration the registers, shared and local memory 
 occupancy that follows. ``--layouts tn,nt`` also times each size with A (tn) or B (nt) stored transposed and
 read in place, as a dense layer's backward products are (the fast and warp kernels and cuBLAS only; such a
 shape's key ends in its layout: ``4096x4096x512-tn``). ``--random 24`` adds 24 shapes drawn at random (each side
-log-uniform from 8 to 65536, 2^30 <= M*N*K <= 2^35; ``--seed`` picks them): "any shape", not chosen ones. On the simulator it runs tiny sizes: the figures say
-nothing about speed.
+log-uniform from 8 to 65536, 2^30 <= M*N*K <= 2^35; ``--seed`` picks them): "any shape", not chosen ones. On the
+simulator it runs tiny sizes: the figures say nothing about speed.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ from hpclab.timing import median_time, median_times
 CANDIDATES = [(128, 128, 8, 8, 8, 4, 4), (128, 128, 16, 8, 8, 4, 4), (128, 128, 8, 8, 8, 1, 4),
               (128, 128, 8, 8, 8, 4, 0), (64, 128, 8, 8, 8, 4, 4), (128, 64, 8, 8, 4, 4, 4), (64, 64, 8, 4, 4, 4, 4),
               (128, 128, 16, 8, 8, 1, 4)]
-# ... and (bm, bn, bk, wm, wn, mi, ni[, pad]) of the warp-tiled one (blocks of four warps last, the narrow C's at the end).
+# ... and (bm, bn, bk, wm, wn, mi, ni[, pad]) of the warp-tiled one (four-warp blocks last, the narrow C's at the end).
 WARP_CANDIDATES = [(128, 128, 16, 32, 64, 2, 2), (128, 128, 16, 64, 32, 2, 2), (128, 128, 16, 32, 64, 2, 2, 0),
                    (128, 128, 16, 32, 64, 2, 2, 8), (128, 128, 8, 32, 64, 2, 2), (128, 256, 16, 64, 64, 4, 2),
                    (64, 128, 16, 32, 64, 2, 2), (128, 64, 16, 32, 64, 2, 2), (256, 32, 16, 64, 32, 2, 2),
@@ -75,6 +75,8 @@ def random_shapes(count: int, seed: int, lo: int, hi: int, least: int, most: int
         if least <= m * n * k <= most:
             shapes.append((m, n, k))
     return shapes
+
+
 LAYOUTS = ("nn", "tn", "nt", "tt")     # op(A) op(B): n as stored, t read transposed in place
 
 

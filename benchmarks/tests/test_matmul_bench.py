@@ -34,6 +34,7 @@ def test_matmul_bench_times_random_shapes(tmp_path):
     out = tmp_path / "mm.json"
     assert main(["matmul", "--random", "2", "--seed", "3", "--no-sweep", "--repeats", "1", "--out", str(out)]) == 0
     record = json.loads(out.read_text())
-    drawn = ["x".join(map(str, s)) for s in random_shapes(2, 3, *RANDOM_RANGE["simulator" if is_simulator() else "gpu"])]
+    sides = RANDOM_RANGE["simulator" if is_simulator() else "gpu"]
+    drawn = ["x".join(map(str, s)) for s in random_shapes(2, 3, *sides)]
     assert record["random_shapes"] == drawn and record["all_correct"]
     assert set(drawn) <= set(record["shapes"]) | set(record["sizes"])
