@@ -110,7 +110,7 @@ SHALLOW_K = 1024
 # takes them where its model finds the shapes of four warps alike.
 SHORT = WarpConfig(64, 128, 16, 32, 64, 2, 2) if backend.name() == "gpu" else CONFIG
 # For a narrow C (fewer than 64 columns, or rows), untransposed: blocks of 256 x 32 (four warps of 64 x 32) and of
-# 32 x 128 (four warps of 32 x 32, 4 x 8 per lane), where a 64-wide tile would compute up to four times the outputs
+# 32 x 128 (four warps of 32 x 32, 4 x 8 per lane), where a 64-wide tile computes 64 columns (rows) for as few as 8
 # (on an H200, 14328 x 14 x 13600: 78 % of cuBLAS against 66 % in 128 x 64 tiles; 30 x 12900 x 3776: 128 % against
 # 85 % in 64 x 128 tiles; runs random-1 and random-before-1 in benchmarks/results/h200_matmul.csv).
 THIN = WarpConfig(256, 32, 16, 64, 32, 2, 2) if backend.name() == "gpu" else CONFIG
