@@ -177,7 +177,8 @@ def main(argv=None) -> int:
                    help="timed runs per kernel (median; default 20 at N <= 4096, else 10; naive 2, tiled 3)")
     p.add_argument("--no-sweep", action="store_true", help="only the default fast configuration")
     p.add_argument("--splits", type=count_list(1, 1024, example="1,2,4,8"), default=None,
-                   help="also run the warp kernel's three tile shapes with K in these many slices")
+                   help="also run the warp kernel's three tile shapes for a C at least 64 wide each way with K "
+                        "in these many slices")
     p.add_argument("--layouts", type=_layouts, default=("nn",),
                    help="comma-separated operand layouts to time: nn (default), tn (A stored transposed), nt, tt")
     p.add_argument("--random", type=count(0, 1000), default=0,
@@ -229,11 +230,12 @@ def main(argv=None) -> int:
             b = cuda.to_device(np.ascontiguousarray(b_h.T))
         chosen, split = warp.plan(m, n, k, ta or tb)     # what launch() runs at this shape: the default row
         # (tile shape, slices of K) of each warp row: the plan's, each swept shape with the plan's slicing for it,
-        # and with --splits each of the three tile shapes launch() chooses from at those slice counts
+        # and with --splits each of the three tile shapes launch() chooses from for a C at least 64 wide each way,
+        # at those slice counts
         warp_rows = [(chosen, split)] + [split_k.planned(m, n, k, (cfg,)) for cfg in warp_sweep
                                          if cfg != chosen and layout == "nn"]
-        warp_rows += [(cfg, split_k.slices(k, cfg.bk, s)[0]) for cfg in dict.fromkeys([warp.CONFIG, warp.SHALLOW, warp.SHORT])
-                      for s in args.splits or ()]
+        warp_rows += [(cfg, split_k.slices(k, cfg.bk, s)[0])
+                      for cfg in dict.fromkeys([warp.CONFIG, warp.SHALLOW, warp.SHORT]) for s in args.splits or ()]
         warp_rows = list(dict.fromkeys(warp_rows))
         planned = warp_label(chosen, split)
         flop = mm.flops(m, k, n)

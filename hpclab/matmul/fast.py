@@ -295,14 +295,14 @@ def auto_split(a, c, trans_a: bool = False, cfg: FastConfig | None = None) -> in
     return split_for(c.shape[0], c.shape[1], a.shape[0] if trans_a else a.shape[1], cfg, a.dtype, c.dtype)
 
 
-def plan(kernel: str, a, c, trans_a: bool = False) -> tuple:
-    """(config, slices of K) ``launch`` would choose for c = op(a) @ ... by ``kernel`` (None, None for the naive and
+def plan(kernel: str, a, c, trans_a: bool = False, trans_b: bool = False) -> tuple:
+    """(config, slices of K) ``launch`` would choose for c = op(a) @ op(b) by ``kernel`` (None, None for the naive and
     tiled kernels): a product computed in row slices passes the whole product's to each, for its bits."""
     if kernel == "fast":
         cfg = fast_config(a.dtype)
         return cfg, auto_split(a, c, trans_a, cfg)
-    if kernel == "warp":
-        return warp.plan(c.shape[0], c.shape[1], a.shape[0] if trans_a else a.shape[1], bool(trans_a))
+    if kernel == "warp":     # as warp.launch plans it
+        return warp.plan(c.shape[0], c.shape[1], a.shape[0] if trans_a else a.shape[1], bool(trans_a or trans_b))
     return None, None
 
 

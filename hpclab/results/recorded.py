@@ -2,8 +2,9 @@
 
 ``data/recorded.csv`` holds the rows of the curated tables in ``benchmarks/results/`` that the notebooks, the
 README, docs/results.md and benchmarks/HISTORY.md quote or plot (``benchmarks/curate.py`` writes it), with a
-``table`` column naming the table and without the runs' notes (they stay in the curated tables). :func:`keyed` names each figure ``program/variant/run/<gpus>gpu/<size>/metric`` (run = the machine,
-h200x4, or machine-name for a named run) and adds the ratio of a figure measured against a baseline in the
+``table`` column naming the table and without the runs' notes (they stay in the curated tables). :func:`keyed`
+names each figure ``program/variant/run/<gpus>gpu/<size>/metric`` (run = the machine, h200x4, or
+machine-name for a named run) and adds the ratio of a figure measured against a baseline in the
 same run (``.../vs_cublas`` for a throughput, ``.../METRIC_vs_BASELINE`` otherwise). The workshop's A100
 timings (``data/fasrc_a100.csv``) come in the same form, keyed ``a100/<exercise>/<gpus>gpu/wall_s``.
 """
