@@ -512,3 +512,22 @@ def test_a_shared_engines_job_is_not_idle_while_its_starter_waits_for_the_engine
     files.write_record(pdir, cid, {"owner": None, "starting": {**files.this_process(), "pid": gone.pid}})
     time.sleep(0.01)
     assert reaper._why_end(pdir, cid, ["--idle", "0"], idle) == "no notebook used it for 0 min"
+
+
+def test_waiting_for_processes_to_end_returns_those_still_running_and_ends_with_the_last():
+    from hpclab.cluster import files
+    quick = subprocess.Popen([sys.executable, "-c", "pass"])
+    slow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        processes = [psutil.Process(quick.pid), psutil.Process(slow.pid)]
+        t0 = time.monotonic()
+        assert files.wait_gone(processes, timeout=1.0) == processes[1:]   # the quick one ended (a zombie here)
+        assert 1.0 <= time.monotonic() - t0 < 5
+        slow.kill()
+        t0 = time.monotonic()
+        assert files.wait_gone(processes, timeout=30) == [] and time.monotonic() - t0 < 5
+        quick.wait(), slow.wait()
+        assert files.wait_gone(processes, timeout=30) == []                # reaped: no such process any more
+    finally:
+        slow.kill()
+        quick.wait(), slow.wait()

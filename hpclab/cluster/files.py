@@ -190,6 +190,18 @@ def load(pdir: str, cluster_id: str, log: logging.Logger) -> Found:
     return Found(message=f"removed the stale cluster file {path}: its controller (pid {pid}) is no longer running")
 
 
+def wait_gone(processes: list, timeout: float) -> list:
+    """The processes still running after up to ``timeout`` seconds. Polls ``running`` rather than calling
+    psutil.wait_procs: psutil 7.2's wait opens a pidfd, which fails with ENOENT or EINVAL when the process ends
+    during the call on recent kernels (psutil issue 2715), and a stop must not fail because its target ended."""
+    end = time.monotonic() + timeout
+    left = [p for p in processes if running(p)]
+    while left and time.monotonic() < end:
+        time.sleep(0.05)
+        left = [p for p in left if running(p)]
+    return left
+
+
 def _leftovers(pdir: str, cluster_id: str) -> list[psutil.Process]:
     """This user's processes of one cluster, wherever their parent is (the schedulers of a killed controller):
     ipyparallel gives each process it starts IPP_PROFILE_DIR and IPP_CLUSTER_ID."""
@@ -228,7 +240,7 @@ def stop(cluster: ipp.Cluster, log: logging.Logger, polite: bool = True) -> None
             client = cluster.connect_client_sync(timeout=3)
             client.shutdown(targets="all", hub=True, block=False)
             client.close()
-            psutil.wait_procs(processes, timeout=3)
+            wait_gone(processes, timeout=3)
         except Exception as exc:  # noqa: BLE001 - busy or dead engines: the signals below end them
             log.info("polite shutdown of %r failed: %s", cluster_id, exc)
     for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -238,7 +250,7 @@ def stop(cluster: ipp.Cluster, log: logging.Logger, polite: bool = True) -> None
                 process.send_signal(sig)
             except psutil.NoSuchProcess:
                 pass
-        if not psutil.wait_procs(left, timeout=KILL_GRACE_S)[1]:
+        if not wait_gone(left, timeout=KILL_GRACE_S):
             break
     for launcher in launchers:
         text = launcher.get_output(remove=True) if getattr(launcher, "output_file", "") else ""
