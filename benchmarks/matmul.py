@@ -64,7 +64,7 @@ def _sizes(text: str) -> tuple:
 GPU_SIZES = ((4096,) * 3, (8192,) * 3, (4095,) * 3, (3000, 5000, 700))
 # --random draws M, N, K log-uniformly from these sides, keeping products of at least 2^30 multiply-adds (the
 # target's "any shape") and at most 2^35 (seconds a shape); on the simulator, sides a slow interpreter can run.
-RANDOM_RANGE = {"gpu": (8, 65536, 2 ** 30, 2 ** 35), "simulator": (1, 40, 1, 2 ** 12)}
+RANDOM_RANGE = {"gpu": (8, 65536, 2 ** 30, 2 ** 35), "sim": (1, 40, 1, 2 ** 12)}    # by backend.name()
 
 
 def random_shapes(count: int, seed: int, lo: int, hi: int, least: int, most: int) -> list[tuple[int, int, int]]:
@@ -193,7 +193,7 @@ def main(argv=None) -> int:
 
     cuda = mm.cuda
     sim = backend.is_simulator()
-    drawn = random_shapes(args.random, args.seed, *RANDOM_RANGE["simulator" if sim else "gpu"])
+    drawn = random_shapes(args.random, args.seed, *RANDOM_RANGE[backend.name()])
     sizes = list(args.sizes or ([] if drawn else [(32,) * 3, (33, 20, 17)] if sim else GPU_SIZES))
     sizes += [s for s in drawn if s not in sizes]
     dev = device_info(cuda) | ({} if sim else sm_limits(cuda))

@@ -4,7 +4,7 @@ import json
 
 from benchmarks.__main__ import main
 from benchmarks.matmul import RANDOM_RANGE, random_shapes
-from hpclab.backend import is_simulator
+from hpclab import backend
 
 
 def test_matmul_bench_times_and_checks_each_layout(tmp_path, capsys):
@@ -34,7 +34,6 @@ def test_matmul_bench_times_random_shapes(tmp_path):
     out = tmp_path / "mm.json"
     assert main(["matmul", "--random", "2", "--seed", "3", "--no-sweep", "--repeats", "1", "--out", str(out)]) == 0
     record = json.loads(out.read_text())
-    sides = RANDOM_RANGE["simulator" if is_simulator() else "gpu"]
-    drawn = ["x".join(map(str, s)) for s in random_shapes(2, 3, *sides)]
+    drawn = ["x".join(map(str, s)) for s in random_shapes(2, 3, *RANDOM_RANGE[backend.name()])]
     assert record["random_shapes"] == drawn and record["all_correct"]
     assert set(drawn) <= set(record["shapes"]) | set(record["sizes"])
